@@ -1,0 +1,44 @@
+"""The one exception type for invalid specs and options, shared by components and the factory."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class ConfigError(ValueError):
+    """An invalid spec or component option.
+
+    The message starts with the dotted key path (e.g. ``decoder.block.attention.name``) when one is
+    known, says what was wrong, lists the allowed choices where there is a finite set, and names the
+    closest choice to the value given.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        path: str | None = None,
+        choices: Iterable[str] | None = None,
+        got: object | None = None,
+    ) -> None:
+        self.path = path or ""
+        self.reason = message
+        self.choices = sorted(str(c) for c in choices) if choices is not None else None
+        self.got = got
+        text = f"{self.path}: {message}" if self.path else message
+        if self.choices is not None:
+            text += f"; allowed: {', '.join(self.choices) or '(none)'}"
+            if got is not None:
+                close = difflib.get_close_matches(str(got), self.choices, n=1, cutoff=0.5)
+                if close:
+                    text += f"; did you mean {close[0]!r}?"
+        super().__init__(text)
+
+    def at(self, prefix: str) -> ConfigError:
+        """The same error with ``prefix`` put in front of its key path."""
+        return ConfigError(self.reason, join_path(prefix, self.path), self.choices, self.got)
+
+
+def join_path(*parts: str | int | None) -> str:
+    """``join_path("decoder", "block", None, "name") == "decoder.block.name"``."""
+    return ".".join(str(p) for p in parts if p is not None and p != "")
