@@ -1,1 +1,9 @@
+"""Encoder and decoder blocks, and the model containers built from stacks of them."""
 
+from brickwork.blocks.block import DecoderBlock, EncoderBlock
+from brickwork.blocks.decoder_lm import DecoderLM
+from brickwork.blocks.encoder import Encoder
+from brickwork.blocks.encoder_decoder import EncoderDecoder
+from brickwork.blocks.heads import MaskedLMHead, Pooler
+
+__all__ = ["DecoderBlock", "DecoderLM", "Encoder", "EncoderBlock", "EncoderDecoder", "MaskedLMHead", "Pooler"]

@@ -1,0 +1,89 @@
+"""Encoder and decoder blocks: sublayers, their norms, and a residual style that wires them."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+
+from brickwork.components.attention import KVCache, MultiHeadAttention
+from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY, ResidualStyle
+
+NormSpec = str | type | functools.partial
+ResidualSpec = str | type | functools.partial | ResidualStyle
+
+
+def _norm(norm: NormSpec, dim: int, path: str) -> nn.Module:
+    return NORM_REGISTRY.build(norm, path, dim=dim)
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention then feedforward, each wrapped by the residual style. x: [B, T, d] -> [B, T, d]."""
+
+    def __init__(
+        self,
+        attention: MultiHeadAttention,
+        feedforward: nn.Module,
+        norm: NormSpec = "layernorm",
+        residual: ResidualSpec = "pre",
+    ) -> None:
+        super().__init__()
+        dim = attention.dim_model
+        self.attention_norm = _norm(norm, dim, "norm")
+        self.attention = attention
+        self.feedforward_norm = _norm(norm, dim, "norm")
+        self.feedforward = feedforward
+        self.residual = RESIDUAL_REGISTRY.build(residual, "residual")
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        attend = functools.partial(self.attention, attn_mask=attn_mask)
+        return self.residual(x, [(self.attention_norm, attend), (self.feedforward_norm, self.feedforward)])
+
+
+class DecoderBlock(nn.Module):
+    """Causal self-attention, optional cross-attention over ``memory``, then feedforward.
+
+    x: [B, T, d]; memory: [B, S, d]; returns [B, T, d]. Causality is set on the attention mechanism.
+    """
+
+    def __init__(
+        self,
+        attention: MultiHeadAttention,
+        feedforward: nn.Module,
+        norm: NormSpec = "layernorm",
+        residual: ResidualSpec = "pre",
+        cross_attention: MultiHeadAttention | None = None,
+    ) -> None:
+        super().__init__()
+        dim = attention.dim_model
+        self.attention_norm = _norm(norm, dim, "norm")
+        self.attention = attention
+        if cross_attention is not None:
+            self.cross_attention_norm = _norm(norm, dim, "norm")
+            self.cross_attention = cross_attention
+        else:
+            self.cross_attention = None
+        self.feedforward_norm = _norm(norm, dim, "norm")
+        self.feedforward = feedforward
+        self.residual = RESIDUAL_REGISTRY.build(residual, "residual")
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        branches: list[tuple[nn.Module, Any]] = [
+            (self.attention_norm, functools.partial(self.attention, attn_mask=attn_mask, cache=cache))
+        ]
+        if self.cross_attention is not None:
+            if memory is None:
+                raise ValueError("this DecoderBlock has cross-attention and needs `memory` [B, S, d]")
+            attend = functools.partial(self.cross_attention, memory=memory, attn_mask=memory_mask)
+            branches.append((self.cross_attention_norm, attend))
+        branches.append((self.feedforward_norm, self.feedforward))
+        return self.residual(x, branches)

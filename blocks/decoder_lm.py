@@ -1,0 +1,102 @@
+"""Decoder-only language model: token (+ position) embedding, a stack of DecoderBlocks, norm, LM head."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from brickwork.blocks.block import DecoderBlock
+from brickwork.blocks.inputs import check_token_ids
+from brickwork.components.attention import KVCache
+
+
+class DecoderLM(nn.Module):
+    """``model(input_ids [B, T]) -> logits [B, T, vocab]``.
+
+    ``position`` is an additive positional module (sine/learned) or None when positions live inside
+    attention (rotary, ALiBi). ``forward`` is ``head(layers(embed(ids)))`` so the pipeline layer can
+    split the model without knowing it.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        layers: Sequence[DecoderBlock],
+        position: nn.Module | None = None,
+        final_norm: nn.Module | None = None,
+        tie_embeddings: bool = True,
+        dropout: float = 0.0,
+        max_seq_len: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not layers:
+            raise ValueError("DecoderLM needs at least one layer")
+        dim = layers[0].attention.dim_model
+        self.vocab_size = vocab_size
+        self.max_seq_len = max_seq_len
+        self.token_embedding = nn.Embedding(vocab_size, dim)
+        self.position_embedding = position
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm if final_norm is not None else nn.Identity()
+        self.lm_head = nn.Linear(dim, vocab_size, bias=False)
+        if tie_embeddings:
+            self.lm_head.weight = self.token_embedding.weight
+
+    def embed(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """[B, T] ids -> [B, T, d]; ``offset`` is the position of the first token (KV-cache decode)."""
+        check_token_ids("input_ids", input_ids)
+        if self.max_seq_len is not None and offset + input_ids.shape[1] > self.max_seq_len:
+            raise ValueError(
+                f"input_ids reach position {offset + input_ids.shape[1]}, beyond max_seq_len={self.max_seq_len}"
+            )
+        h = self.token_embedding(input_ids)
+        if self.position_embedding is not None:
+            h = self.position_embedding(h, offset=offset)
+        return self.dropout(h)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """[B, T, d] -> logits [B, T, vocab]."""
+        return self.lm_head(self.final_norm(h))
+
+    def new_cache(self) -> list[KVCache]:
+        """One empty KV cache per layer, for incremental decoding."""
+        return [KVCache() for _ in self.layers]
+
+    def forward(self, input_ids: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """input_ids [B, T] -> logits [B, T, vocab]. With ``cache``, the ids continue the cached ones."""
+        offset = cache[0].length if cache else 0
+        h = self.embed(input_ids, offset=offset)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, cache=cache[i] if cache else None)
+        return self.head(h)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Extend [B, T] ids by ``max_new_tokens`` using the KV cache; greedy when temperature is 0.
+
+        Returns [B, T + max_new_tokens].
+        """
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        cache = self.new_cache()
+        logits = self(input_ids, cache=cache)
+        out = [input_ids]
+        for step in range(max_new_tokens):
+            last = logits[:, -1, :].float()
+            if temperature > 0:
+                token = torch.multinomial(torch.softmax(last / temperature, dim=-1), 1, generator=generator)
+            else:
+                token = last.argmax(dim=-1, keepdim=True)
+            out.append(token)
+            if step + 1 < max_new_tokens:
+                logits = self(token, cache=cache)
+        return torch.cat(out, dim=1)

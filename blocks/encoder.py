@@ -1,0 +1,88 @@
+"""BERT-like encoder: token, position and token-type embeddings, embedding norm, EncoderBlocks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from brickwork.blocks.block import EncoderBlock
+from brickwork.blocks.heads import MaskedLMHead, Pooler
+from brickwork.blocks.inputs import check_token_ids, padding_mask
+
+
+class Encoder(nn.Module):
+    """``model(input_ids [B, T], attention_mask [B, T] | None, token_type_ids [B, T] | None)``.
+
+    Returns hidden states [B, T, d], or MLM logits [B, T, vocab] when built with ``mlm_head``.
+    ``attention_mask`` has 1 for real tokens and 0 for padding.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        layers: Sequence[EncoderBlock],
+        position: nn.Module | None = None,
+        type_vocab_size: int = 0,
+        embedding_norm: nn.Module | None = None,
+        final_norm: nn.Module | None = None,
+        mlm_head: MaskedLMHead | None = None,
+        pooler: bool = False,
+        dropout: float = 0.0,
+        tie_embeddings: bool = True,
+    ) -> None:
+        super().__init__()
+        if not layers:
+            raise ValueError("Encoder needs at least one layer")
+        dim = layers[0].attention.dim_model
+        self.vocab_size = vocab_size
+        self.token_embedding = nn.Embedding(vocab_size, dim)
+        self.position_embedding = position
+        self.token_type_embedding = nn.Embedding(type_vocab_size, dim) if type_vocab_size > 0 else None
+        self.embedding_norm = embedding_norm if embedding_norm is not None else nn.Identity()
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm if final_norm is not None else nn.Identity()
+        self.mlm_head = mlm_head
+        if mlm_head is not None and tie_embeddings:
+            mlm_head.decoder.weight = self.token_embedding.weight
+        self.pooler = Pooler(dim) if pooler else None
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, T] ids -> [B, T, d]."""
+        check_token_ids("input_ids", input_ids)
+        h = self.token_embedding(input_ids)
+        if self.position_embedding is not None:
+            h = self.position_embedding(h)
+        if self.token_type_embedding is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            check_token_ids("token_type_ids", token_type_ids)
+            h = h + self.token_type_embedding(token_type_ids)
+        elif token_type_ids is not None:
+            raise ValueError("token_type_ids given, but this encoder has no token-type embedding")
+        return self.dropout(self.embedding_norm(h))
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """[B, T, d] -> hidden states, or MLM logits when there is an MLM head."""
+        h = self.final_norm(h)
+        return self.mlm_head(h) if self.mlm_head is not None else h
+
+    def pool(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The pooled first-token summary [B, d] of final hidden states [B, T, d]."""
+        if self.pooler is None:
+            raise ValueError("this encoder was built without a pooler (pooler=False)")
+        return self.pooler(hidden)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        mask = padding_mask("attention_mask", attention_mask, input_ids)
+        h = self.embed(input_ids, token_type_ids)
+        for layer in self.layers:
+            h = layer(h, attn_mask=mask)
+        return self.head(h)

@@ -1,0 +1,80 @@
+"""Encoder-decoder (T5/BART-like): a shared token embedding, an encoder stack and a decoder stack."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from brickwork.blocks.block import DecoderBlock, EncoderBlock
+from brickwork.blocks.inputs import check_token_ids, padding_mask
+
+
+class EncoderDecoder(nn.Module):
+    """``model(src_ids [B, S], tgt_ids [B, T], src_mask [B, S] | None) -> logits [B, T, vocab]``.
+
+    Decoder blocks must have cross-attention. ``src_mask`` has 1 for real tokens, 0 for padding; it
+    masks both encoder self-attention and decoder cross-attention.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        encoder_layers: Sequence[EncoderBlock],
+        decoder_layers: Sequence[DecoderBlock],
+        position: nn.Module | None = None,
+        encoder_final_norm: nn.Module | None = None,
+        decoder_final_norm: nn.Module | None = None,
+        tie_embeddings: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if not encoder_layers or not decoder_layers:
+            raise ValueError("EncoderDecoder needs at least one encoder and one decoder layer")
+        if any(layer.cross_attention is None for layer in decoder_layers):
+            raise ValueError("every decoder layer of an EncoderDecoder needs cross_attention")
+        dim = encoder_layers[0].attention.dim_model
+        self.vocab_size = vocab_size
+        self.token_embedding = nn.Embedding(vocab_size, dim)
+        self.position_embedding = position
+        self.dropout = nn.Dropout(dropout)
+        self.encoder_layers = nn.ModuleList(encoder_layers)
+        self.encoder_final_norm = encoder_final_norm if encoder_final_norm is not None else nn.Identity()
+        self.decoder_layers = nn.ModuleList(decoder_layers)
+        self.decoder_final_norm = decoder_final_norm if decoder_final_norm is not None else nn.Identity()
+        self.lm_head = nn.Linear(dim, vocab_size, bias=False)
+        if tie_embeddings:
+            self.lm_head.weight = self.token_embedding.weight
+
+    def _embed(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        check_token_ids(name, ids)
+        h = self.token_embedding(ids)
+        if self.position_embedding is not None:
+            h = self.position_embedding(h)
+        return self.dropout(h)
+
+    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, S] -> encoder output [B, S, d]."""
+        mask = padding_mask("src_mask", src_mask, src_ids)
+        h = self._embed("src_ids", src_ids)
+        for layer in self.encoder_layers:
+            h = layer(h, attn_mask=mask)
+        return self.encoder_final_norm(h)
+
+    def decode(
+        self, tgt_ids: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """[B, T] target ids and encoder output [B, S, d] -> logits [B, T, vocab]."""
+        memory_mask = None
+        if src_mask is not None:
+            memory_mask = src_mask.to(torch.bool)[:, None, None, :]
+        h = self._embed("tgt_ids", tgt_ids)
+        for layer in self.decoder_layers:
+            h = layer(h, memory=memory, memory_mask=memory_mask)
+        return self.lm_head(self.decoder_final_norm(h))
+
+    def forward(
+        self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.decode(tgt_ids, self.encode(src_ids, src_mask), src_mask)

@@ -1,0 +1,30 @@
+"""Output heads for encoders: the masked-LM head and the [CLS] pooler."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class MaskedLMHead(nn.Module):
+    """dense -> GELU -> norm -> decoder (weight usually tied to the token embedding). [B, T, d] -> [B, T, V]."""
+
+    def __init__(self, dim: int, vocab_size: int, norm: nn.Module) -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+        self.norm = norm
+        self.decoder = nn.Linear(dim, vocab_size)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(nn.functional.gelu(self.dense(h))))
+
+
+class Pooler(nn.Module):
+    """tanh(dense(h[:, 0])): the first token's summary. [B, T, d] -> [B, d]."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(h[:, 0]))
