@@ -49,9 +49,8 @@ class DecoderLM(nn.Module):
         """[B, T] ids -> [B, T, d]; ``offset`` is the position of the first token (KV-cache decode)."""
         check_token_ids("input_ids", input_ids)
         if self.max_seq_len is not None and offset + input_ids.shape[1] > self.max_seq_len:
-            raise ValueError(
-                f"input_ids reach position {offset + input_ids.shape[1]}, beyond max_seq_len={self.max_seq_len}"
-            )
+            end = offset + input_ids.shape[1]
+            raise ValueError(f"input_ids reach position {end}, beyond max_seq_len={self.max_seq_len}")
         h = self.token_embedding(input_ids)
         if self.position_embedding is not None:
             h = self.position_embedding(h, offset=offset)

@@ -7,7 +7,7 @@ from torch import nn
 
 
 class MaskedLMHead(nn.Module):
-    """dense -> GELU -> norm -> decoder (weight usually tied to the token embedding). [B, T, d] -> [B, T, V]."""
+    """dense -> GELU -> norm -> decoder; the decoder weight is usually tied. [B, T, d] -> [B, T, V]."""
 
     def __init__(self, dim: int, vocab_size: int, norm: nn.Module) -> None:
         super().__init__()

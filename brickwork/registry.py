@@ -49,9 +49,7 @@ class Registry(Generic[T]):
         if not isinstance(name, str):
             raise ConfigError(f"{self.family} name must be a string, got {name!r}", path)
         if name not in self._entries:
-            raise ConfigError(
-                f"unknown {self.family} {name!r}", path, choices=self._entries.keys(), got=name
-            )
+            raise ConfigError(f"unknown {self.family} {name!r}", path, choices=self._entries.keys(), got=name)
         return self._entries[name]
 
     def build(self, spec: str | type | functools.partial | Any, path: str | None = None, **kwargs: Any) -> T:

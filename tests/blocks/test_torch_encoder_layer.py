@@ -15,17 +15,22 @@ def _copy_weights(block: EncoderBlock, layer: nn.TransformerEncoderLayer) -> Non
     q, k, v = layer.self_attn.in_proj_weight.chunk(3)
     qb, kb, vb = layer.self_attn.in_proj_bias.chunk(3)
     pairs = [
-        (block.attention.q_proj.weight, q), (block.attention.q_proj.bias, qb),
-        (block.attention.k_proj.weight, k), (block.attention.k_proj.bias, kb),
-        (block.attention.v_proj.weight, v), (block.attention.v_proj.bias, vb),
+        (block.attention.q_proj.weight, q),
+        (block.attention.q_proj.bias, qb),
+        (block.attention.k_proj.weight, k),
+        (block.attention.k_proj.bias, kb),
+        (block.attention.v_proj.weight, v),
+        (block.attention.v_proj.bias, vb),
         (block.attention.out_proj.weight, layer.self_attn.out_proj.weight),
         (block.attention.out_proj.bias, layer.self_attn.out_proj.bias),
         (block.feedforward.up_proj.weight, layer.linear1.weight),
         (block.feedforward.up_proj.bias, layer.linear1.bias),
         (block.feedforward.down_proj.weight, layer.linear2.weight),
         (block.feedforward.down_proj.bias, layer.linear2.bias),
-        (block.attention_norm.weight, layer.norm1.weight), (block.attention_norm.bias, layer.norm1.bias),
-        (block.feedforward_norm.weight, layer.norm2.weight), (block.feedforward_norm.bias, layer.norm2.bias),
+        (block.attention_norm.weight, layer.norm1.weight),
+        (block.attention_norm.bias, layer.norm1.bias),
+        (block.feedforward_norm.weight, layer.norm2.weight),
+        (block.feedforward_norm.bias, layer.norm2.bias),
     ]
     with torch.no_grad():
         for ours, theirs in pairs:

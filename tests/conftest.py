@@ -1,0 +1,13 @@
+"""Suite-wide test settings: tests marked ``gpu`` run only where CUDA is present."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
