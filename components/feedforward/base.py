@@ -1,0 +1,66 @@
+"""The feedforward family: base class, registry and option checks shared by its members."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from brickwork.errors import ConfigError
+from brickwork.registry import Registry
+
+
+class Feedforward(nn.Module):
+    """Base of every feedforward: ``forward(x) -> y``, x and y ``[B, T, dim_model]``.
+
+    Subclasses carry a ``Config`` dataclass with their options and keep the built one in ``config``.
+    """
+
+    Config: type
+    dim_model: int
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Feedforward:
+        """Build from a ``cls.Config`` instance."""
+        if not isinstance(cfg, cls.Config):
+            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise ValueError unless x is ``[..., dim_model]``."""
+        if x.shape[-1] != self.dim_model:
+            raise ValueError(f"last dimension must be dim_model={self.dim_model}, got shape {tuple(x.shape)}")
+
+    def tp_plan(self) -> dict[str, str]:
+        """Tensor-parallel styles of the child modules; empty means replicated."""
+        return {}
+
+
+FEEDFORWARD_REGISTRY: Registry[Feedforward] = Registry("feedforward", Feedforward)
+
+
+def register_feedforward(name: str):
+    """Decorator registering a :class:`Feedforward` subclass under ``name``."""
+    return FEEDFORWARD_REGISTRY.register(name)
+
+
+def check_positive_int(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"must be a positive integer, got {value!r}", option)
+
+
+def check_optional_positive_int(value: object, option: str) -> None:
+    if value is not None:
+        check_positive_int(value, option)
+
+
+def check_probability(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+        raise ConfigError(f"must be a number in [0, 1), got {value!r}", option)
+
+
+def check_bool(value: object, option: str) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", option)

@@ -1,0 +1,88 @@
+"""The two-layer MLP: up_proj -> activation -> dropout -> down_proj."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from brickwork import kernels
+
+from .activations import GELU_APPROXIMATION, ActivationSpec, check_activation, create_activation
+from .base import (
+    Feedforward,
+    check_bool,
+    check_optional_positive_int,
+    check_positive_int,
+    check_probability,
+    register_feedforward,
+)
+
+
+def runs_plain(linear: nn.Linear) -> bool:
+    """Whether ``linear``'s weights may be read directly instead of calling the module.
+
+    Wrappers such as tensor-parallel sharding swap in tensor subclasses and hang hooks on the module;
+    those must see the call, so any hook or non-plain weight sends the caller through the module.
+    """
+    plain = all(type(p) in (torch.Tensor, nn.Parameter) for p in linear.parameters(recurse=False))
+    return plain and not (linear._forward_hooks or linear._forward_pre_hooks)
+
+
+@register_feedforward("mlp")
+class MLP(Feedforward):
+    """``down_proj(dropout(act(up_proj(x))))``; x ``[B, T, dim_model]`` -> ``[B, T, dim_model]``.
+
+    With ``gelu``/``gelu_tanh`` and a bias, the bias add and the GELU run as one fused kernel
+    (:func:`brickwork.kernels.bias_gelu`) after a bias-free matmul.
+    """
+
+    @dataclass
+    class Config:
+        dim_model: int
+        hidden_dim: int | None = None
+        activation: ActivationSpec = "gelu"
+        dropout: float = 0.0
+        bias: bool = True
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.dim_model, "dim_model")
+            check_optional_positive_int(self.hidden_dim, "hidden_dim")
+            check_activation(self.activation)
+            check_probability(self.dropout, "dropout")
+            check_bool(self.bias, "bias")
+
+    def __init__(
+        self,
+        dim_model: int,
+        hidden_dim: int | None = None,
+        activation: ActivationSpec = "gelu",
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        """``hidden_dim`` defaults to ``4 * dim_model``; ``activation`` is a name (gelu, gelu_tanh,
+        relu, squared_relu, silu), an ``nn.Module`` (class) or a callable."""
+        super().__init__()
+        self.Config(dim_model, hidden_dim, activation, dropout, bias)
+        hidden = hidden_dim if hidden_dim is not None else 4 * dim_model
+        self.dim_model = dim_model
+        self.hidden_dim = hidden
+        self.up_proj = nn.Linear(dim_model, hidden, bias=bias)
+        self.activation = create_activation(activation)
+        self.dropout = nn.Dropout(dropout)
+        self.down_proj = nn.Linear(hidden, dim_model, bias=bias)
+        fusable = isinstance(activation, str) and activation in GELU_APPROXIMATION and bias
+        self._gelu_approximate = GELU_APPROXIMATION[activation] if fusable else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_input(x)
+        if self._gelu_approximate is not None and runs_plain(self.up_proj):
+            h = kernels.bias_gelu(F.linear(x, self.up_proj.weight), self.up_proj.bias, self._gelu_approximate)
+        else:
+            h = self.activation(self.up_proj(x))
+        return self.down_proj(self.dropout(h))
+
+    def tp_plan(self) -> dict[str, str]:
+        return {"up_proj": "colwise", "down_proj": "rowwise"}

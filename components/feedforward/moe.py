@@ -1,0 +1,133 @@
+"""Mixture of experts with a top-k softmax router and a load-balancing loss (Switch / GShard)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from brickwork.errors import ConfigError
+
+from .activations import ActivationSpec, check_activation
+from .base import (
+    FEEDFORWARD_REGISTRY,
+    Feedforward,
+    check_bool,
+    check_optional_positive_int,
+    check_positive_int,
+    check_probability,
+    register_feedforward,
+)
+
+EXPERT_KINDS = ("mlp", "glu", "swiglu", "geglu")
+
+
+@register_feedforward("moe")
+class MixtureOfExperts(Feedforward):
+    """Each token goes to its ``top_k`` experts; their outputs are summed, weighted by router probability.
+
+    x ``[B, T, dim_model]`` -> ``[B, T, dim_model]``. The router is a bias-free ``Linear(dim_model,
+    num_experts)`` followed by a softmax; with ``normalize_top_k`` the chosen probabilities are rescaled
+    to sum to one (Mixtral, GShard), otherwise used as they are (Switch).
+
+    After each forward, ``aux_loss`` holds the load-balancing loss
+    ``num_experts * sum_i f_i * P_i``: ``f_i`` is the fraction of the ``N * top_k`` token-to-expert
+    assignments that went to expert ``i``, ``P_i`` the router probability of ``i`` averaged over the
+    ``N`` tokens. It is 1 for perfectly balanced routing; add it (times a small weight) to the loss.
+    """
+
+    @dataclass
+    class Config:
+        dim_model: int
+        num_experts: int = 8
+        top_k: int = 2
+        hidden_dim: int | None = None
+        expert: str = "mlp"
+        activation: ActivationSpec | None = None
+        dropout: float = 0.0
+        bias: bool = True
+        normalize_top_k: bool = True
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.dim_model, "dim_model")
+            check_positive_int(self.num_experts, "num_experts")
+            check_positive_int(self.top_k, "top_k")
+            if self.top_k > self.num_experts:
+                raise ConfigError(
+                    f"must be at most num_experts={self.num_experts}, got {self.top_k}", "top_k"
+                )
+            check_optional_positive_int(self.hidden_dim, "hidden_dim")
+            if self.expert not in EXPERT_KINDS:
+                raise ConfigError(f"unknown expert {self.expert!r}", "expert", EXPERT_KINDS, self.expert)
+            if self.activation is not None:
+                if self.expert in ("swiglu", "geglu"):
+                    raise ConfigError(
+                        f"expert {self.expert!r} fixes its activation; use expert 'glu' to choose one",
+                        "activation",
+                    )
+                check_activation(self.activation)
+            check_probability(self.dropout, "dropout")
+            check_bool(self.bias, "bias")
+            check_bool(self.normalize_top_k, "normalize_top_k")
+
+    def __init__(
+        self,
+        dim_model: int,
+        num_experts: int = 8,
+        top_k: int = 2,
+        hidden_dim: int | None = None,
+        expert: str = "mlp",
+        activation: ActivationSpec | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        normalize_top_k: bool = True,
+    ) -> None:
+        """``expert`` is one of mlp, glu, swiglu, geglu, built with ``hidden_dim``, ``dropout``,
+        ``bias`` and, where given, ``activation`` (else the expert's default)."""
+        super().__init__()
+        self.Config(
+            dim_model, num_experts, top_k, hidden_dim, expert, activation, dropout, bias, normalize_top_k
+        )
+        self.dim_model = dim_model
+        self.num_experts = num_experts
+        self.top_k = top_k
+        self.normalize_top_k = normalize_top_k
+        self.router = nn.Linear(dim_model, num_experts, bias=False)
+        options: dict[str, object] = {"hidden_dim": hidden_dim, "dropout": dropout, "bias": bias}
+        if activation is not None:
+            options["activation"] = activation
+        self.experts = nn.ModuleList(
+            FEEDFORWARD_REGISTRY.build(expert, "expert", dim_model=dim_model, **options)
+            for _ in range(num_experts)
+        )
+        self.aux_loss: torch.Tensor | None = None
+
+    def route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """tokens ``[N, d]`` -> (probs ``[N, E]``, weights ``[N, k]``, expert ids ``[N, k]``).
+
+        probs and weights are at least fp32.
+        """
+        logits = self.router(tokens)
+        # Routing decisions are sensitive to rounding: softmax in at least fp32.
+        probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        if self.normalize_top_k:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return probs, weights, chosen
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_input(x)
+        tokens = x.reshape(-1, self.dim_model)
+        probs, weights, chosen = self.route(tokens)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            token_idx, slot = torch.nonzero(chosen == e, as_tuple=True)
+            if token_idx.numel() == 0:
+                continue
+            y = expert(tokens[token_idx]) * weights[token_idx, slot, None].to(tokens.dtype)
+            out = out.index_add(0, token_idx, y)
+        assigned = torch.bincount(chosen.flatten(), minlength=self.num_experts).to(probs.dtype)
+        fraction = assigned / chosen.numel()
+        self.aux_loss = self.num_experts * (fraction * probs.mean(dim=0)).sum()
+        return out.reshape(x.shape)
