@@ -1,0 +1,62 @@
+"""Mask helpers shared by the mechanisms and the multi-head layer.
+
+Masks follow torch SDPA: boolean True = may attend, float = added to the scores. Causal masks are
+aligned to the bottom-right corner, so that with a KV cache (Tk > Tq) query i sits at absolute
+position ``i + Tk - Tq`` and sees every earlier key.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def causal_keep(tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean ``[tq, tk]``: True where key j is not after query i (bottom-right aligned)."""
+    return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(tk - tq)
+
+
+def restrict(mask: torch.Tensor | None, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Combine ``mask`` (bool, float or None) with a boolean ``keep`` pattern.
+
+    Returns a boolean mask when ``mask`` is None or boolean, else an additive mask of ``dtype`` with
+    -inf where ``keep`` is False.
+    """
+    if mask is None:
+        return keep
+    if mask.dtype == torch.bool:
+        return mask & keep
+    return mask.to(dtype).masked_fill(~keep, float("-inf"))
+
+
+def add_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
+    """Merge an additive ``bias`` (e.g. ALiBi, ``[H, Tq, Tk]``) into ``mask``; the result is additive."""
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask, float("-inf"))
+    return mask.to(bias.dtype) + bias
+
+
+def rows_with_keys(mask: torch.Tensor) -> torch.Tensor:
+    """Boolean of shape ``mask.shape[:-1]``: True for query rows that may attend to at least one key."""
+    if mask.dtype == torch.bool:
+        return mask.any(dim=-1)
+    return (mask > float("-inf")).any(dim=-1)
+
+
+def open_rows(mask: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """Let rows with no key (``~live``) attend everywhere, so softmax stays finite there.
+
+    The caller zeroes those rows' outputs afterwards; their gradients then vanish instead of being NaN.
+    """
+    empty = ~live[..., None]
+    if mask.dtype == torch.bool:
+        return mask | empty
+    return mask.masked_fill(empty, 0.0)
+
+
+def key_padding_keep(mask: torch.Tensor) -> torch.Tensor:
+    """A ``[B|1, H|1, 1, Tk]`` boolean key-padding mask as ``[B|1, H|1, Tk, 1]`` for scaling k/v rows."""
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    return mask.transpose(-2, -1)

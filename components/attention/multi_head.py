@@ -1,0 +1,266 @@
+"""Multi-head attention: projections, heads (GQA/MQA), KV cache and positional hooks around a mechanism."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
+from brickwork.components.attention.kv_cache import KVCache
+from brickwork.components.attention.masks import add_bias
+from brickwork.errors import ConfigError
+
+
+class RotaryHook(Protocol):
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, offset: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class PositionBiasHook(Protocol):
+    def __call__(self, tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor: ...
+
+
+class MultiHeadAttention(nn.Module):
+    """``forward(x, memory=None, attn_mask=None, cache=None)``: x ``[B, T, d]`` -> ``[B, T, d]``.
+
+    Projects x (and ``memory`` for cross-attention) to ``num_heads`` query heads and ``num_kv_heads``
+    key/value heads of size ``dim_head``, runs the attention mechanism, and projects back with
+    ``out_proj``. Parameters are ``q_proj``/``k_proj``/``v_proj``, or ``qkv_proj`` when ``fused_qkv``,
+    whose rows are laid out per kv group: for each kv head, its ``H/Hkv`` query heads, then the key head,
+    then the value head. A column-wise split of ``qkv_proj`` thus hands each rank whole groups.
+
+    - ``attention``: a registered mechanism name, an :class:`AttentionMechanism` subclass, a
+      ``functools.partial`` of one, or a built instance. ``attention_options`` are its options;
+      ``causal`` is passed to it, as are the head sizes it declares in ``needs``.
+    - ``dropout``: applied to the output after ``out_proj`` (attention-probability dropout is the
+      mechanism's own ``dropout`` option).
+    - ``rotary``: ``rotary(q, k, offset=...) -> (q, k)`` on q ``[B, H, T, D]`` and k ``[B, Hkv, T, D]``
+      after projection, self-attention only. ``position_bias``: ``position_bias(tq, tk, device)`` gives
+      an additive ``[H, tq, tk]`` bias (e.g. ALiBi) merged into the mask. Both use the cache length as
+      the position offset.
+    - ``attn_mask``: boolean (True = may attend) or additive float, broadcastable to ``[B, H, Tq, Tk]``.
+    - ``cache``: a :class:`KVCache`. In self-attention the new keys/values are appended to it; in
+      cross-attention it holds the projected ``memory`` after the first call, and later calls reuse it.
+    - ``dim_head`` defaults to ``dim_model // num_heads``.
+
+    The tensor-parallel layer divides ``num_heads`` and ``num_kv_heads`` (``tp_divide``) and shards the
+    projections as :meth:`tp_plan` says; forward reads the head counts from those attributes.
+    """
+
+    tp_divide: tuple[str, ...] = ("num_heads", "num_kv_heads")
+
+    def __init__(
+        self,
+        dim_model: int,
+        num_heads: int,
+        attention: str | type | functools.partial | AttentionMechanism = "scaled_dot_product",
+        causal: bool = False,
+        num_kv_heads: int | None = None,
+        bias: bool = True,
+        fused_qkv: bool = False,
+        dropout: float = 0.0,
+        rotary: RotaryHook | None = None,
+        position_bias: PositionBiasHook | None = None,
+        attention_options: Mapping[str, Any] | None = None,
+        dim_head: int | None = None,
+    ) -> None:
+        super().__init__()
+        for option, value in (("dim_model", dim_model), ("num_heads", num_heads)):
+            _check_positive_int(value, option)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        _check_positive_int(num_kv_heads, "num_kv_heads")
+        if num_heads % num_kv_heads:
+            raise ConfigError(
+                f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}", "num_kv_heads"
+            )
+        if dim_head is None:
+            if dim_model % num_heads:
+                raise ConfigError(
+                    f"dim_model={dim_model} is not divisible by num_heads={num_heads}; pass dim_head",
+                    "num_heads",
+                )
+            dim_head = dim_model // num_heads
+        _check_positive_int(dim_head, "dim_head")
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"must be a number in [0, 1), got {dropout!r}", "dropout")
+        for option, value in (("causal", causal), ("bias", bias), ("fused_qkv", fused_qkv)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"must be true or false, got {value!r}", option)
+
+        self.dim_model, self.num_heads, self.num_kv_heads, self.dim_head = (
+            dim_model,
+            num_heads,
+            num_kv_heads,
+            dim_head,
+        )
+        self.fused_qkv = fused_qkv
+        self.mechanism = build_mechanism(attention, attention_options, causal, num_heads, dim_head)
+        self.causal = self.mechanism.causal
+        self.rotary, self.position_bias = rotary, position_bias
+        if not self.mechanism.requires_input_projection:
+            self._check_token_mixer()
+            # The mixer sees the replicated input, so nothing here is sharded by head.
+            self.tp_divide = ()
+        elif fused_qkv:
+            self.qkv_proj = nn.Linear(dim_model, (num_heads + 2 * num_kv_heads) * dim_head, bias=bias)
+        else:
+            self.q_proj = nn.Linear(dim_model, num_heads * dim_head, bias=bias)
+            self.k_proj = nn.Linear(dim_model, num_kv_heads * dim_head, bias=bias)
+            self.v_proj = nn.Linear(dim_model, num_kv_heads * dim_head, bias=bias)
+        if position_bias is not None and self.mechanism.mask_support != "full":
+            raise ConfigError(
+                f"{type(self.mechanism).__name__} cannot take an additive position bias "
+                f"(it supports {self.mechanism.mask_support!r} masks)",
+                "position_bias",
+            )
+        self.out_proj = nn.Linear(num_heads * dim_head, dim_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def _check_token_mixer(self) -> None:
+        name = type(self.mechanism).__name__
+        if self.num_heads * self.dim_head != self.dim_model:
+            raise ConfigError(
+                f"{name} mixes the input itself: num_heads * dim_head must equal dim_model={self.dim_model}",
+                "dim_head",
+            )
+        for option, value in (
+            ("num_kv_heads", self.num_kv_heads != self.num_heads),
+            ("rotary", self.rotary),
+            ("fused_qkv", self.fused_qkv),
+        ):
+            if value:
+                raise ConfigError(f"{name} has no query/key projections, so {option} has no meaning", option)
+
+    def tp_plan(self) -> dict[str, str]:
+        """Tensor-parallel style of each child: projections into heads column-wise, ``out_proj`` row-wise."""
+        if not self.mechanism.requires_input_projection:
+            return {"out_proj": "replicate"}
+        into_heads = ["qkv_proj"] if self.fused_qkv else ["q_proj", "k_proj", "v_proj"]
+        return {**dict.fromkeys(into_heads, "colwise"), "out_proj": "rowwise"}
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """x ``[B, T, d]``, memory ``[B, S, d]`` (cross-attention) -> ``[B, T, d]``."""
+        _check_sequence("x", x, self.dim_model)
+        b, t, _ = x.shape
+        if not self.mechanism.requires_input_projection:
+            if memory is not None or cache is not None:
+                raise ValueError(
+                    f"{type(self.mechanism).__name__} mixes x itself: it takes no memory or cache"
+                )
+            heads = x.view(b, t, -1, self.dim_head).transpose(1, 2)  # (B, H, T, D)
+            out = self.mechanism(heads, heads, heads, attn_mask)
+            return self.dropout(self.out_proj(out.transpose(1, 2).reshape(b, t, -1)))
+
+        q, k, v = self._project(x, memory, cache)  # (B, H, T, D), (B, Hkv, S, D) x2
+        offset = 0 if cache is None or memory is not None else cache.length
+        if self.rotary is not None:
+            if memory is not None:
+                raise ValueError("rotary applies to self-attention; this layer was called with memory")
+            q, k = self.rotary(q, k, offset=offset)
+        if cache is not None and memory is None:
+            k, v = cache.update(k, v)
+        if self.position_bias is not None:
+            bias = self.position_bias(q.shape[-2], k.shape[-2], q.device).to(q.dtype)
+            attn_mask = add_bias(attn_mask, bias)
+        if k.shape[1] != q.shape[1] and not self.mechanism.supports_gqa:
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        out = self.mechanism(q, k, v, attn_mask)  # (B, H, T, D)
+        return self.dropout(self.out_proj(out.transpose(1, 2).reshape(b, t, -1)))
+
+    def _project(
+        self, x: torch.Tensor, memory: torch.Tensor | None, cache: KVCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, t, _ = x.shape
+        d = self.dim_head
+        if memory is None and self.fused_qkv:
+            group = self.num_heads // self.num_kv_heads
+            qkv = self.qkv_proj(x).view(b, t, -1, group + 2, d)  # (B, T, Hkv, H/Hkv + 2, D)
+            q = qkv[..., :group, :].reshape(b, t, -1, d)
+            k, v = qkv[..., group, :], qkv[..., group + 1, :]
+            return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q = self.q_proj(x).view(b, t, -1, d).transpose(1, 2)
+        source = x
+        if memory is not None:
+            if self.fused_qkv:
+                raise ValueError("cross-attention needs separate projections; build with fused_qkv=False")
+            _check_sequence("memory", memory, self.dim_model)
+            if memory.shape[0] != b:
+                raise ValueError(f"memory batch {memory.shape[0]} differs from x batch {b}")
+            if cache is not None and cache.length > 0:
+                return q, cache.keys, cache.values
+            source = memory
+        s = source.shape[1]
+        k = self.k_proj(source).view(b, s, -1, d).transpose(1, 2)
+        v = self.v_proj(source).view(b, s, -1, d).transpose(1, 2)
+        if memory is not None and cache is not None:
+            cache.update(k, v)
+        return q, k, v
+
+
+def build_mechanism(
+    attention: str | type | functools.partial | AttentionMechanism,
+    options: Mapping[str, Any] | None,
+    causal: bool,
+    num_heads: int,
+    dim_head: int,
+) -> AttentionMechanism:
+    """Resolve ``attention`` into a mechanism, passing ``causal`` and the head sizes it ``needs``."""
+    if isinstance(attention, AttentionMechanism):
+        if options:
+            raise ConfigError("only applies when attention is a name, class or partial", "attention_options")
+        if causal and not attention.causal:
+            raise ConfigError(
+                f"causal=True but the given {type(attention).__name__} instance is not causal", "causal"
+            )
+        return attention
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError(
+            f"must be a mapping of option names to values, got {options!r}", "attention_options"
+        )
+    cls = attention.func if isinstance(attention, functools.partial) else attention
+    if isinstance(attention, str):
+        cls = ATTENTION_REGISTRY.get(attention, "attention")
+    if not (isinstance(cls, type) and issubclass(cls, AttentionMechanism)):
+        return ATTENTION_REGISTRY.build(attention, "attention")  # raises, listing the choices
+    label = cls.__name__
+    allowed = cls.option_names()
+    kwargs = dict(options or {})  # a copy: the caller's mapping is never changed
+    for key in kwargs:
+        if key not in allowed:
+            raise ConfigError(f"unknown option for {label}", f"attention_options.{key}", allowed, key)
+    if causal:
+        if "causal" not in allowed:
+            raise ConfigError(f"{label} has no causal mode", "causal")
+        if kwargs.get("causal", True) is not True:
+            raise ConfigError("conflicts with causal=True", "attention_options.causal")
+        kwargs["causal"] = True
+    sizes = {"num_heads": num_heads, "dim_head": dim_head}
+    for need in cls.needs:
+        if kwargs.get(need, sizes[need]) != sizes[need]:
+            raise ConfigError(
+                f"is set by the layer to {sizes[need]}, got {kwargs[need]!r}", f"attention_options.{need}"
+            )
+        kwargs[need] = sizes[need]
+    return ATTENTION_REGISTRY.build(attention, "attention", **kwargs)
+
+
+def _check_positive_int(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"must be a positive integer, got {value!r}", option)
+
+
+def _check_sequence(label: str, x: torch.Tensor, dim_model: int) -> None:
+    if x.dim() != 3 or x.shape[-1] != dim_model:
+        raise ValueError(f"{label} must be [B, T, dim_model={dim_model}], got shape {tuple(x.shape)}")

@@ -1,0 +1,152 @@
+"""Nyström attention: softmax attention approximated through ``num_landmarks`` segment-mean landmarks.
+
+Xiong et al., "Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention" (2021),
+https://arxiv.org/abs/2102.03902
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from brickwork.components.attention.base import (
+    AttentionMechanism,
+    check_bool,
+    check_positive_int,
+    check_probability,
+    register_attention,
+)
+from brickwork.components.attention.masks import key_padding_keep
+from brickwork.components.attention.scaled_dot_product import dense_attention
+from brickwork.errors import ConfigError
+from brickwork.kernels import masked_softmax
+
+
+def segment_means(x: torch.Tensor, num_segments: int, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """Means of x ``[B, H, T, D]`` over ``num_segments`` contiguous segments -> ``[B, H, num_segments, D]``.
+
+    Segments follow ``adaptive_avg_pool1d``. ``keep`` ``[B|1, H|1, T, 1]`` drops masked rows from the
+    means; a segment with no kept row gives a zero landmark.
+    """
+    t = x.shape[-2]
+    seg = torch.arange(num_segments, device=x.device)
+    start, end = (seg * t) // num_segments, -((-(seg + 1) * t) // num_segments)
+    pos = torch.arange(t, device=x.device)
+    member = ((pos >= start[:, None]) & (pos < end[:, None])).to(x.dtype)  # (S, T)
+    if keep is not None:
+        member = member * keep.to(x.dtype).transpose(-2, -1)  # (B, H, S, T)
+    return (member @ x) / member.sum(dim=-1, keepdim=True).clamp_min(1.0)
+
+
+def iterative_pinv(matrix: torch.Tensor, iterations: int, original_init: bool = False) -> torch.Tensor:
+    """Moore-Penrose pseudo-inverse of ``[..., m, m]`` by the iteration of Razavi et al. (2014).
+
+    The start ``Z0 = Kᵀ / (‖K‖₁ ‖K‖∞)`` guarantees convergence; ``original_init`` uses the paper code's
+    batch-wide, more conservative coefficient instead of the per-matrix one.
+    """
+    identity = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
+    col_sums = matrix.abs().sum(dim=-2).amax(dim=-1)
+    row_sums = matrix.abs().sum(dim=-1).amax(dim=-1)
+    if original_init:
+        z = matrix.transpose(-2, -1) / (col_sums.amax() * row_sums.amax())
+    else:
+        z = matrix.transpose(-2, -1) / (col_sums * row_sums)[..., None, None]
+    for _ in range(iterations):
+        kz = matrix @ z
+        z = 0.25 * z @ (13 * identity - kz @ (15 * identity - kz @ (7 * identity - kz)))
+    return z
+
+
+@register_attention("nystrom")
+class NystromAttention(AttentionMechanism):
+    """softmax(q k̃ᵀ) pinv(softmax(q̃ k̃ᵀ)) softmax(q̃ kᵀ) v, with q̃, k̃ the segment means of q and k.
+
+    When q or k has no more rows than ``num_landmarks`` the exact attention is computed instead. A
+    key-padding mask removes the masked keys from k̃ and from the last softmax and, for self-attention
+    (Tq == Tk), the same positions from q̃, so padded tokens cannot reach any output. Landmarks mix
+    future tokens into every row, so there is no causal form: ``causal`` must stay False.
+    """
+
+    causal_safe = False
+    mask_support = "key_padding"
+
+    @dataclasses.dataclass
+    class Config:
+        num_landmarks: int = 64
+        causal: bool = False
+        inv_iterations: int = 6
+        use_razavi_pinverse: bool = True
+        pinverse_original_init: bool = False
+        dropout: float = 0.0
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.num_landmarks, "num_landmarks")
+            check_bool(self.causal, "causal")
+            if self.causal:
+                raise ConfigError(
+                    "nystrom has no causal form (landmarks average over future tokens); use "
+                    "scaled_dot_product, local or favor for causal attention",
+                    "causal",
+                )
+            check_positive_int(self.inv_iterations, "inv_iterations")
+            check_bool(self.use_razavi_pinverse, "use_razavi_pinverse")
+            check_bool(self.pinverse_original_init, "pinverse_original_init")
+            check_probability(self.dropout, "dropout")
+
+    def __init__(
+        self,
+        num_landmarks: int = 64,
+        causal: bool = False,
+        inv_iterations: int = 6,
+        use_razavi_pinverse: bool = True,
+        pinverse_original_init: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.config = self.Config(
+            num_landmarks=num_landmarks,
+            causal=causal,
+            inv_iterations=inv_iterations,
+            use_razavi_pinverse=use_razavi_pinverse,
+            pinverse_original_init=pinverse_original_init,
+            dropout=dropout,
+        )
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """q ``[B, H, Tq, D]``, k/v ``[B, H, Tk, D]`` -> ``[B, H, Tq, D]``."""
+        self.check_inputs(q, k, v, attn_mask)
+        m = self.config.num_landmarks
+        tq, tk = q.shape[-2], k.shape[-2]
+        if tq <= m or tk <= m:
+            out = dense_attention(q, k, v, attn_mask)
+        else:
+            out = self._approximate(q, k, v, attn_mask).to(v.dtype)
+        return F.dropout(out, self.config.dropout, self.training)
+
+    def _approximate(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        # The pseudo-inverse iteration is unstable in half precision.
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        q, k, v = q.to(dtype) * q.shape[-1] ** -0.5, k.to(dtype), v.to(dtype)
+        m = self.config.num_landmarks
+        keep = None if attn_mask is None else key_padding_keep(attn_mask)  # (B|1, H|1, Tk, 1)
+        q_land = segment_means(q, m, keep if q.shape[-2] == k.shape[-2] else None)
+        k_land = segment_means(k, m, keep)
+        land_mask = key_mask = None
+        if keep is not None:
+            # A landmark whose segment is all padding carries nothing: mask it out as a key.
+            land_mask = segment_means(keep.to(dtype), m).transpose(-2, -1) > 0  # (B|1, H|1, 1, m)
+            key_mask = keep.transpose(-2, -1)
+        kernel_1 = masked_softmax(q @ k_land.transpose(-2, -1), land_mask)  # (B, H, Tq, m)
+        kernel_2 = masked_softmax(q_land @ k_land.transpose(-2, -1), land_mask)  # (B, H, m, m)
+        kernel_3 = masked_softmax(q_land @ k.transpose(-2, -1), key_mask)  # (B, H, m, Tk)
+        if self.config.use_razavi_pinverse:
+            inverse = iterative_pinv(kernel_2, self.config.inv_iterations, self.config.pinverse_original_init)
+        else:
+            inverse = torch.linalg.pinv(kernel_2)
+        return kernel_1 @ (inverse @ (kernel_3 @ v))

@@ -1,0 +1,56 @@
+"""PoolFormer token mixing: average pooling over the sequence, minus the input.
+
+Yu et al., "MetaFormer Is Actually What You Need for Vision" (2022), https://arxiv.org/abs/2111.11418
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from brickwork.components.attention.base import AttentionMechanism, check_positive_int, register_attention
+from brickwork.errors import ConfigError
+
+
+@register_attention("pooling")
+class Pooling(AttentionMechanism):
+    """out[t] = mean(v[t - p .. t + p]) - v[t] with p = pool_size // 2, windows clipped at the sequence ends.
+
+    The ``- v`` cancels the residual connection around the mixer, as in PoolFormer. Like
+    :class:`FourierMix` it works on the layer input itself (``requires_input_projection = False``), reads
+    only v, looks at future tokens, and takes no mask.
+    """
+
+    causal_safe = False
+    mask_support = "none"
+    requires_input_projection = False
+
+    @dataclasses.dataclass
+    class Config:
+        pool_size: int = 3
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.pool_size, "pool_size")
+            if self.pool_size % 2 == 0:
+                raise ConfigError(
+                    f"must be odd so the window centres on each token, got {self.pool_size}", "pool_size"
+                )
+
+    def __init__(self, pool_size: int = 3) -> None:
+        super().__init__()
+        self.config = self.Config(pool_size=pool_size)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """q/k/v ``[B, H, T, D]`` (only v is read) -> ``[B, H, T, D]``."""
+        self.check_inputs(q, k, v, attn_mask)
+        if q.shape[-2] != v.shape[-2]:
+            raise ValueError(f"Pooling needs as many queries as values, got {q.shape[-2]} and {v.shape[-2]}")
+        b, h, t, d = v.shape
+        size = self.config.pool_size
+        x = v.transpose(-2, -1).reshape(b * h, d, t)  # pool along the sequence
+        pooled = F.avg_pool1d(x, size, stride=1, padding=size // 2, count_include_pad=False)
+        return pooled.reshape(b, h, d, t).transpose(-2, -1) - v

@@ -1,0 +1,131 @@
+"""Exact softmax attention, softmax(q kᵀ · scale + mask) v, on torch SDPA or on explicit scores."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from brickwork.components.attention.base import (
+    AttentionMechanism,
+    check_bool,
+    check_choice,
+    check_probability,
+    register_attention,
+)
+from brickwork.components.attention.masks import causal_keep, open_rows, restrict, rows_with_keys
+from brickwork.errors import ConfigError
+from brickwork.kernels import masked_softmax
+
+BACKENDS = ("sdpa", "math")
+
+
+def dense_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Softmax attention through ``F.scaled_dot_product_attention``; q ``[B, H, Tq, D]`` -> ``[B, H, Tq, D]``.
+
+    k/v may have fewer heads than q (grouped-query). ``causal`` is bottom-right aligned. A query row with
+    no key left to attend to returns zeros, with zero (not NaN) gradients.
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    is_causal = False
+    if causal:
+        # SDPA's is_causal is top-left aligned: only the same thing as ours when Tq == Tk.
+        if attn_mask is None and tq == tk:
+            is_causal = True
+        else:
+            attn_mask = restrict(attn_mask, causal_keep(tq, tk, q.device), q.dtype)
+    live = None
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool:
+            attn_mask = attn_mask.to(q.dtype)
+        live = rows_with_keys(attn_mask)
+        attn_mask = open_rows(attn_mask, live)
+    out = F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
+    if live is not None:
+        out = out.masked_fill(~live[..., None], 0.0)
+    return out
+
+
+def math_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """As :func:`dense_attention`, through explicit scores and ``brickwork.kernels.masked_softmax``."""
+    if k.shape[1] != q.shape[1]:
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    probs = masked_softmax(q @ k.transpose(-2, -1), attn_mask, scale=scale, causal=causal)  # (B, H, Tq, Tk)
+    if dropout_p > 0.0:
+        probs = F.dropout(probs, dropout_p)
+    return probs @ v
+
+
+@register_attention("scaled_dot_product")
+class ScaledDotProduct(AttentionMechanism):
+    """Exact attention. ``backend="sdpa"`` uses torch's fused kernels; ``"math"`` materializes the scores
+    and runs brickwork's masked softmax (a fused Triton kernel on CUDA).
+
+    q ``[B, H, Tq, D]``, k/v ``[B, Hkv, Tk, D]`` with H a multiple of Hkv -> ``[B, H, Tq, D]``.
+    """
+
+    causal_safe = True
+    mask_support = "full"
+    supports_gqa = True
+
+    @dataclasses.dataclass
+    class Config:
+        dropout: float = 0.0
+        causal: bool = False
+        backend: str = "sdpa"
+        scale: float | None = None
+
+        def __post_init__(self) -> None:
+            check_probability(self.dropout, "dropout")
+            check_bool(self.causal, "causal")
+            check_choice(self.backend, "backend", BACKENDS)
+            if self.scale is not None and (
+                isinstance(self.scale, bool) or not isinstance(self.scale, int | float) or not self.scale > 0
+            ):
+                raise ConfigError(
+                    f"must be a positive number or null (1/sqrt(D)), got {self.scale!r}", "scale"
+                )
+
+    def __init__(
+        self, dropout: float = 0.0, causal: bool = False, backend: str = "sdpa", scale: float | None = None
+    ) -> None:
+        super().__init__()
+        self.config = self.Config(dropout=dropout, causal=causal, backend=backend, scale=scale)
+        self.causal = causal
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """q ``[B, H, Tq, D]``, k/v ``[B, Hkv, Tk, D]`` -> ``[B, H, Tq, D]``."""
+        self.check_inputs(q, k, v, attn_mask)
+        attend = dense_attention if self.config.backend == "sdpa" else math_attention
+        dropout_p = self.config.dropout if self.training else 0.0
+        return attend(q, k, v, attn_mask, self.causal, dropout_p, self.config.scale)
