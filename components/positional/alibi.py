@@ -1,0 +1,74 @@
+"""Attention with linear biases (Press et al. 2022, "Train Short, Test Long")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .base import PositionalEncoding, check_bool, check_positive_int, register_positional
+
+
+def alibi_slopes(num_heads: int) -> list[float]:
+    """Head slopes from the paper: ``2^(-8/n)``, its square, ... for ``n`` a power of two. Otherwise the
+    slopes of the largest power of two below ``num_heads``, then every other slope of twice that."""
+
+    def geometric(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    closest = 2 ** math.floor(math.log2(num_heads))
+    if closest == num_heads:
+        return geometric(num_heads)
+    return geometric(closest) + geometric(2 * closest)[0::2][: num_heads - closest]
+
+
+@register_positional("alibi")
+class ALiBi(PositionalEncoding):
+    """``forward(tq, tk, device) -> bias [H, tq, tk]`` (fp32) with ``bias[h, i, j] = -slope_h * (p_i - j)``.
+
+    Query ``i`` sits at absolute position ``p_i = tk - tq + i`` (bottom-right aligned, like causal masks,
+    so a cached decode step is placed after its keys). Future keys are left to the causal mask; with
+    ``symmetric=True`` (bidirectional encoders) the distance is ``|p_i - j|`` instead.
+
+    Tensor parallel: ``tp_divide = ("num_heads",)``. The bias is built from the ``slopes`` buffer
+    ``[H]``, not from ``num_heads``, so a parallel layer shards heads by replacing ``slopes`` with this
+    rank's contiguous slice (dim 0), matching the head split of the attention projections.
+    """
+
+    tp_divide: tuple[str, ...] = ("num_heads",)
+
+    @dataclass
+    class Config:
+        num_heads: int
+        symmetric: bool = False
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.num_heads, "num_heads")
+            check_bool(self.symmetric, "symmetric")
+
+    def __init__(self, num_heads: int, symmetric: bool = False) -> None:
+        super().__init__()
+        self.Config(num_heads, symmetric)
+        self.num_heads = num_heads
+        self.symmetric = symmetric
+        # Derived from num_heads, so kept out of checkpoints.
+        self.register_buffer(
+            "slopes", torch.tensor(alibi_slopes(num_heads), dtype=torch.float32), persistent=False
+        )
+
+    def forward(self, tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor:
+        for name, value in (("tq", tq), ("tk", tk)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        device = self.slopes.device if device is None else device
+        query_pos = torch.arange(tk - tq, tk, device=device, dtype=torch.float32)
+        key_pos = torch.arange(tk, device=device, dtype=torch.float32)
+        distance = query_pos[:, None] - key_pos[None, :]
+        if self.symmetric:
+            distance = distance.abs()
+        return -self.slopes.to(device=device, dtype=torch.float32)[:, None, None] * distance
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, symmetric={self.symmetric}"

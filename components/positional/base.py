@@ -1,0 +1,61 @@
+"""The positional family: base class, registry and option checks shared by its members."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch import nn
+
+from brickwork.errors import ConfigError
+from brickwork.registry import Registry
+
+
+class PositionalEncoding(nn.Module):
+    """Base of every position scheme. Members follow one of three calling conventions:
+
+    - added to embeddings (``sine``, ``learned``): ``forward(x, offset=0) -> x + pos``, x ``[B, T, d]``;
+    - a hook on attention (``rotary``): ``forward(q, k, offset=0) -> (q, k)``;
+    - an attention bias (``alibi``): ``forward(tq, tk, device) -> [H, tq, tk]``.
+
+    ``offset`` is the absolute position of the first element (the KV-cache length when decoding).
+    """
+
+    Config: type
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> PositionalEncoding:
+        """Build from a ``cls.Config`` instance."""
+        if not isinstance(cfg, cls.Config):
+            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+
+
+POSITIONAL_REGISTRY: Registry[PositionalEncoding] = Registry("positional", PositionalEncoding)
+
+
+def register_positional(name: str):
+    """Decorator registering a :class:`PositionalEncoding` subclass under ``name``."""
+    return POSITIONAL_REGISTRY.register(name)
+
+
+def check_positive_int(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"must be a positive integer, got {value!r}", option)
+
+
+def check_positive_float(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"must be a positive number, got {value!r}", option)
+
+
+def check_bool(value: object, option: str) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", option)
+
+
+def check_offset(offset: object) -> int:
+    """``offset`` as an int; ValueError unless it is a non-negative integer."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
+    return offset

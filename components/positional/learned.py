@@ -1,0 +1,53 @@
+"""A learned table of absolute positions (GPT-2, BERT), added to token embeddings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .base import PositionalEncoding, check_offset, check_positive_int, register_positional
+
+
+@register_positional("learned")
+class LearnedPositionalEmbedding(PositionalEncoding):
+    """``x + weight[offset : offset + T]``; x ``[B, T, dim_model]``, ``weight`` ``[max_seq_len, dim_model]``.
+
+    Positions past ``max_seq_len`` have no row and raise ValueError.
+    """
+
+    @dataclass
+    class Config:
+        max_seq_len: int
+        dim_model: int
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.max_seq_len, "max_seq_len")
+            check_positive_int(self.dim_model, "dim_model")
+
+    def __init__(self, max_seq_len: int, dim_model: int) -> None:
+        super().__init__()
+        self.Config(max_seq_len, dim_model)
+        self.max_seq_len = max_seq_len
+        self.dim_model = dim_model
+        self.weight = nn.Parameter(torch.empty(max_seq_len, dim_model))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        if x.dim() < 2 or x.shape[-1] != self.dim_model:
+            raise ValueError(f"expected x of shape [B, T, {self.dim_model}], got {tuple(x.shape)}")
+        start = check_offset(offset)
+        end = start + x.shape[-2]
+        if end > self.max_seq_len:
+            raise ValueError(
+                f"positions up to {end} (sequence length {x.shape[-2]} at offset {start}) exceed "
+                f"max_seq_len={self.max_seq_len} of the learned position table"
+            )
+        return x + self.weight[start:end]
+
+    def extra_repr(self) -> str:
+        return f"max_seq_len={self.max_seq_len}, dim_model={self.dim_model}"

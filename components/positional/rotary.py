@@ -1,0 +1,161 @@
+"""Rotary position embedding (Su et al. 2021, RoFormer), applied to queries and keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from brickwork.errors import ConfigError
+
+from .base import (
+    PositionalEncoding,
+    check_bool,
+    check_offset,
+    check_positive_float,
+    check_positive_int,
+    register_positional,
+)
+from .rotary_scaling import check_scaling, rotary_inv_freq
+
+
+def rotary_dim(dim_head: int, fraction: float) -> int:
+    """Channels that rotate: ``int(dim_head * fraction)`` (the rest pass through)."""
+    return int(dim_head * fraction)
+
+
+@register_positional("rotary")
+class RotaryEmbedding(PositionalEncoding):
+    """Rotates channel pairs of q and k by ``position * inv_freq``: ``forward(q, k, offset=0) -> (q, k)``.
+
+    q ``[B, H, T, D]``, k ``[B, Hkv, T, D]`` with ``D = dim_head``; position ``offset + t`` at index ``t``.
+    Only the first ``int(D * fraction)`` channels rotate (partial rotary, GPT-NeoX / Phi). Pairing:
+    ``interleaved=False`` pairs channel ``i`` with ``i + r/2`` (GPT-NeoX, Llama in HF); ``True`` pairs
+    ``2i`` with ``2i+1`` (GPT-J, the original Llama). ``scaling`` extends the context: a mapping with
+    ``type`` linear | ntk | yarn | llama3 and its options (see ``rotary_scaling``).
+
+    The rotation runs in fp32 (fp64 for fp64 inputs) and is cast back. cos/sin for the first
+    ``max_seq_len`` positions are cached; later positions are computed when asked.
+    """
+
+    @dataclass
+    class Config:
+        dim_head: int
+        base: float = 10000.0
+        fraction: float = 1.0
+        interleaved: bool = False
+        scaling: Mapping[str, Any] | None = None
+        max_seq_len: int = 2048
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.dim_head, "dim_head")
+            check_positive_float(self.base, "base")
+            check_positive_float(self.fraction, "fraction")
+            if self.fraction > 1:
+                raise ConfigError(f"must be in (0, 1], got {self.fraction!r}", "fraction")
+            rotated = rotary_dim(self.dim_head, self.fraction)
+            if rotated < 2 or rotated % 2:
+                raise ConfigError(
+                    f"int(dim_head * fraction) = {rotated} rotating channels; it must be even and at least 2",
+                    "fraction",
+                )
+            check_bool(self.interleaved, "interleaved")
+            scaling = check_scaling(self.scaling)
+            if scaling is not None and scaling["type"] == "ntk" and rotated < 4:
+                raise ConfigError("ntk scaling needs at least 4 rotating channels", "scaling.type")
+            check_positive_int(self.max_seq_len, "max_seq_len")
+
+    def __init__(
+        self,
+        dim_head: int,
+        base: float = 10000.0,
+        fraction: float = 1.0,
+        interleaved: bool = False,
+        scaling: Mapping[str, Any] | None = None,
+        max_seq_len: int = 2048,
+    ) -> None:
+        super().__init__()
+        self.Config(dim_head, base, fraction, interleaved, scaling, max_seq_len)
+        self.dim_head = dim_head
+        self.base = float(base)
+        self.fraction = float(fraction)
+        self.rotary_dim = rotary_dim(dim_head, fraction)
+        self.interleaved = interleaved
+        self.scaling = check_scaling(scaling)
+        self.max_seq_len = max_seq_len
+        inv_freq, self.attention_factor = rotary_inv_freq(self.rotary_dim, self.base, self.scaling)
+        # Derived from the options, so kept out of checkpoints.
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self.register_buffer("cos_cached", torch.empty(0), persistent=False)
+        self.register_buffer("sin_cached", torch.empty(0), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Recompute ``inv_freq`` and the cos/sin cache (fp32) on the buffers' device."""
+        device = self.inv_freq.device
+        inv_freq, _ = rotary_inv_freq(self.rotary_dim, self.base, self.scaling)
+        self.inv_freq = inv_freq.to(device=device, dtype=torch.float32)
+        cos, sin = self._cos_sin(0, self.max_seq_len, device, torch.float32)
+        self.cos_cached, self.sin_cached = cos, sin
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> RotaryEmbedding:
+        # Casting the model (.half(), .to(bf16)) or materialising it from the meta device (.to_empty())
+        # would also reach these buffers; rebuild them in fp32 instead so precision is never lost.
+        super()._apply(fn, recurse)
+        if self.inv_freq.device.type != "meta":
+            self.reset_parameters()
+        return self
+
+    def _cos_sin(
+        self, start: int, length: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[length, rotary_dim // 2]`` for positions ``start ..``, angles built in fp64."""
+        inv_freq, _ = rotary_inv_freq(self.rotary_dim, self.base, self.scaling)
+        positions = torch.arange(start, start + length, dtype=torch.float64)
+        angles = (positions[:, None] * inv_freq[None, :]).to(device)
+        cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
+        return cos.to(dtype), sin.to(dtype)
+
+    def cos_sin(
+        self, offset: int, length: int, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[length, rotary_dim // 2]`` for positions ``offset .. offset + length - 1``,
+        already multiplied by ``attention_factor`` (YaRN)."""
+        end = offset + length
+        if (
+            dtype == torch.float32
+            and end <= self.max_seq_len
+            and self.cos_cached.device == torch.device(device)
+        ):
+            return self.cos_cached[offset:end], self.sin_cached[offset:end]
+        return self._cos_sin(offset, length, torch.device(device), dtype)
+
+    def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Rotate one tensor ``[..., T, dim_head]`` whose index ``t`` is at position ``offset + t``."""
+        if x.dim() < 2 or x.shape[-1] != self.dim_head:
+            raise ValueError(f"expected [..., T, dim_head={self.dim_head}], got shape {tuple(x.shape)}")
+        start = check_offset(offset)
+        compute = torch.promote_types(x.dtype, torch.float32)
+        cos, sin = self.cos_sin(start, x.shape[-2], x.device, compute)
+        rot, rest = x[..., : self.rotary_dim].to(compute), x[..., self.rotary_dim :]
+        if self.interleaved:
+            x1, x2 = rot[..., 0::2], rot[..., 1::2]
+            rotated = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+        else:
+            x1, x2 = rot.chunk(2, dim=-1)
+            rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        return torch.cat((rotated.to(x.dtype), rest), dim=-1)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        for name, t in (("q", q), ("k", k)):
+            if t.dim() != 4:
+                raise ValueError(f"{name} must be [B, heads, T, dim_head], got shape {tuple(t.shape)}")
+        return self.rotate(q, offset), self.rotate(k, offset)
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim_head={self.dim_head}, rotary_dim={self.rotary_dim}, base={self.base}, "
+            f"interleaved={self.interleaved}, scaling={self.scaling}"
+        )

@@ -1,0 +1,56 @@
+"""Fixed sinusoidal positions (Vaswani et al. 2017), added to token embeddings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import (
+    PositionalEncoding,
+    check_offset,
+    check_positive_float,
+    check_positive_int,
+    register_positional,
+)
+
+
+def sinusoidal_table(positions: torch.Tensor, dim_model: int, base: float = 10000.0) -> torch.Tensor:
+    """positions ``[T]`` -> ``[T, dim_model]`` float64: ``sin(p / base^(2i/d))`` at even columns ``2i``,
+    ``cos`` of the same angle at odd columns ``2i+1``."""
+    exponents = torch.arange(0, dim_model, 2, dtype=torch.float64, device=positions.device) / dim_model
+    inv_freq = base**-exponents
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+    return table[:, :dim_model]
+
+
+@register_positional("sine")
+class SinePositionalEncoding(PositionalEncoding):
+    """``x + PE[offset : offset + T]``; x ``[B, T, dim_model]`` (any leading dims). No parameters, no
+    length limit: the table is computed for the positions asked."""
+
+    @dataclass
+    class Config:
+        dim_model: int
+        base: float = 10000.0
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.dim_model, "dim_model")
+            check_positive_float(self.base, "base")
+
+    def __init__(self, dim_model: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.Config(dim_model, base)
+        self.dim_model = dim_model
+        self.base = float(base)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        if x.dim() < 2 or x.shape[-1] != self.dim_model:
+            raise ValueError(f"expected x of shape [B, T, {self.dim_model}], got {tuple(x.shape)}")
+        start = check_offset(offset)
+        positions = torch.arange(start, start + x.shape[-2], device=x.device)
+        return x + sinusoidal_table(positions, self.dim_model, self.base).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"dim_model={self.dim_model}, base={self.base}"
