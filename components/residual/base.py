@@ -1,0 +1,64 @@
+"""The residual-style family: base class, registry and option checks shared by the residual folder."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from brickwork.errors import ConfigError
+from brickwork.registry import Registry
+
+Norm = Callable[[torch.Tensor], torch.Tensor] | None
+Branch = tuple[Norm, Callable[[torch.Tensor], torch.Tensor]]
+
+
+class ResidualStyle(nn.Module):
+    """How a block's branches join the residual stream: ``forward(x, branches) -> x``.
+
+    ``branches`` is a sequence of ``(norm, fn)`` pairs run in order (attention, then feedforward, ...);
+    ``norm`` may be ``None`` for no norm. x ``[B, T, d]``. Styles hold no parameters: the norms belong to
+    the block, so their names and weights stay the same whichever style is chosen.
+    """
+
+    Config: type
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> ResidualStyle:
+        """Build from a ``cls.Config`` instance."""
+        if not isinstance(cfg, cls.Config):
+            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+
+    def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
+        raise NotImplementedError
+
+
+RESIDUAL_REGISTRY: Registry[ResidualStyle] = Registry("residual", ResidualStyle)
+
+
+def register_residual(name: str):
+    """Decorator registering a :class:`ResidualStyle` subclass under ``name``."""
+    return RESIDUAL_REGISTRY.register(name)
+
+
+def apply_norm(norm: Norm, x: torch.Tensor) -> torch.Tensor:
+    return x if norm is None else norm(x)
+
+
+def check_positive_int(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"must be a positive integer, got {value!r}", option)
+
+
+def check_positive_float(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"must be a positive number, got {value!r}", option)
+
+
+def check_bool(value: object, option: str) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", option)

@@ -1,0 +1,146 @@
+"""DeepNorm (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers").
+
+Post-norm with the residual up-weighted by ``alpha`` and the branch weights initialised down by
+``beta``, both set from the depth so that updates stay bounded in very deep stacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from brickwork.errors import ConfigError
+
+from .base import Branch, ResidualStyle, apply_norm, check_positive_float, register_residual
+
+PARTS = ("encoder", "decoder")
+# Linear layers DeepNet scales by beta: attention values and output, and every feedforward projection.
+BETA_SCALED = ("v_proj", "out_proj", "up_proj", "gate_proj", "down_proj")
+
+
+def _check_layers(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"must be a non-negative integer, got {value!r}", option)
+
+
+def deepnorm_coefficients(
+    num_encoder_layers: int, num_decoder_layers: int, part: str | None = None
+) -> tuple[float, float]:
+    """(alpha, beta) for the ``part`` ("encoder" or "decoder") of a model with N encoder and M decoder layers.
+
+    Encoder-only: ``(2N)^(1/4), (8N)^(-1/4)``; decoder-only: ``(2M)^(1/4), (8M)^(-1/4)``; encoder of an
+    encoder-decoder: ``0.81 (N^4 M)^(1/16), 0.87 (N^4 M)^(-1/16)``; its decoder: ``(3M)^(1/4), (12M)^(-1/4)``.
+    ``part`` may be left out when only one of the counts is non-zero.
+    """
+    n, m = num_encoder_layers, num_decoder_layers
+    _check_layers(n, "num_encoder_layers")
+    _check_layers(m, "num_decoder_layers")
+    if n == 0 and m == 0:
+        raise ConfigError("deepnorm needs num_encoder_layers or num_decoder_layers > 0", "num_encoder_layers")
+    if part is None:
+        if n and m:
+            raise ConfigError("an encoder-decoder needs part set", "part", PARTS)
+        part = "encoder" if n else "decoder"
+    if part not in PARTS:
+        raise ConfigError(f"unknown part {part!r}", "part", PARTS, part)
+    if (part == "encoder" and n == 0) or (part == "decoder" and m == 0):
+        raise ConfigError(f"part {part!r} has no layers ({n} encoder, {m} decoder)", "part")
+    if n and m:
+        if part == "encoder":
+            return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)
+        return (3 * m) ** 0.25, (12 * m) ** -0.25
+    layers = n or m
+    return (2 * layers) ** 0.25, (8 * layers) ** -0.25
+
+
+@register_residual("deepnorm")
+class DeepNormResidual(ResidualStyle):
+    """``x = norm(alpha * x + fn(x))`` for each branch.
+
+    Give ``alpha`` (and ``beta``, default 1) directly, or the layer counts (and ``part`` for an
+    encoder-decoder) to take both from :func:`deepnorm_coefficients`. ``beta`` is kept for
+    :func:`deepnorm_init_`, which must be applied to the model once after initialisation.
+    """
+
+    @dataclass
+    class Config:
+        alpha: float | None = None
+        beta: float | None = None
+        num_encoder_layers: int = 0
+        num_decoder_layers: int = 0
+        part: str | None = None
+
+        def __post_init__(self) -> None:
+            from_depth = self.num_encoder_layers != 0 or self.num_decoder_layers != 0 or self.part is not None
+            if from_depth:
+                if self.alpha is not None or self.beta is not None:
+                    raise ConfigError("give alpha/beta or the layer counts, not both", "alpha")
+                deepnorm_coefficients(self.num_encoder_layers, self.num_decoder_layers, self.part)
+            elif self.alpha is None:
+                raise ConfigError(
+                    "deepnorm needs alpha, or num_encoder_layers / num_decoder_layers to derive it", "alpha"
+                )
+            for option in ("alpha", "beta"):
+                if getattr(self, option) is not None:
+                    check_positive_float(getattr(self, option), option)
+
+    def __init__(
+        self,
+        alpha: float | None = None,
+        beta: float | None = None,
+        num_encoder_layers: int = 0,
+        num_decoder_layers: int = 0,
+        part: str | None = None,
+    ) -> None:
+        super().__init__()
+        cfg = self.Config(alpha, beta, num_encoder_layers, num_decoder_layers, part)
+        if cfg.alpha is None:
+            alpha, beta = deepnorm_coefficients(num_encoder_layers, num_decoder_layers, part)
+        self.alpha = float(alpha)
+        self.beta = 1.0 if beta is None else float(beta)
+
+    def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
+        for norm, fn in branches:
+            x = apply_norm(norm, self.alpha * x + fn(x))
+        return x
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha:.4g}, beta={self.beta:.4g}"
+
+
+def _value_rows(attention: nn.Module) -> list[slice]:
+    """Rows of a fused ``qkv_proj`` weight that produce values: per kv group, its query heads, then
+    its key head, then its value head (the layout in docs/architecture.md)."""
+    try:
+        heads, kv_heads, dim_head = attention.num_heads, attention.num_kv_heads, attention.dim_head
+    except AttributeError as err:
+        raise ValueError(
+            f"{type(attention).__name__} has a fused qkv_proj but no num_heads/num_kv_heads/dim_head"
+        ) from err
+    group = (heads // kv_heads + 2) * dim_head
+    return [slice(g * group + group - dim_head, (g + 1) * group) for g in range(kv_heads)]
+
+
+@torch.no_grad()
+def deepnorm_init_(model: nn.Module, beta: float) -> list[str]:
+    """Multiply by ``beta``, in place, the weights DeepNet down-scales: every ``Linear`` named ``v_proj``,
+    ``out_proj``, ``up_proj``, ``gate_proj`` or ``down_proj``, and the value rows of fused ``qkv_proj``.
+    Query/key projections, routers, embeddings and norms are left alone. Returns the scaled names."""
+    check_positive_float(beta, "beta")
+    scaled = []
+    for name, module in model.named_modules():
+        for child_name, child in module.named_children():
+            if not isinstance(child, nn.Linear):
+                continue
+            path = f"{name}.{child_name}" if name else child_name
+            if child_name in BETA_SCALED:
+                child.weight.mul_(beta)
+                scaled.append(path)
+            elif child_name == "qkv_proj":
+                for rows in _value_rows(module):
+                    child.weight[rows].mul_(beta)
+                scaled.append(f"{path} (value rows)")
+    return scaled

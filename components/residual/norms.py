@@ -1,0 +1,125 @@
+"""LayerNorm and RMSNorm modules over the fused kernels, and the norm registry."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from brickwork import kernels
+from brickwork.errors import ConfigError
+from brickwork.registry import Registry
+
+from .base import check_bool, check_positive_float, check_positive_int
+
+NORM_REGISTRY: Registry[nn.Module] = Registry("norm", nn.Module)
+BACKENDS = ("torch", "triton")
+
+
+def register_norm(name: str):
+    """Decorator registering a norm (an ``nn.Module`` built as ``cls(dim, ...)``) under ``name``."""
+    return NORM_REGISTRY.register(name)
+
+
+def check_backend(value: object) -> None:
+    if value is not None and value not in BACKENDS:
+        raise ConfigError(
+            f"unknown kernel backend {value!r} (null picks by device)", "backend", BACKENDS, value
+        )
+
+
+class _Norm(nn.Module):
+    """Shared plumbing: ``from_config`` and the input width check."""
+
+    Config: type
+    dim: int
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> _Norm:
+        """Build from a ``cls.Config`` instance."""
+        if not isinstance(cfg, cls.Config):
+            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+
+    def check_input(self, x: torch.Tensor) -> None:
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"last dimension must be dim={self.dim}, got shape {tuple(x.shape)}")
+
+
+@register_norm("layernorm")
+class LayerNorm(_Norm):
+    """LayerNorm over the last dimension via :func:`brickwork.kernels.layer_norm`; x ``[..., dim]``.
+
+    Parameters ``weight`` ``[dim]`` (ones) and, with ``bias``, ``bias`` ``[dim]`` (zeros). ``backend``
+    (None | "torch" | "triton") is passed to the kernel; None picks Triton for CUDA tensors.
+    """
+
+    @dataclass
+    class Config:
+        dim: int
+        eps: float = 1e-5
+        bias: bool = True
+        backend: str | None = None
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.dim, "dim")
+            check_positive_float(self.eps, "eps")
+            check_bool(self.bias, "bias")
+            check_backend(self.backend)
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True, backend: str | None = None) -> None:
+        super().__init__()
+        self.Config(dim, eps, bias, backend)
+        self.dim, self.eps, self.backend = dim, float(eps), backend
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.bias = nn.Parameter(torch.empty(dim)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_input(x)
+        return kernels.layer_norm(x, self.weight, self.bias, self.eps, backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, bias={self.bias is not None}"
+
+
+@register_norm("rmsnorm")
+class RMSNorm(_Norm):
+    """RMSNorm (Zhang & Sennrich 2019) over the last dimension via :func:`brickwork.kernels.rms_norm`:
+    ``x / sqrt(mean(x²) + eps) * weight``; x ``[..., dim]``, parameter ``weight`` ``[dim]`` (ones)."""
+
+    @dataclass
+    class Config:
+        dim: int
+        eps: float = 1e-6
+        backend: str | None = None
+
+        def __post_init__(self) -> None:
+            check_positive_int(self.dim, "dim")
+            check_positive_float(self.eps, "eps")
+            check_backend(self.backend)
+
+    def __init__(self, dim: int, eps: float = 1e-6, backend: str | None = None) -> None:
+        super().__init__()
+        self.Config(dim, eps, backend)
+        self.dim, self.eps, self.backend = dim, float(eps), backend
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_input(x)
+        return kernels.rms_norm(x, self.weight, self.eps, backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
