@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,7 +42,7 @@ class Feedforward(nn.Module):
 FEEDFORWARD_REGISTRY: Registry[Feedforward] = Registry("feedforward", Feedforward)
 
 
-def register_feedforward(name: str):
+def register_feedforward(name: str) -> Callable[[type], type]:
     """Decorator registering a :class:`Feedforward` subclass under ``name``."""
     return FEEDFORWARD_REGISTRY.register(name)
 

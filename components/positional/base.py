@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -34,7 +35,7 @@ class PositionalEncoding(nn.Module):
 POSITIONAL_REGISTRY: Registry[PositionalEncoding] = Registry("positional", PositionalEncoding)
 
 
-def register_positional(name: str):
+def register_positional(name: str) -> Callable[[type], type]:
     """Decorator registering a :class:`PositionalEncoding` subclass under ``name``."""
     return POSITIONAL_REGISTRY.register(name)
 

@@ -40,7 +40,7 @@ class ResidualStyle(nn.Module):
 RESIDUAL_REGISTRY: Registry[ResidualStyle] = Registry("residual", ResidualStyle)
 
 
-def register_residual(name: str):
+def register_residual(name: str) -> Callable[[type], type]:
     """Decorator registering a :class:`ResidualStyle` subclass under ``name``."""
     return RESIDUAL_REGISTRY.register(name)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ NORM_REGISTRY: Registry[nn.Module] = Registry("norm", nn.Module)
 BACKENDS = ("torch", "triton")
 
 
-def register_norm(name: str):
+def register_norm(name: str) -> Callable[[type], type]:
     """Decorator registering a norm (an ``nn.Module`` built as ``cls(dim, ...)``) under ``name``."""
     return NORM_REGISTRY.register(name)
 
