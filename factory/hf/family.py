@@ -1,0 +1,162 @@
+"""The shape of one HF model family's adapter, and the state-dict conversion all families share.
+
+Every family maps each HF tensor to exactly one brickwork tensor (and back) through a table of
+:class:`Rule` rows built from the spec. Converting checks both sides: an HF tensor no rule names, a
+rule whose tensor is absent, or a shape that does not fit raises an error naming the key, so the
+loaded model can never hold a tensor left over from initialisation.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from brickwork.errors import ConfigError
+
+from .config import HFConfig
+
+Transform = Callable[[torch.Tensor], torch.Tensor]
+
+
+def same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def transposed(t: torch.Tensor) -> torch.Tensor:
+    """HF's Conv1D stores a linear weight as [in, out]; brickwork's nn.Linear as [out, in]."""
+    return t.t().contiguous()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """HF tensor ``hf`` is brickwork tensor ``bw`` after ``to_bw``; ``to_hf`` is the inverse."""
+
+    hf: str
+    bw: str
+    to_bw: Transform = same
+    to_hf: Transform = same
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One HF model class of a family: its head and where its tensors live."""
+
+    architecture: str
+    head: str  # "lm", "mlm" or "none"
+    prefix: str  # of the base model's tensors, e.g. "transformer." in GPT2LMHeadModel
+    pooler: bool = False
+    # HF key -> the key whose tensor it shares when the embeddings are tied (checkpoints drop it).
+    tied: Mapping[str, str] = field(default_factory=dict)
+    # HF key -> a key that always holds the same tensor (BERT's two names for the MLM bias).
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    # Old checkpoint names -> the names HF's classes use now.
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    # HF tensors of heads this class does not have, which HF skips when loading it.
+    skipped_prefixes: tuple[str, ...] = ()
+    # Prefixes of head tensors, which sit outside ``prefix``.
+    head_prefixes: tuple[str, ...] = ()
+
+
+class Family(abc.ABC):
+    """What one HF family needs to convert; each family module defines one subclass."""
+
+    name: str
+    model_type: str
+    variants: dict[str, Variant]
+    # HF tensors that HF itself skips when loading (old attention-mask buffers, cached frequencies).
+    ignored_suffixes: tuple[str, ...] = ()
+    # HF's default for tie_word_embeddings in this family's config class.
+    tie_default: bool = True
+
+    def variant(self, architecture: str, keys: Collection[str]) -> Variant:
+        """The variant of HF class ``architecture``, whose state dict has ``keys``."""
+        if architecture not in self.variants:
+            raise ConfigError(
+                f"HF class {architecture!r} of family {self.name!r} is not supported",
+                "hf_config.architectures",
+                choices=self.variants,
+                got=architecture,
+            )
+        return self.variants[architecture]
+
+    @abc.abstractmethod
+    def spec(self, cfg: HFConfig, variant: Variant) -> dict[str, Any]:
+        """The brickwork spec for an HF config; reads every key it translates from ``cfg``."""
+
+    @abc.abstractmethod
+    def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule]:
+        """The tensor table of a model built from ``spec``."""
+
+    @abc.abstractmethod
+    def matches(self, spec: Mapping[str, Any]) -> bool:
+        """Whether a brickwork spec has this family's architecture (used by ``to_hf``)."""
+
+    @abc.abstractmethod
+    def hf_config(self, spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(HF class name, HF config kwargs) for a spec; refuses what HF cannot express."""
+
+
+def to_brickwork_state(
+    family: Family, variant: Variant, spec: Mapping[str, Any], hf_state: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """HF state dict -> brickwork state dict, strictly: every HF tensor is used exactly once."""
+    state = dict(hf_state)
+    for key in variant.aliases:
+        if key not in state:
+            raise KeyError(f"{family.name}: the HF state dict has no {key!r}")
+        del state[key]
+    out: dict[str, torch.Tensor] = {}
+    for rule in family.rules(spec, variant):
+        if rule.hf not in state:
+            raise KeyError(f"{family.name}: the HF state dict has no {rule.hf!r}")
+        out[rule.bw] = rule.to_bw(state.pop(rule.hf))
+    if state:
+        raise KeyError(f"{family.name}: HF tensors with no brickwork counterpart: {', '.join(sorted(state))}")
+    return out
+
+
+def to_hf_state(
+    family: Family, variant: Variant, spec: Mapping[str, Any], bw_state: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """brickwork state dict -> HF state dict; every brickwork tensor must be used."""
+    left = set(bw_state)
+    out: dict[str, torch.Tensor] = {}
+    for rule in family.rules(spec, variant):
+        if rule.bw not in bw_state:
+            raise KeyError(f"{family.name}: the brickwork state dict has no {rule.bw!r}")
+        out[rule.hf] = rule.to_hf(bw_state[rule.bw])
+        left.discard(rule.bw)
+    for key, source in variant.aliases.items():
+        out[key] = out[source]
+    if left:
+        raise KeyError(f"{family.name}: brickwork tensors with no HF counterpart: {', '.join(sorted(left))}")
+    return out
+
+
+def complete_state(
+    family: Family, variant: Variant, state: Mapping[str, torch.Tensor], tied: bool
+) -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors in the form a live HF model's ``state_dict()`` has.
+
+    Renames old tensor names, adds the base-model prefix that old checkpoints lack, restores the
+    tensors ``save_pretrained`` drops because they are tied, and leaves out what HF itself skips when
+    loading this class.
+    """
+    state = {variant.renamed.get(k, k): v for k, v in state.items()}
+    p = variant.prefix
+    if p and not any(k.startswith(p) for k in state):
+        state = {k if k.startswith(variant.head_prefixes) else p + k: v for k, v in state.items()}
+    state = {
+        k: v
+        for k, v in state.items()
+        if not k.endswith(family.ignored_suffixes) and not k.startswith(variant.skipped_prefixes)
+    }
+    links = {**variant.aliases, **(variant.tied if tied else {})}
+    for key, source in links.items():
+        if key not in state and source in state:
+            state[key] = state[source]
+    return state

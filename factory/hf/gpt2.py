@@ -1,0 +1,181 @@
+"""GPT-2 (``GPT2LMHeadModel``): learned positions, pre-LayerNorm, fused Conv1D q|k|v, tanh-GELU MLP.
+
+HF's Conv1D stores weights as [in, out], so every projection is transposed; ``c_attn`` holds all
+query rows, then all key rows, then all value rows, and is permuted into brickwork's per-head
+groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from .config import HFConfig
+from .family import Family, Rule, Variant, same, transposed
+from .layout import blocks_to_groups, groups_to_blocks
+from .spec import (
+    attention_spec,
+    block,
+    check_blocks,
+    decoder_spec,
+    hf_activation,
+    spec_attention,
+    spec_feedforward,
+    spec_norm,
+    unsupported,
+)
+
+
+class GPT2(Family):
+    name = "gpt2"
+    model_type = "gpt2"
+    variants: ClassVar[dict[str, Variant]] = {
+        "GPT2LMHeadModel": Variant("GPT2LMHeadModel", head="lm", prefix="transformer.")
+    }
+    ignored_suffixes = (".attn.bias", ".attn.masked_bias")
+
+    def spec(self, cfg: HFConfig, variant: Variant) -> dict[str, Any]:
+        cfg.expect("add_cross_attention", False, False, "brickwork's DecoderLM has no cross-attention")
+        cfg.expect("is_encoder_decoder", False, False, "GPT-2 is a decoder-only model")
+        cfg.get("is_decoder")  # GPT-2 is causal whatever this flag says
+        cfg.get("n_ctx")  # a legacy duplicate of n_positions
+        # Mixed-precision detail of HF's eager path: the same function, computed in float32.
+        cfg.get("reorder_and_upcast_attn")
+        dim = cfg.require("n_embd")
+        heads = cfg.require("n_head")
+        layers = cfg.require("n_layer")
+        # GPT-2's resid_pdrop drops the attention output (brickwork's attention dropout) and the MLP
+        # output; brickwork's MLP drops its hidden activations instead (see docs/interop.md).
+        resid = cfg.dropout("resid_pdrop")
+        attention = attention_spec(
+            num_heads=heads,
+            bias=True,
+            fused_qkv=True,
+            probs_dropout=cfg.dropout("attn_pdrop"),
+            output_dropout=resid,
+        )
+        mechanism = attention["mechanism"]
+        if not cfg.get("scale_attn_weights", True):
+            mechanism["scale"] = 1.0
+        feedforward = {
+            "name": "mlp",
+            "hidden_dim": cfg.get("n_inner") or 4 * dim,
+            "activation": cfg.activation("activation_function", "gelu_new"),
+            "bias": True,
+            "dropout": resid,
+        }
+        out = decoder_spec(
+            vocab_size=cfg.require("vocab_size"),
+            dim_model=dim,
+            max_seq_len=cfg.require("n_positions"),
+            position={"name": "learned"},
+            dropout=cfg.dropout("embd_pdrop"),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+            num_layers=layers,
+            block=block(
+                residual="pre",
+                norm={"name": "layernorm", "eps": float(cfg.get("layer_norm_epsilon", 1e-5))},
+                attention=attention,
+                feedforward=feedforward,
+            ),
+        )
+        if cfg.get("scale_attn_by_inverse_layer_idx", False):
+            base = mechanism.get("scale", (dim // heads) ** -0.5)
+            out["decoder"]["layers"] = {
+                i: {"attention": {"mechanism": {**mechanism, "scale": base / (i + 1)}}} for i in range(layers)
+            }
+        return out
+
+    def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule]:
+        p = variant.prefix
+        attn = spec_attention(spec)
+        heads = attn["num_heads"]
+        head_dim = spec["dim_model"] // heads
+
+        def qkv_in(t):
+            return blocks_to_groups(t.t() if t.dim() == 2 else t, heads, head_dim).contiguous()
+
+        def qkv_out(t):
+            t = groups_to_blocks(t, heads, head_dim)
+            return t.t().contiguous() if t.dim() == 2 else t
+
+        rules = [
+            Rule(f"{p}wte.weight", "token_embedding.weight"),
+            Rule(f"{p}wpe.weight", "position_embedding.weight"),
+        ]
+        for i in range(spec["decoder"]["num_layers"]):
+            h, b = f"{p}h.{i}.", f"layers.{i}."
+            rules += [
+                Rule(f"{h}ln_1.weight", f"{b}attention_norm.weight"),
+                Rule(f"{h}ln_1.bias", f"{b}attention_norm.bias"),
+                Rule(f"{h}attn.c_attn.weight", f"{b}attention.qkv_proj.weight", qkv_in, qkv_out),
+                Rule(f"{h}attn.c_attn.bias", f"{b}attention.qkv_proj.bias", qkv_in, qkv_out),
+                Rule(f"{h}attn.c_proj.weight", f"{b}attention.out_proj.weight", transposed, transposed),
+                Rule(f"{h}attn.c_proj.bias", f"{b}attention.out_proj.bias"),
+                Rule(f"{h}ln_2.weight", f"{b}feedforward_norm.weight"),
+                Rule(f"{h}ln_2.bias", f"{b}feedforward_norm.bias"),
+                Rule(f"{h}mlp.c_fc.weight", f"{b}feedforward.up_proj.weight", transposed, transposed),
+                Rule(f"{h}mlp.c_fc.bias", f"{b}feedforward.up_proj.bias"),
+                Rule(f"{h}mlp.c_proj.weight", f"{b}feedforward.down_proj.weight", transposed, transposed),
+                Rule(f"{h}mlp.c_proj.bias", f"{b}feedforward.down_proj.bias"),
+            ]
+        rules += [
+            Rule(f"{p}ln_f.weight", "final_norm.weight"),
+            Rule(f"{p}ln_f.bias", "final_norm.bias"),
+            Rule("lm_head.weight", "lm_head.weight", same, same),
+        ]
+        return rules
+
+    def matches(self, spec: Mapping[str, Any]) -> bool:
+        return spec.get("model") == "decoder_lm" and spec["position"]["name"] == "learned"
+
+    def hf_config(self, spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        attn = spec_attention(spec)
+        dim, heads = spec["dim_model"], attn["num_heads"]
+        mechanism = attn["mechanism"]
+        scale = mechanism.get("scale")
+        if scale not in (None, 1.0, (dim // heads) ** -0.5):
+            raise unsupported(
+                self.name, "decoder.block.attention.mechanism.scale", "GPT-2 scales by 1/sqrt(D) or 1"
+            )
+        base = (dim // heads) ** -0.5 if scale is None else scale
+        by_layer = _inverse_layer_scaling(spec, mechanism, base)
+        check_blocks(
+            _without_layers(spec) if by_layer else spec, self.name, ("pre",), "layernorm", True, True
+        )
+        ff = spec_feedforward(spec, self.name, names=("mlp",))
+        if not ff["bias"]:
+            raise unsupported(self.name, "decoder.block.feedforward.bias", "GPT-2's MLP has biases")
+        config = {
+            "vocab_size": spec["vocab_size"],
+            "n_positions": spec["max_seq_len"],
+            "n_embd": dim,
+            "n_layer": spec["decoder"]["num_layers"],
+            "n_head": heads,
+            "n_inner": ff["hidden_dim"],
+            "activation_function": hf_activation(ff, self.name, "gelu"),
+            "layer_norm_epsilon": spec_norm(spec)["eps"],
+            "embd_pdrop": spec["dropout"],
+            "attn_pdrop": mechanism.get("dropout", 0.0),
+            "resid_pdrop": attn["dropout"],
+            "tie_word_embeddings": spec["tie_embeddings"],
+            "scale_attn_weights": base != 1.0,
+            "scale_attn_by_inverse_layer_idx": by_layer,
+        }
+        return "GPT2LMHeadModel", config
+
+
+def _inverse_layer_scaling(spec: Mapping[str, Any], mechanism: Mapping[str, Any], base: float) -> bool:
+    """Whether the per-layer overrides are exactly GPT-2's scale_attn_by_inverse_layer_idx."""
+    layers = spec["decoder"].get("layers")
+    if not layers:
+        return False
+    expected = {
+        i: {"attention": {"mechanism": {**mechanism, "scale": base / (i + 1)}}}
+        for i in range(spec["decoder"]["num_layers"])
+    }
+    return {int(k): v for k, v in layers.items()} == expected
+
+
+def _without_layers(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {**spec, "decoder": {k: v for k, v in spec["decoder"].items() if k != "layers"}}

@@ -1,0 +1,149 @@
+"""GPT-NeoX (``GPTNeoXForCausalLM``): partial rotary, per-head fused qkv, parallel or pre residual.
+
+``query_key_value`` holds ``[q_h, k_h, v_h]`` for each head in turn, which is brickwork's fused
+per-group layout when every head is its own kv group, so its rows are copied as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from .config import HFConfig
+from .family import Family, Rule, Variant
+from .rope import hf_rope, read_rope
+from .spec import (
+    attention_spec,
+    block,
+    check_blocks,
+    decoder_spec,
+    hf_activation,
+    spec_attention,
+    spec_block,
+    spec_feedforward,
+    spec_norm,
+    unsupported,
+)
+
+
+class GPTNeoX(Family):
+    name = "gpt_neox"
+    model_type = "gpt_neox"
+    variants: ClassVar[dict[str, Variant]] = {
+        "GPTNeoXForCausalLM": Variant(
+            "GPTNeoXForCausalLM",
+            head="lm",
+            prefix="gpt_neox.",
+            tied={"lm_head.weight": "gpt_neox.embed_in.weight"},
+            renamed={"embed_out.weight": "lm_head.weight"},
+            head_prefixes=("lm_head.", "embed_out."),
+        )
+    }
+    ignored_suffixes = (".attention.bias", ".attention.masked_bias", "rotary_emb.inv_freq")
+    tie_default = False
+
+    def spec(self, cfg: HFConfig, variant: Variant) -> dict[str, Any]:
+        cfg.expect("is_encoder_decoder", False, False, "GPT-NeoX is a decoder-only model")
+        cfg.get("is_decoder")  # GPT-NeoX is causal whatever this flag says
+        dim = cfg.require("hidden_size")
+        heads = cfg.require("num_attention_heads")
+        head_dim = dim // heads
+        max_len = cfg.get("max_position_embeddings", 2048)
+        # hidden_dropout drops the embeddings and both branch outputs; brickwork's MLP drops its
+        # hidden activations instead (see docs/interop.md).
+        hidden_dropout = cfg.dropout("hidden_dropout")
+        attention = attention_spec(
+            num_heads=heads,
+            bias=bool(cfg.get("attention_bias", True)),
+            fused_qkv=True,
+            probs_dropout=cfg.dropout("attention_dropout"),
+            output_dropout=hidden_dropout,
+        )
+        feedforward = {
+            "name": "mlp",
+            "hidden_dim": cfg.require("intermediate_size"),
+            "activation": cfg.activation("hidden_act", "gelu"),
+            "bias": True,
+            "dropout": hidden_dropout,
+        }
+        parallel = bool(cfg.get("use_parallel_residual", True))
+        return decoder_spec(
+            vocab_size=cfg.require("vocab_size"),
+            dim_model=dim,
+            max_seq_len=max_len,
+            position=read_rope(cfg, head_dim, max_len, default_fraction=0.25),
+            dropout=hidden_dropout,
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            num_layers=cfg.require("num_hidden_layers"),
+            block=block(
+                residual="parallel" if parallel else "pre",
+                norm={"name": "layernorm", "eps": float(cfg.get("layer_norm_eps", 1e-5))},
+                attention=attention,
+                feedforward=feedforward,
+            ),
+        )
+
+    def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule]:
+        p = variant.prefix
+        bias = spec_attention(spec)["bias"]
+        rules = [Rule(f"{p}embed_in.weight", "token_embedding.weight")]
+        for i in range(spec["decoder"]["num_layers"]):
+            h, b = f"{p}layers.{i}.", f"layers.{i}."
+            pairs = [
+                ("input_layernorm.weight", "attention_norm.weight"),
+                ("input_layernorm.bias", "attention_norm.bias"),
+                ("post_attention_layernorm.weight", "feedforward_norm.weight"),
+                ("post_attention_layernorm.bias", "feedforward_norm.bias"),
+                ("attention.query_key_value.weight", "attention.qkv_proj.weight"),
+                ("attention.dense.weight", "attention.out_proj.weight"),
+                ("mlp.dense_h_to_4h.weight", "feedforward.up_proj.weight"),
+                ("mlp.dense_h_to_4h.bias", "feedforward.up_proj.bias"),
+                ("mlp.dense_4h_to_h.weight", "feedforward.down_proj.weight"),
+                ("mlp.dense_4h_to_h.bias", "feedforward.down_proj.bias"),
+            ]
+            if bias:
+                pairs += [
+                    ("attention.query_key_value.bias", "attention.qkv_proj.bias"),
+                    ("attention.dense.bias", "attention.out_proj.bias"),
+                ]
+            rules += [Rule(h + hf, b + bw) for hf, bw in pairs]
+        rules += [
+            Rule(f"{p}final_layer_norm.weight", "final_norm.weight"),
+            Rule(f"{p}final_layer_norm.bias", "final_norm.bias"),
+            Rule("lm_head.weight", "lm_head.weight"),
+        ]
+        return rules
+
+    def matches(self, spec: Mapping[str, Any]) -> bool:
+        return (
+            spec.get("model") == "decoder_lm"
+            and spec["position"]["name"] == "rotary"
+            and spec_norm(spec)["name"] == "layernorm"
+        )
+
+    def hf_config(self, spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        residual = spec_block(spec)["residual"]["name"]
+        check_blocks(spec, self.name, ("pre", "parallel"), "layernorm", fused_qkv=True, bias=None)
+        attn = spec_attention(spec)
+        if attn["num_kv_heads"] not in (None, attn["num_heads"]) or attn.get("dim_head"):
+            raise unsupported(self.name, "decoder.block.attention", "GPT-NeoX has no GQA and D = dim / H")
+        ff = spec_feedforward(spec, self.name, names=("mlp",))
+        if not ff["bias"]:
+            raise unsupported(self.name, "decoder.block.feedforward.bias", "GPT-NeoX's MLP always has biases")
+        config = {
+            "vocab_size": spec["vocab_size"],
+            "hidden_size": spec["dim_model"],
+            "num_hidden_layers": spec["decoder"]["num_layers"],
+            "num_attention_heads": attn["num_heads"],
+            "intermediate_size": ff["hidden_dim"],
+            "hidden_act": hf_activation(ff, self.name, "gelu"),
+            "attention_dropout": attn["mechanism"].get("dropout", 0.0),
+            "hidden_dropout": spec["dropout"],
+            "max_position_embeddings": spec["max_seq_len"],
+            "layer_norm_eps": spec_norm(spec)["eps"],
+            "tie_word_embeddings": spec["tie_embeddings"],
+            "use_parallel_residual": residual == "parallel",
+            "rope_parameters": hf_rope(spec["position"], self.name, fraction_allowed=True),
+            "attention_bias": attn["bias"],
+        }
+        return "GPTNeoXForCausalLM", config

@@ -1,0 +1,171 @@
+"""Writing brickwork specs for HF families, and reading back the parts ``to_hf`` needs.
+
+The writers produce complete specs in the format of docs/spec.md, every option spelled out, so
+the spec of a converted model says exactly what it computes. The readers work on a spec as the
+factory validated it (defaults filled in) and refuse any feature an HF family cannot express.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from brickwork.errors import ConfigError
+
+from .config import HF_ACTIVATIONS
+
+
+def attention_spec(
+    num_heads: int,
+    bias: bool,
+    fused_qkv: bool,
+    probs_dropout: float,
+    output_dropout: float,
+    num_kv_heads: int | None = None,
+    dim_head: int | None = None,
+) -> dict[str, Any]:
+    mechanism: dict[str, Any] = {"name": "scaled_dot_product", "dropout": probs_dropout}
+    out: dict[str, Any] = {
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "bias": bias,
+        "fused_qkv": fused_qkv,
+        "dropout": output_dropout,
+        "mechanism": mechanism,
+    }
+    if dim_head is not None:
+        out["dim_head"] = dim_head
+    return out
+
+
+def block(
+    residual: str, norm: dict[str, Any], attention: dict[str, Any], feedforward: dict[str, Any]
+) -> dict[str, Any]:
+    return {"residual": {"name": residual}, "norm": norm, "attention": attention, "feedforward": feedforward}
+
+
+def decoder_spec(
+    *,
+    vocab_size: int,
+    dim_model: int,
+    max_seq_len: int,
+    position: dict[str, Any],
+    dropout: float,
+    tie_embeddings: bool,
+    num_layers: int,
+    block: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "model": "decoder_lm",
+        "vocab_size": vocab_size,
+        "dim_model": dim_model,
+        "max_seq_len": max_seq_len,
+        "position": position,
+        "dropout": dropout,
+        "tie_embeddings": tie_embeddings,
+        "final_norm": True,
+        "decoder": {"num_layers": num_layers, "block": block},
+    }
+
+
+def encoder_spec(
+    *,
+    vocab_size: int,
+    dim_model: int,
+    max_seq_len: int,
+    type_vocab_size: int,
+    dropout: float,
+    eps: float,
+    head: str | None,
+    pooler: bool,
+    tie_embeddings: bool,
+    num_layers: int,
+    block: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "model": "encoder",
+        "vocab_size": vocab_size,
+        "dim_model": dim_model,
+        "max_seq_len": max_seq_len,
+        "position": {"name": "learned"},
+        "type_vocab_size": type_vocab_size,
+        "embedding_norm": True,
+        "final_norm": False,
+        "head": head or "none",
+        "pooler": pooler,
+        "dropout": dropout,
+        "tie_embeddings": tie_embeddings,
+        "encoder": {"num_layers": num_layers, "block": block},
+    }
+
+
+def stack(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return spec["decoder"] if spec.get("model") == "decoder_lm" else spec["encoder"]
+
+
+def spec_block(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return stack(spec)["block"]
+
+
+def spec_attention(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return spec_block(spec)["attention"]
+
+
+def spec_norm(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return spec_block(spec)["norm"]
+
+
+def spec_feedforward(spec: Mapping[str, Any], family: str, names: tuple[str, ...]) -> Mapping[str, Any]:
+    ff = spec_block(spec)["feedforward"]
+    if ff["name"] not in names:
+        raise unsupported(family, "feedforward.name", f"HF {family} has a {' or '.join(names)} feedforward")
+    return ff
+
+
+def hf_activation(ff: Mapping[str, Any], family: str, default: str) -> str:
+    """The HF name of a feedforward's activation; refuses one HF has no name for."""
+    name = ff.get("activation", default)
+    if name not in HF_ACTIVATIONS:
+        raise unsupported(family, "feedforward.activation", f"HF has no activation matching {name!r}")
+    return HF_ACTIVATIONS[name]
+
+
+def head_dim_of(spec: Mapping[str, Any]) -> int:
+    attn = spec_attention(spec)
+    return attn.get("dim_head") or spec["dim_model"] // attn["num_heads"]
+
+
+def unsupported(family: str, path: str, why: str) -> ConfigError:
+    return ConfigError(f"cannot export to HF {family}: {why}", path)
+
+
+def check_blocks(
+    spec: Mapping[str, Any],
+    family: str,
+    residual: tuple[str, ...],
+    norm: str,
+    fused_qkv: bool,
+    bias: bool | None,
+) -> None:
+    """Refuse a spec whose blocks differ from what HF ``family`` builds."""
+    kind = "decoder" if spec.get("model") == "decoder_lm" else "encoder"
+    if stack(spec).get("layers"):
+        raise unsupported(family, f"{kind}.layers", "HF layers are all alike; per-layer overrides are not")
+    b = spec_block(spec)
+    attn = b["attention"]
+    checks = [
+        (b["residual"]["name"] in residual, "residual.name", f"residual must be {' or '.join(residual)}"),
+        (b["norm"]["name"] == norm, "norm.name", f"norm must be {norm}"),
+        (attn["fused_qkv"] == fused_qkv, "attention.fused_qkv", f"fused_qkv must be {fused_qkv}"),
+        (bias is None or attn["bias"] == bias, "attention.bias", f"bias must be {bias}"),
+        (attn["mechanism"]["name"] == "scaled_dot_product", "attention.mechanism.name",
+         "HF runs exact softmax attention (scaled_dot_product)"),
+    ]  # fmt: skip
+    for ok, path, why in checks:
+        if not ok:
+            raise unsupported(family, f"{kind}.block.{path}", why)
+    extra = set(attn["mechanism"]) - {"name", "dropout", "backend", "scale"}
+    if extra:
+        raise unsupported(
+            family, f"{kind}.block.attention.mechanism", f"options {sorted(extra)} are not in HF"
+        )
