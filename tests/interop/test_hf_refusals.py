@@ -1,0 +1,79 @@
+"""HF options brickwork cannot express are refused with a ConfigError naming them, never dropped."""
+
+import pytest
+from hf_models import CONFIGS, hf_model
+
+from brickwork.errors import ConfigError
+from brickwork.factory.hf import hf_to_spec
+
+ARCHITECTURE = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
+                "gpt_neox": "GPTNeoXForCausalLM"}  # fmt: skip
+
+
+def _config(family: str, **changes) -> dict:
+    """The config.json form of a tiny config, with ``changes`` written over it."""
+    config_class, _, options = CONFIGS[family]
+    return {**config_class(**options).to_dict(), **changes}
+
+
+@pytest.mark.parametrize(
+    "family,changes,named",
+    [
+        ("gpt2", {"add_cross_attention": True}, "add_cross_attention"),
+        ("gpt2", {"activation_function": "quick_gelu"}, "activation_function"),
+        ("bert", {"is_decoder": True}, "is_decoder"),
+        ("bert", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
+        ("bert", {"hidden_act": "relu"}, "hidden_act"),
+        ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}}, "rope_type"),
+        ("llama", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "rope_type"),
+        ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4, "spin": 1}},
+         "rope_parameters.spin"),
+        ("llama", {"hidden_act": "tanh"}, "hidden_act"),
+        ("gpt_neox", {"brand_new_option": 3}, "brand_new_option"),
+        ("gpt_neox", {"attn_dropout_typo": 0.1}, "attn_dropout_typo"),
+    ],
+)  # fmt: skip
+def test_unsupported_options_are_named(family: str, changes: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        hf_to_spec(_config(family, **changes), ARCHITECTURE[family])
+
+
+def test_unknown_family_and_class_list_the_choices() -> None:
+    with pytest.raises(ConfigError, match="model_type.*allowed: bert, gpt2, gpt_neox, llama"):
+        hf_to_spec({"model_type": "t5"}, "T5Model")
+    with pytest.raises(ConfigError, match="architectures.*GPT2LMHeadModel"):
+        hf_to_spec(_config("gpt2"), "GPT2ForSequenceClassification")
+
+
+def test_inert_options_are_accepted_and_the_input_is_not_changed() -> None:
+    """Token ids, init ranges and generation defaults do not change the outputs; they are allowed."""
+    config = _config("gpt2", pad_token_id=3, initializer_range=0.5, num_beams=4)
+    before = dict(config)
+    spec = hf_to_spec(config, "GPT2LMHeadModel")
+    assert config == before
+    assert spec["decoder"]["block"]["feedforward"]["activation"] == "gelu_tanh"
+    assert spec["decoder"]["block"]["norm"] == {"name": "layernorm", "eps": 1e-5}
+
+
+def test_spec_carries_family_options() -> None:
+    llama = hf_to_spec(hf_model("llama").config, "LlamaForCausalLM")
+    assert llama["position"] == {"name": "rotary", "base": 500.0, "fraction": 1.0}
+    assert llama["decoder"]["block"]["attention"]["num_kv_heads"] == 2
+    assert llama["decoder"]["block"]["norm"] == {"name": "rmsnorm", "eps": 1e-6}
+    assert llama["tie_embeddings"] is False
+    neox = hf_to_spec(_config("gpt_neox"), "GPTNeoXForCausalLM")
+    assert neox["position"] == {"name": "rotary", "base": 1000.0, "fraction": 0.5}
+    assert neox["decoder"]["block"]["residual"] == {"name": "parallel"}
+    bert = hf_to_spec(_config("bert"), "BertForMaskedLM")
+    assert bert["decoder" if "decoder" in bert else "encoder"]["block"]["norm"]["eps"] == 1e-12
+    assert bert["head"] == "mlm" and bert["type_vocab_size"] == 3 and bert["embedding_norm"] is True
+
+
+def test_legacy_rope_keys_are_read() -> None:
+    """config.json files from before transformers 5 keep rope_theta and rope_scaling at the top level."""
+    config = _config("llama")
+    config.pop("rope_parameters")
+    config.update(rope_theta=2500.0, rope_scaling={"type": "linear", "factor": 3.0})
+    spec = hf_to_spec(config, "LlamaForCausalLM")
+    assert spec["position"] == {"name": "rotary", "base": 2500.0, "fraction": 1.0,
+                                "scaling": {"type": "linear", "factor": 3.0}}  # fmt: skip
