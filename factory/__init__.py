@@ -1,1 +1,27 @@
+"""The factory: specs (dict / YAML / JSON) -> checked typed configs -> blocks and whole models."""
 
+from brickwork.errors import ConfigError
+from brickwork.factory.build import build_block, build_model
+from brickwork.factory.initialization import INIT_REGISTRY, InitScheme, register_init
+from brickwork.factory.overrides import apply_overrides
+from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
+from brickwork.factory.spec_io import dump_spec, format_spec, load_spec, parse_spec
+from brickwork.factory.vision import ImageEncoder, PatchEmbedding
+
+__all__ = [
+    "INIT_REGISTRY",
+    "ConfigError",
+    "ImageEncoder",
+    "InitScheme",
+    "PatchEmbedding",
+    "apply_overrides",
+    "build_block",
+    "build_model",
+    "dump_spec",
+    "format_spec",
+    "load_spec",
+    "parse_spec",
+    "register_init",
+    "resolve_block_spec",
+    "resolve_model_spec",
+]

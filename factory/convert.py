@@ -1,0 +1,218 @@
+"""Strict dict -> dataclass conversion, and back.
+
+Every spec sub-dict becomes a typed config dataclass: unknown keys, missing keys and wrong types
+raise :class:`ConfigError` naming the dotted key path; the dataclass's own ``__post_init__`` checks
+value ranges and its errors are re-raised under the same path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypeVar, Union
+
+from brickwork.errors import ConfigError, join_path
+
+C = TypeVar("C")
+
+_NoneType = type(None)
+
+
+@functools.cache
+def config_fields(cls: type) -> dict[str, Any]:
+    """The settable fields of dataclass ``cls``, each with its resolved annotation."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        # An annotation naming something only imported for type checkers: accept any value there.
+        hints = {}
+    return {
+        f.name: hints.get(f.name, Any)
+        for f in dataclasses.fields(cls)
+        if f.init and not f.name.startswith("_")
+    }
+
+
+def required_fields(cls: type) -> list[str]:
+    missing = dataclasses.MISSING
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init and f.default is missing and f.default_factory is missing and not f.name.startswith("_")
+    ]
+
+
+def to_config(cls: type[C], data: Any, path: str = "", **fixed: Any) -> C:
+    """Convert mapping ``data`` into dataclass ``cls``, checking keys, types and values.
+
+    ``fixed`` are values the caller supplies (e.g. a model dim); ``data`` may only repeat them.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"expected a mapping of {_describe_keys(cls, fixed)}, got {_show(data)}", path)
+    fields = config_fields(cls)
+    settable = [name for name in fields if name not in fixed]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        key_path = join_path(path, str(key))
+        if key in fixed:
+            if value != fixed[key] or type(value) is not type(fixed[key]):
+                raise ConfigError(f"is set to {fixed[key]!r} by the enclosing spec, got {value!r}", key_path)
+            continue
+        if key not in fields:
+            raise ConfigError(f"unknown key {key!r}", key_path, choices=settable, got=key)
+        kwargs[key] = check_value(value, fields[key], key_path)
+    for name in required_fields(cls):
+        if name not in kwargs and name not in fixed:
+            raise ConfigError("missing required key", join_path(path, name))
+    return construct(cls, path, **kwargs, **fixed)
+
+
+def construct(cls: type[C], path: str, **kwargs: Any) -> C:
+    """``cls(**kwargs)`` with its value checks re-raised as ConfigError under ``path``."""
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:
+        raise err.at(path) from None
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err), path) from err
+
+
+def check_value(value: Any, annotation: Any, path: str) -> Any:
+    """``value`` if it fits ``annotation`` (converted: int -> float, list -> tuple, dict -> dataclass)."""
+    if annotation is Any or annotation is object:
+        return value
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Union or origin is types.UnionType:
+        return _check_union(value, args, path)
+    if origin is Literal:
+        if value in args and all(type(value) is type(a) for a in args if a == value):
+            return value
+        raise ConfigError(f"invalid value {value!r}", path, choices=[str(a) for a in args], got=value)
+    if annotation is None or annotation is _NoneType:
+        if value is None:
+            return None
+        raise ConfigError(f"expected null, got {_show(value)}", path)
+    if origin in (list, tuple, Sequence):
+        return _check_sequence(value, origin, args, path)
+    if origin in (dict, typing.Mapping, Mapping):
+        return _check_mapping(value, args, path)
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        return to_config(annotation, value, path)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    elif isinstance(annotation, type):
+        if isinstance(value, annotation):
+            return value
+    else:
+        return value
+    raise ConfigError(f"expected {type_name(annotation)}, got {_show(value)}{_hint(value, annotation)}", path)
+
+
+def _check_union(value: Any, args: tuple[Any, ...], path: str) -> Any:
+    errors: list[ConfigError] = []
+    for arg in args:
+        try:
+            return check_value(value, arg, path)
+        except ConfigError as err:
+            errors.append(err)
+    # When the value had the right kind for one arm (a mapping for a dataclass, say) and failed
+    # inside it, that inner error is the useful one.
+    deeper = [e for e in errors if e.path != path]
+    if len(deeper) == 1:
+        raise deeper[0]
+    names = " | ".join(type_name(a) for a in args)
+    raise ConfigError(f"expected {names}, got {_show(value)}", path)
+
+
+def _check_sequence(value: Any, origin: Any, args: tuple[Any, ...], path: str) -> Any:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"expected a list, got {_show(value)}", path)
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        if len(value) != len(args):
+            raise ConfigError(f"expected a list of {len(args)} items, got {len(value)}", path)
+        return tuple(check_value(v, a, join_path(path, i)) for i, (v, a) in enumerate(zip(value, args)))
+    item = args[0] if args else Any
+    items = [check_value(v, item, join_path(path, i)) for i, v in enumerate(value)]
+    return tuple(items) if origin is tuple else items
+
+
+def _check_mapping(value: Any, args: tuple[Any, ...], path: str) -> dict[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"expected a mapping, got {_show(value)}", path)
+    key_type, value_type = args if args else (Any, Any)
+    out = {}
+    for k, v in value.items():
+        key = check_value(k, key_type, join_path(path, str(k)))
+        out[key] = check_value(v, value_type, join_path(path, str(k)))
+    return out
+
+
+def type_name(annotation: Any) -> str:
+    """A short readable name for an annotation: ``int``, ``float | null``, ``list[int]``."""
+    if annotation is None or annotation is _NoneType:
+        return "null"
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Union or origin is types.UnionType:
+        return " | ".join(type_name(a) for a in args)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin is not None:
+        inner = ", ".join("..." if a is Ellipsis else type_name(a) for a in args)
+        base = "list" if origin in (list, tuple) else "mapping" if origin in (dict, Mapping) else "sequence"
+        return f"{base}[{inner}]" if inner else base
+    if dataclasses.is_dataclass(annotation):
+        return "mapping"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _hint(value: Any, annotation: Any) -> str:
+    if annotation is float and isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return " (YAML 1.1 reads an exponent without a dot, like 1e-5, as text: write 1.0e-5)"
+    return ""
+
+
+def _describe_keys(cls: type, fixed: Mapping[str, Any]) -> str:
+    names = [n for n in config_fields(cls) if n not in fixed]
+    return f"keys ({', '.join(names)})" if names else "no keys"
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """The plain-data form of a config dataclass: nested dataclasses as dicts, tuples as lists."""
+    return {name: to_plain(getattr(config, name)) for name in config_fields(type(config))}
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` as YAML/JSON-ready data (dataclasses -> dicts, tuples -> lists)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return config_to_dict(value)
+    if isinstance(value, Mapping):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value

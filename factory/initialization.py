@@ -1,0 +1,167 @@
+"""Weight init schemes, chosen by the spec's ``init`` key and applied after a model is built.
+
+Each scheme walks the modules in their registration order and draws from torch's global RNG, so
+``torch.manual_seed(s)`` before ``build_model`` gives the same weights every time. Shared (tied)
+parameters are initialised once, by their first owner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from brickwork.errors import ConfigError
+from brickwork.registry import Registry
+
+# Linear layers whose output is added straight back onto the residual stream.
+RESIDUAL_OUTPUTS = ("out_proj", "down_proj")
+
+
+class InitScheme:
+    """Base of the init schemes: ``apply(model, num_layers)`` overwrites the model's parameters."""
+
+    Config: type
+
+    def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
+        raise NotImplementedError
+
+    def apply(self, model: nn.Module, num_layers: int) -> None:
+        """Initialise every parameter of ``model``; ``num_layers`` is the depth of its deepest stack."""
+        self.num_layers = max(num_layers, 1)
+        seen: set[int] = set()
+        with torch.no_grad():
+            for name, module in model.named_modules():
+                for param_name, param in module.named_parameters(recurse=False):
+                    if id(param) in seen:
+                        continue
+                    seen.add(id(param))
+                    self._init_parameter(name, module, param_name, param)
+
+    def _init_parameter(self, name: str, module: nn.Module, param_name: str, param: torch.Tensor) -> None:
+        if is_norm(module):
+            # Norm gains start at one and shifts at zero, whatever the scheme.
+            param.fill_(1.0 if param_name == "weight" else 0.0)
+        elif param.dim() == 1:
+            if param_name == "bias":
+                param.zero_()
+        else:
+            param.normal_(0.0, self.weight_std(name, param))
+
+
+def is_norm(module: nn.Module) -> bool:
+    """Whether ``module`` is a normalisation layer (a registered norm or one of torch's)."""
+    from brickwork.components.residual import NORM_REGISTRY
+
+    registered = tuple(NORM_REGISTRY.get(n) for n in NORM_REGISTRY.names())
+    return isinstance(module, (*registered, nn.LayerNorm, nn.RMSNorm, nn.GroupNorm))
+
+
+def fans(weight: torch.Tensor) -> tuple[int, int]:
+    """(fan_in, fan_out) of a weight laid out [out, in, *kernel], as torch.nn.init counts them."""
+    receptive = weight[0][0].numel() if weight.dim() > 2 else 1
+    return weight.shape[1] * receptive, weight.shape[0] * receptive
+
+
+def is_residual_output(module_name: str) -> bool:
+    return module_name.rsplit(".", 1)[-1] in RESIDUAL_OUTPUTS
+
+
+INIT_REGISTRY: Registry[InitScheme] = Registry("init scheme", InitScheme)
+
+
+def register_init(name: str):
+    """Decorator registering an :class:`InitScheme` subclass under ``name``."""
+    return INIT_REGISTRY.register(name)
+
+
+def _check_positive(value: float, option: str) -> None:
+    if not value > 0:
+        raise ConfigError(f"must be > 0, got {value!r}", option)
+
+
+@register_init("normal")
+class NormalInit(InitScheme):
+    """Every weight N(0, std), biases zero (GPT-2, BERT).
+
+    With ``scaled_residual`` the projections that write back onto the residual stream use
+    ``std / sqrt(2 * num_layers)``, as GPT-2 does, so the stream's variance does not grow with depth.
+    """
+
+    @dataclass
+    class Config:
+        std: float = 0.02
+        scaled_residual: bool = False
+
+        def __post_init__(self) -> None:
+            _check_positive(self.std, "std")
+
+    def __init__(self, std: float = 0.02, scaled_residual: bool = False) -> None:
+        self.std = std
+        self.scaled_residual = scaled_residual
+
+    def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
+        if self.scaled_residual and is_residual_output(module_name):
+            return self.std / math.sqrt(2 * self.num_layers)
+        return self.std
+
+
+@register_init("small_init")
+class SmallInit(InitScheme):
+    """N(0, sqrt(2 / (5 d))) (Nguyen & Salazar 2019, "Transformers without Tears").
+
+    With ``scaled_residual`` the residual outputs use 2 / (num_layers * sqrt(d)) (Wang 2021, as in
+    GPT-NeoX), ``d`` being the input width of the weight.
+    """
+
+    @dataclass
+    class Config:
+        scaled_residual: bool = False
+
+    def __init__(self, scaled_residual: bool = False) -> None:
+        self.scaled_residual = scaled_residual
+
+    def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
+        dim = fans(weight)[0]
+        if self.scaled_residual and is_residual_output(module_name):
+            return 2.0 / (self.num_layers * math.sqrt(dim))
+        return math.sqrt(2.0 / (5.0 * dim))
+
+
+@register_init("xavier")
+class XavierInit(InitScheme):
+    """Weights N(0, gain * sqrt(2 / (fan_in + fan_out))) (Glorot & Bengio 2010); embeddings N(0, d^-1/2)."""
+
+    @dataclass
+    class Config:
+        gain: float = 1.0
+
+        def __post_init__(self) -> None:
+            _check_positive(self.gain, "gain")
+
+    def __init__(self, gain: float = 1.0) -> None:
+        self.gain = gain
+
+    def _init_parameter(self, name: str, module: nn.Module, param_name: str, param: torch.Tensor) -> None:
+        if isinstance(module, nn.Embedding):
+            param.normal_(0.0, module.embedding_dim**-0.5)
+        else:
+            super()._init_parameter(name, module, param_name, param)
+
+    def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
+        fan_in, fan_out = fans(weight)
+        return self.gain * math.sqrt(2.0 / (fan_in + fan_out))
+
+
+@register_init("none")
+class NoInit(InitScheme):
+    """Keep each module's own PyTorch default init."""
+
+    @dataclass
+    class Config:
+        pass
+
+    def apply(self, model: nn.Module, num_layers: int) -> None:
+        return None

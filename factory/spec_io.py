@@ -1,0 +1,125 @@
+"""Reading and writing specs as YAML (``yaml.safe_load``) or JSON (the standard library).
+
+``dump_spec`` writes a canonical text, so dump -> load -> dump is byte-identical. Duplicate keys in a
+file are an error rather than "the last one wins".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from brickwork.errors import ConfigError, join_path
+
+YAML_SUFFIXES = (".yaml", ".yml")
+JSON_SUFFIXES = (".json",)
+
+
+def spec_format(path: str | os.PathLike[str]) -> str:
+    """``"yaml"`` or ``"json"`` from the file suffix."""
+    suffix = Path(path).suffix.lower()
+    if suffix in YAML_SUFFIXES:
+        return "yaml"
+    if suffix in JSON_SUFFIXES:
+        return "json"
+    raise ConfigError(
+        f"spec file {os.fspath(path)!r} has suffix {suffix!r}", choices=YAML_SUFFIXES + JSON_SUFFIXES
+    )
+
+
+def load_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a spec dict from a .yaml/.yml/.json file. Raises ConfigError for malformed text."""
+    fmt = spec_format(path)
+    text = Path(path).read_text(encoding="utf-8")
+    return parse_spec(text, fmt, source=os.fspath(path))
+
+
+def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str, Any]:
+    """Parse spec text in ``fmt`` (``"yaml"`` or ``"json"``) into a dict."""
+    if fmt == "yaml":
+        try:
+            _reject_duplicate_yaml_keys(yaml.compose(text, Loader=yaml.SafeLoader), source)
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{source} is not valid YAML: {err}") from None
+    elif fmt == "json":
+        try:
+            data = json.loads(text, object_pairs_hook=_json_object(source))
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{source} is not valid JSON: {err}") from None
+    else:
+        raise ConfigError(f"unknown spec format {fmt!r}", choices=["json", "yaml"], got=fmt)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source} must hold a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _reject_duplicate_yaml_keys(node: yaml.Node | None, source: str, path: str = "") -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise ConfigError(f"key given twice in {source} (line {line})", join_path(path, key))
+            seen.add(key)
+            _reject_duplicate_yaml_keys(value_node, source, join_path(path, key))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _reject_duplicate_yaml_keys(item, source, join_path(path, i))
+
+
+def _json_object(source: str):
+    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ConfigError(f"key {key!r} given twice in {source}")
+            out[key] = value
+        return out
+
+    return build
+
+
+def format_spec(spec: Mapping[str, Any], fmt: str = "yaml") -> str:
+    """The canonical text of ``spec`` in ``fmt``: keys in their given order, block style, newline-ended."""
+    data = _plain(spec, "")
+    if fmt == "yaml":
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+    if fmt == "json":
+        try:
+            return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        except ValueError as err:
+            raise ConfigError(f"cannot write the spec as JSON: {err}") from None
+    raise ConfigError(f"unknown spec format {fmt!r}", choices=["json", "yaml"], got=fmt)
+
+
+def dump_spec(spec: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
+    """Write ``spec`` to a .yaml/.yml/.json file and return the text written."""
+    text = format_spec(spec, spec_format(path))
+    Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def _plain(value: Any, path: str) -> Any:
+    """Check ``value`` is plain data (dicts, lists, str, int, float, bool, None) and copy it."""
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, (str, int)) or isinstance(k, bool):
+                raise ConfigError(f"keys must be strings or integers, got {k!r}", path)
+            out[k] = _plain(v, join_path(path, str(k)))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, join_path(path, i)) for i, v in enumerate(value)]
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError("NaN cannot be written to a spec", path)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise ConfigError(f"cannot write a {type(value).__name__} to a spec file: {value!r}", path)

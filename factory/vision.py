@@ -1,0 +1,93 @@
+"""A patch-embedding input and the ViT-style image encoder built on it (Dosovitskiy et al. 2021)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from brickwork.blocks import EncoderBlock
+
+
+class PatchEmbedding(nn.Module):
+    """Cuts an image into ``patch_size`` squares and projects each to ``dim_model``.
+
+    images ``[B, channels, image_size, image_size]`` -> ``[B, (image_size / patch_size)², dim_model]``,
+    patches in row-major order. The projection is a strided convolution, ``proj``.
+    """
+
+    def __init__(self, image_size: int, patch_size: int, channels: int, dim_model: int) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"image_size={image_size} must be a multiple of patch_size={patch_size}")
+        self.image_size, self.patch_size, self.channels = image_size, patch_size, channels
+        self.num_patches = (image_size // patch_size) ** 2
+        self.proj = nn.Conv2d(channels, dim_model, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        expected = (self.channels, self.image_size, self.image_size)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(
+                f"images must have shape [B, {', '.join(map(str, expected))}], got {tuple(images.shape)}"
+            )
+        return self.proj(images).flatten(2).transpose(1, 2)  # (B, N, d)
+
+
+class ImageEncoder(nn.Module):
+    """``model(images [B, C, H, W])`` -> class logits ``[B, num_classes]``, or hidden states
+    ``[B, N, d]`` when built without a classifier (``num_classes=0``).
+
+    Patches (plus a learned class token in front when ``class_token``) get ``position`` added and go
+    through the encoder blocks. The classifier reads the class token (``pool="cls"``) or the mean of
+    all tokens (``pool="mean"``). ``forward`` is ``head(layers(embed(images)))``.
+    """
+
+    def __init__(
+        self,
+        patch_embedding: PatchEmbedding,
+        layers: Sequence[EncoderBlock],
+        position: nn.Module | None = None,
+        class_token: bool = True,
+        final_norm: nn.Module | None = None,
+        num_classes: int = 0,
+        pool: str = "cls",
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if not layers:
+            raise ValueError("ImageEncoder needs at least one layer")
+        if pool not in ("cls", "mean") or (pool == "cls" and not class_token):
+            raise ValueError(f"pool must be 'mean', or 'cls' with a class token; got {pool!r}")
+        dim = layers[0].attention.dim_model
+        self.patch_embedding = patch_embedding
+        self.class_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
+        self.position_embedding = position
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm if final_norm is not None else nn.Identity()
+        self.pool = pool
+        self.classifier = nn.Linear(dim, num_classes) if num_classes > 0 else None
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """[B, C, H, W] -> [B, N (+1), d]."""
+        h = self.patch_embedding(images)
+        if self.class_token is not None:
+            h = torch.cat([self.class_token.expand(h.shape[0], -1, -1), h], dim=1)
+        if self.position_embedding is not None:
+            h = self.position_embedding(h)
+        return self.dropout(h)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """[B, N, d] -> logits [B, num_classes], or normalised hidden states [B, N, d]."""
+        h = self.final_norm(h)
+        if self.classifier is None:
+            return h
+        pooled = h[:, 0] if self.pool == "cls" else h.mean(dim=1)
+        return self.classifier(pooled)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        h = self.embed(images)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h)
