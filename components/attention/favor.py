@@ -28,13 +28,16 @@ FEATURE_MAPS = ("sm_orf", "sm_reg", "sm_hyp")
 def orthogonal_features(
     num_rows: int, dim: int, feature_map_type: str, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """``[num_rows, dim]`` projections: blocks of orthogonal rows, each with the norm of a Gaussian draw
-    (``sm_reg``, ``sm_hyp``) or with norm √dim (``sm_orf``), so that each row is marginally N(0, I)."""
+    """``[num_rows, dim]`` projections: blocks of orthogonal rows. ``sm_reg`` and ``sm_hyp`` give each row
+    the norm of a Gaussian draw, so rows are marginally N(0, I) and the kernel estimate is unbiased;
+    ``sm_orf`` fixes every norm at √dim, which lowers the variance at the cost of a small bias."""
     blocks = []
     for _ in range(math.ceil(num_rows / dim)):
         gaussian = torch.randn(dim, dim, generator=generator, dtype=torch.float64)
-        orthonormal, _ = torch.linalg.qr(gaussian)
-        blocks.append(orthonormal.T)
+        orthonormal, upper = torch.linalg.qr(gaussian)
+        # Fixing the signs by R's diagonal makes Q Haar-distributed, i.e. its rows isotropic; without it
+        # the estimate of exp(q·k) is biased.
+        blocks.append((orthonormal * upper.diagonal().sign()).T)
     rows = torch.cat(blocks)[:num_rows]
     if feature_map_type == "sm_orf":
         norms = torch.full((num_rows, 1), math.sqrt(dim), dtype=torch.float64)
