@@ -1,53 +1,121 @@
-"""Fused kernels with pure-torch twins. ``backend=None`` picks Triton for CUDA tensors, torch elsewhere."""
+"""Fused kernels with pure-torch twins, chosen per call.
+
+Every function is differentiable and takes ``backend``: ``None`` runs the Triton kernel for CUDA
+tensors and the torch twin elsewhere, ``"torch"`` always runs the twin, and ``"triton"`` always runs
+the kernel (on CPU tensors through Triton's interpreter, see ``_runtime``). Importing this package
+never imports triton; the first Triton call does.
+"""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from ._checks import check_dropout, check_gelu, check_norm, check_softmax
+from ._runtime import prepare_interpreter, use_triton
+from .reference import (
+    bias_gelu_dropout_ref,
+    bias_gelu_ref,
+    layer_norm_ref,
+    masked_softmax_ref,
+    rms_norm_ref,
+)
 
-def _torch_only(backend: str | None) -> None:
-    if backend not in (None, "torch"):
-        raise NotImplementedError(f"backend {backend!r} is not available yet")
+__all__ = [
+    "bias_gelu",
+    "bias_gelu_dropout",
+    "bias_gelu_dropout_ref",
+    "bias_gelu_ref",
+    "layer_norm",
+    "layer_norm_ref",
+    "masked_softmax",
+    "masked_softmax_ref",
+    "rms_norm",
+    "rms_norm_ref",
+]
+
+prepare_interpreter()
 
 
 def layer_norm(
-    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float = 1e-5,
     backend: str | None = None,
 ) -> torch.Tensor:
-    """LayerNorm over the last dimension. x: [..., N]; weight, bias: [N]."""
-    _torch_only(backend)
-    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    """LayerNorm over the last dimension. x [..., N]; weight, bias [N] or None -> [..., N] in x's dtype."""
+    check_norm(x, weight, bias, eps)
+    if use_triton(backend, x):
+        from .fused.layer_norm import layer_norm_triton
+
+        return layer_norm_triton(x, weight, bias, eps)
+    return layer_norm_ref(x, weight, bias, eps)
 
 
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, backend: str | None = None
 ) -> torch.Tensor:
-    """RMSNorm over the last dimension. x: [..., N]; weight: [N]."""
-    _torch_only(backend)
-    return F.rms_norm(x, x.shape[-1:], weight, eps)
+    """RMSNorm over the last dimension. x [..., N]; weight [N] or None -> [..., N] in x's dtype."""
+    check_norm(x, weight, None, eps)
+    if use_triton(backend, x):
+        from .fused.rms_norm import rms_norm_triton
+
+        return rms_norm_triton(x, weight, eps)
+    return rms_norm_ref(x, weight, eps)
 
 
 def bias_gelu(
     x: torch.Tensor, bias: torch.Tensor | None, approximate: str = "none", backend: str | None = None
 ) -> torch.Tensor:
-    """gelu(x + bias). x: [..., N]; bias: [N]."""
-    _torch_only(backend)
-    return F.gelu(x if bias is None else x + bias, approximate=approximate)
+    """``gelu(x + bias)``. x [..., N]; bias [N] or None; approximate "none" (erf) or "tanh"."""
+    check_gelu(x, bias, approximate)
+    if use_triton(backend, x):
+        from .fused.bias_gelu import bias_gelu_triton
+
+        return bias_gelu_triton(x, bias, approximate)
+    return bias_gelu_ref(x, bias, approximate)
+
+
+def bias_gelu_dropout(
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    p: float,
+    seed: int,
+    approximate: str = "none",
+    training: bool = True,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """``dropout(gelu(x + bias), p)`` with a Philox mask drawn from ``seed``. x [..., N]; bias [N] or None.
+
+    No mask is stored: the backward pass redraws it. The same (seed, shape) gives the same mask on every
+    backend and device; pass a fresh seed each step. ``training=False`` (or ``p=0``) is ``bias_gelu``.
+    """
+    check_gelu(x, bias, approximate)
+    check_dropout(p, seed)
+    p = p if training else 0.0
+    if use_triton(backend, x):
+        from .fused.bias_gelu import bias_gelu_triton
+
+        return bias_gelu_triton(x, bias, approximate, p, seed)
+    return bias_gelu_dropout_ref(x, bias, p, seed, approximate)
 
 
 def masked_softmax(
-    scores: torch.Tensor, mask: torch.Tensor | None = None, scale: float = 1.0, causal: bool = False,
+    scores: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float = 1.0,
+    causal: bool = False,
     backend: str | None = None,
 ) -> torch.Tensor:
-    """softmax(scores * scale + mask) over the last dim; fully masked rows give zeros."""
-    _torch_only(backend)
-    s = scores.float() * scale
-    tq, tk = s.shape[-2], s.shape[-1]
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask.float()
-    if causal:
-        keep = torch.ones(tq, tk, dtype=torch.bool, device=s.device).tril(tk - tq)
-        s = s.masked_fill(~keep, float("-inf"))
-    y = torch.softmax(s, dim=-1)
-    return torch.nan_to_num(y, nan=0.0).to(scores.dtype)
+    """``softmax(scores * scale + mask)`` over the last dim. scores [..., Tq, Tk] -> same shape and dtype.
+
+    ``mask`` broadcasts to scores: bool (True = may attend) or float (added). ``causal`` hides key j from
+    query i when ``j > i + Tk - Tq`` (bottom-right aligned). Rows with nothing to attend to give zeros
+    and zero gradient.
+    """
+    check_softmax(scores, mask, causal)
+    if use_triton(backend, scores):
+        from .fused.masked_softmax import masked_softmax_triton
+
+        return masked_softmax_triton(scores, mask, scale, causal)
+    return masked_softmax_ref(scores, mask, scale, causal)

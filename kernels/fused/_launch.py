@@ -1,0 +1,65 @@
+"""Launch settings shared by the Triton ops: block sizes, warp counts, program counts, device checks."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+
+# Widest row (in elements) one program keeps in registers; wider rows take the looped path.
+DEFAULT_MAX_BLOCK = 16384
+
+
+def row_block(n_cols: int, max_block: int) -> tuple[int, bool]:
+    """(BLOCK_N, single_block) for rows of ``n_cols``: one power-of-two block if it fits, else chunks."""
+    if max_block < 1 or max_block & (max_block - 1):
+        raise ValueError(f"max_block must be a power of two >= 1, got {max_block}")
+    block = triton.next_power_of_2(n_cols)
+    return (block, True) if block <= max_block else (max_block, False)
+
+
+def warps_for(block: int) -> int:
+    """Warps per program for a row block of ``block`` elements (about 8-16 elements per thread)."""
+    if block <= 1024:
+        return 4
+    if block <= 4096:
+        return 8
+    return 16 if block <= 16384 else 32
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def device_programs(device: torch.device, per_sm: int) -> int:
+    """``per_sm`` programs for each SM of a CUDA device; 4 on CPU, where the interpreter runs them in turn."""
+    return per_sm * _sm_count(device.index or 0) if device.type == "cuda" else 4
+
+
+def reduction_programs(device: torch.device, n_rows: int) -> int:
+    """How many programs share the rows of a backward pass that also sums over rows.
+
+    Each writes one row of partial sums, which torch then adds up: a fixed order, so the result is
+    deterministic. Two per SM keeps every SM busy; on CPU a few exercise the same path.
+    """
+    return max(1, min(n_rows, device_programs(device, 2)))
+
+
+def check_launch(kernel: object, *tensors: torch.Tensor | None) -> None:
+    """All tensors on one device, and a device the kernel can run on in this process."""
+    present = [t for t in tensors if t is not None]
+    devices = {t.device for t in present}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+    device = present[0].device
+    compiled = isinstance(kernel, triton.runtime.JITFunction)
+    if device.type == "cpu" and compiled:
+        raise RuntimeError(
+            "backend='triton' got CPU tensors, but triton was imported without TRITON_INTERPRET=1, so its "
+            "kernels are compiled for a GPU. Set TRITON_INTERPRET=1 before starting Python (or import "
+            "brickwork.kernels before anything that imports triton) to run them on CPU."
+        )
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"the Triton kernels run on CUDA (or CPU through the interpreter), got {device}")

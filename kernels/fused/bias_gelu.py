@@ -1,0 +1,227 @@
+"""gelu(x + bias), optionally followed by dropout: Triton forward and backward kernels, launchers, autograd.
+
+The work is cut into [BLOCK_M, BLOCK_N] tiles of the [M, N] row view of x (read through its strides).
+Dropout draws its mask from Philox (``tl.randint``) keyed by the seed and counted by each element's
+row-major index in x, so the backward pass regenerates the same mask instead of storing it, and the
+torch twin (``brickwork.kernels.philox``) can rebuild it bit for bit. The bias gradient is a sum over
+rows: each backward program owns a range of rows for one column block and writes one row of float32
+partial sums, which torch adds up afterwards, so it is deterministic.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from .._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu
+from ..philox import dropout_threshold
+from ._launch import check_launch, device_programs
+
+# Elements per tile: enough work per program to hide memory latency, small enough to stay in registers.
+DEFAULT_TILE = 4096
+
+
+@triton.jit
+def _bias_gelu_fwd_kernel(
+    x_ptr, bias_ptr, y_ptr, x_row_stride, x_col_stride, n_rows, n_cols, seed, keep_threshold, keep_scale,
+    HAS_BIAS: tl.constexpr, TANH: tl.constexpr, DROPOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    x_tile = x_ptr + rows[:, None] * x_row_stride + cols[None, :] * x_col_stride
+    z = tl.load(x_tile, mask=inside, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        z = z + tl.load(bias_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
+    if TANH:
+        # 0.5 z (1 + tanh(u)), u = sqrt(2/pi) (z + 0.044715 z^3); tanh(|u|) = (1 - e) / (1 + e) with
+        # e = exp(-2|u|) in (0, 1], which cannot overflow.
+        inner = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+        e = tl.exp(-2.0 * tl.abs(inner))
+        t = (1.0 - e) / (1.0 + e)
+        y = 0.5 * z * (1.0 + tl.where(inner < 0.0, -t, t))
+    else:
+        y = 0.5 * z * (1.0 + tl.math.erf(z * 0.7071067811865476))
+    if DROPOUT:
+        bits = tl.randint(seed, rows[:, None] * n_cols + cols[None, :])
+        y = tl.where((bits >> 1).to(tl.int32) >= keep_threshold, y * keep_scale, 0.0)
+    tl.store(y_ptr + rows[:, None] * n_cols + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _bias_gelu_bwd_kernel(
+    x_ptr, bias_ptr, dy_ptr, dx_ptr, dbias_ptr, x_row_stride, x_col_stride, dy_row_stride, dy_col_stride,
+    n_rows, n_cols, rows_per_program, seed, keep_threshold, keep_scale,
+    HAS_BIAS: tl.constexpr, TANH: tl.constexpr, DROPOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols_inside = cols < n_cols
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols, mask=cols_inside, other=0.0).to(tl.float32)
+    dbias = tl.zeros([BLOCK_N], dtype=tl.float32)
+    first_row = pid_m * rows_per_program
+    for start in range(first_row, tl.minimum(first_row + rows_per_program, n_rows), BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        inside = (rows[:, None] < n_rows) & cols_inside[None, :]
+        x_tile = x_ptr + rows[:, None] * x_row_stride + cols[None, :] * x_col_stride
+        z = tl.load(x_tile, mask=inside, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            z = z + bias[None, :]
+        dy_tile = dy_ptr + rows[:, None] * dy_row_stride + cols[None, :] * dy_col_stride
+        dy = tl.load(dy_tile, mask=inside, other=0.0).to(tl.float32)
+        if TANH:
+            # As in the forward; 1 - tanh(u)^2 = 4e / (1 + e)^2 avoids cancellation where tanh is near 1.
+            inner = 0.7978845608028654 * (z + 0.044715 * z * z * z)
+            e = tl.exp(-2.0 * tl.abs(inner))
+            t = (1.0 - e) / (1.0 + e)
+            sech2 = 4.0 * e / ((1.0 + e) * (1.0 + e))
+            slope = 0.5 * (1.0 + tl.where(inner < 0.0, -t, t))
+            slope += 0.5 * z * sech2 * 0.7978845608028654 * (1.0 + 0.134145 * z * z)
+        else:
+            # Phi(z) + z * phi(z), phi the standard normal density.
+            slope = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
+            slope += z * 0.3989422804014327 * tl.exp(-0.5 * z * z)
+        dx = dy * slope
+        if DROPOUT:
+            bits = tl.randint(seed, rows[:, None] * n_cols + cols[None, :])
+            dx = tl.where((bits >> 1).to(tl.int32) >= keep_threshold, dx * keep_scale, 0.0)
+        # Out-of-range elements loaded dy = 0, so they add nothing here.
+        dbias += tl.sum(dx, axis=0)
+        tl.store(dx_ptr + rows[:, None] * n_cols + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=inside)
+    if HAS_BIAS:
+        tl.store(dbias_ptr + pid_m * n_cols + cols, dbias, mask=cols_inside)
+
+
+def _tile(n_cols: int, max_tile: int) -> tuple[int, int]:
+    if max_tile < 1 or max_tile & (max_tile - 1):
+        raise ValueError(f"max_tile must be a power of two >= 1, got {max_tile}")
+    block_n = min(triton.next_power_of_2(n_cols), 1024, max_tile)
+    return max(1, max_tile // block_n), block_n
+
+
+def _dropout_args(p: float, seed: int) -> tuple[int, int, float]:
+    check_dropout(p, seed)
+    return seed, dropout_threshold(p), 1.0 / (1.0 - p)
+
+
+def bias_gelu_forward(
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    approximate: str,
+    p: float = 0.0,
+    seed: int = 0,
+    max_tile: int = DEFAULT_TILE,
+) -> torch.Tensor:
+    """x [..., N], bias [N] or None -> dropout(gelu(x + bias), p) [..., N] in x's dtype; p = 0: no dropout."""
+    check_gelu(x, bias, approximate)
+    check_float("x", x, KERNEL_DTYPES)
+    check_launch(_bias_gelu_fwd_kernel, x, bias)
+    seed, keep_threshold, keep_scale = _dropout_args(p, seed)
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols)
+    n_rows = x2.shape[0]
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    block_m, block_n = _tile(n_cols, max_tile)
+    if n_rows > 0:
+        grid = (triton.cdiv(n_rows, block_m), triton.cdiv(n_cols, block_n))
+        wrap_triton(_bias_gelu_fwd_kernel)[grid](
+            x2, x2 if bias is None else bias, y, x2.stride(0), x2.stride(1), n_rows, n_cols,
+            seed, keep_threshold, keep_scale,
+            HAS_BIAS=bias is not None, TANH=approximate == "tanh", DROPOUT=p > 0,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if block_m * block_n <= 2048 else 8,
+        )  # fmt: skip
+    return y.view(x.shape)
+
+
+def bias_gelu_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    approximate: str,
+    p: float = 0.0,
+    seed: int = 0,
+    max_tile: int = DEFAULT_TILE,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """dy, x [..., N] -> (dx [..., N], dbias [N]); without a bias, dbias has shape [0]."""
+    if dy.shape != x.shape:
+        raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
+    check_float("dy", dy, KERNEL_DTYPES)
+    check_launch(_bias_gelu_bwd_kernel, dy, x, bias)
+    seed, keep_threshold, keep_scale = _dropout_args(p, seed)
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols)
+    dy2 = dy.reshape(-1, n_cols)
+    n_rows = x2.shape[0]
+    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    block_m, block_n = _tile(n_cols, max_tile)
+    col_blocks = triton.cdiv(n_cols, block_n)
+    # About four programs per SM in all, each summing the bias gradient over a run of whole row tiles.
+    target = device_programs(x.device, 4)
+    row_tiles = triton.cdiv(n_rows, block_m)
+    rows_per_program = triton.cdiv(row_tiles, max(1, min(row_tiles, target // col_blocks))) * block_m
+    row_programs = max(1, triton.cdiv(n_rows, rows_per_program))
+    dbias = torch.zeros(
+        (row_programs, n_cols) if bias is not None else (0,), dtype=torch.float32, device=x.device
+    )
+    if n_rows > 0:
+        wrap_triton(_bias_gelu_bwd_kernel)[(row_programs, col_blocks)](
+            x2, x2 if bias is None else bias, dy2, dx, dbias,
+            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols, rows_per_program,
+            seed, keep_threshold, keep_scale,
+            HAS_BIAS=bias is not None, TANH=approximate == "tanh", DROPOUT=p > 0,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if block_m * block_n <= 2048 else 8,
+        )  # fmt: skip
+    return dx.view(x.shape), dbias.sum(0).to(bias.dtype) if bias is not None else dbias
+
+
+@triton_op("brickwork::bias_gelu_fwd", mutates_args={})
+def _bias_gelu_fwd_op(
+    x: torch.Tensor, bias: torch.Tensor | None, approximate: str, p: float, seed: int, max_tile: int
+) -> torch.Tensor:
+    return bias_gelu_forward(x, bias, approximate, p, seed, max_tile)
+
+
+@triton_op("brickwork::bias_gelu_bwd", mutates_args={})
+def _bias_gelu_bwd_op(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    approximate: str,
+    p: float,
+    seed: int,
+    max_tile: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return bias_gelu_backward(dy, x, bias, approximate, p, seed, max_tile)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, bias, approximate, p, seed, max_tile = inputs
+    ctx.save_for_backward(x, bias)
+    ctx.options = (approximate, p, seed, max_tile)
+
+
+def _backward(ctx, dy):
+    x, bias = ctx.saved_tensors
+    dx, dbias = _bias_gelu_bwd_op(dy, x, bias, *ctx.options)
+    return dx, None if bias is None else dbias, None, None, None, None
+
+
+_bias_gelu_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def bias_gelu_triton(
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    approximate: str = "none",
+    p: float = 0.0,
+    seed: int = 0,
+    max_tile: int = DEFAULT_TILE,
+) -> torch.Tensor:
+    """Differentiable Triton ``dropout(gelu(x + bias), p)``. x [..., N]; bias [N] or None -> [..., N].
+
+    ``p = 0`` is plain bias-GELU. ``max_tile`` caps the elements per program tile (a power of two).
+    """
+    return _bias_gelu_fwd_op(x, bias, approximate, p, seed, max_tile)

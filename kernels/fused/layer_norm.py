@@ -1,0 +1,264 @@
+"""LayerNorm over the last dimension: Triton forward and backward kernels, launchers, autograd.
+
+Rows are read through their strides, so a non-contiguous input costs no copy when its leading dims
+collapse to one row stride. Statistics are float32 whatever the input dtype. A row that fits one block
+(``BLOCK_N <= max_block``) is read once; wider rows are walked in chunks: the forward merges each
+chunk's mean and squared deviations into running ones (Chan et al.'s pairwise update) and then writes,
+the backward sums its two row reductions and then writes dx.
+
+The weight and bias gradients are sums over rows. Each backward program owns a contiguous range of
+rows and one row of a float32 partial-sum buffer; torch adds the buffer's rows afterwards. No atomics,
+so the result is bit-for-bit reproducible.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from .._checks import KERNEL_DTYPES, check_float, check_norm
+from ._launch import DEFAULT_MAX_BLOCK, check_launch, reduction_programs, row_block, warps_for
+
+
+@triton.jit
+def _layer_norm_fwd_kernel(
+    x_ptr, weight_ptr, bias_ptr, y_ptr, mean_ptr, rstd_ptr,
+    x_row_stride, x_col_stride, n_cols, eps,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    y_row = y_ptr + row * n_cols
+    if SINGLE_BLOCK:
+        cols = tl.arange(0, BLOCK_N)
+        inside = cols < n_cols
+        x = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=0) / n_cols
+        centred = tl.where(inside, x - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)
+        y = centred * rstd
+        if HAS_WEIGHT:
+            y = y * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y = y + tl.load(bias_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
+    else:
+        mean = 0.0
+        m2 = 0.0
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            inside = cols < n_cols
+            x = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32)
+            count = tl.minimum(n_cols - start, BLOCK_N).to(tl.float32)
+            chunk_mean = tl.sum(x, axis=0) / count
+            deviation = tl.where(inside, x - chunk_mean, 0.0)
+            seen = start * 1.0
+            delta = chunk_mean - mean
+            mean = mean + delta * (count / (seen + count))
+            m2 = m2 + tl.sum(deviation * deviation, axis=0) + delta * delta * (seen * count / (seen + count))
+        rstd = 1.0 / tl.sqrt(m2 / n_cols + eps)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            inside = cols < n_cols
+            x = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32)
+            y = (x - mean) * rstd
+            if HAS_WEIGHT:
+                y = y * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                y = y + tl.load(bias_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _layer_norm_bwd_kernel(
+    x_ptr, weight_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, dweight_ptr, dbias_ptr,
+    x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+):  # fmt: skip
+    # dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy * xhat)), means taken over the row.
+    pid = tl.program_id(0).to(tl.int64)
+    first_row = pid * rows_per_program
+    last_row = tl.minimum(first_row + rows_per_program, n_rows)
+    partial_row = pid * n_cols
+    if SINGLE_BLOCK:
+        cols = tl.arange(0, BLOCK_N)
+        inside = cols < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+        dbias = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for row in range(first_row, last_row):
+            x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+            dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+            dy = dy.to(tl.float32)
+            rstd = tl.load(rstd_ptr + row)
+            xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
+            wdy = dy * w if HAS_WEIGHT else dy
+            c1 = tl.sum(xhat * wdy, axis=0) / n_cols
+            c2 = tl.sum(wdy, axis=0) / n_cols
+            dx = (wdy - (xhat * c1 + c2)) * rstd
+            tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+            if HAS_WEIGHT:
+                dweight += dy * xhat
+            if HAS_BIAS:
+                dbias += dy
+        if HAS_WEIGHT:
+            tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
+        if HAS_BIAS:
+            tl.store(dbias_ptr + partial_row + cols, dbias, mask=inside)
+    else:
+        # The partial-sum row is private to this program, so read-add-write needs no atomics.
+        for row in range(first_row, last_row):
+            mean = tl.load(mean_ptr + row)
+            rstd = tl.load(rstd_ptr + row)
+            sum_xhat_wdy = tl.zeros([BLOCK_N], dtype=tl.float32)
+            sum_wdy = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                inside = cols < n_cols
+                x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+                dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+                dy = dy.to(tl.float32)
+                xhat = tl.where(inside, (x.to(tl.float32) - mean) * rstd, 0.0)
+                if HAS_WEIGHT:
+                    dy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                sum_xhat_wdy += xhat * dy
+                sum_wdy += dy
+            c1 = tl.sum(sum_xhat_wdy, axis=0) / n_cols
+            c2 = tl.sum(sum_wdy, axis=0) / n_cols
+            for start in range(0, n_cols, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                inside = cols < n_cols
+                x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+                dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+                dy = dy.to(tl.float32)
+                xhat = tl.where(inside, (x.to(tl.float32) - mean) * rstd, 0.0)
+                if HAS_WEIGHT:
+                    wdy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                    partial = dweight_ptr + partial_row + cols
+                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy * xhat, mask=inside)
+                else:
+                    wdy = dy
+                if HAS_BIAS:
+                    partial = dbias_ptr + partial_row + cols
+                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy, mask=inside)
+                dx = (wdy - (xhat * c1 + c2)) * rstd
+                tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+
+
+def layer_norm_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    max_block: int = DEFAULT_MAX_BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [..., N] -> (y [..., N] in x's dtype, mean [M], rstd [M] in float32), M the number of rows."""
+    check_norm(x, weight, bias, eps)
+    check_float("x", x, KERNEL_DTYPES)
+    check_launch(_layer_norm_fwd_kernel, x, weight, bias)
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols)
+    n_rows = x2.shape[0]
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    mean = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    block, single = row_block(n_cols, max_block)
+    if n_rows > 0:
+        wrap_triton(_layer_norm_fwd_kernel)[(n_rows,)](
+            x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean, rstd,
+            x2.stride(0), x2.stride(1), n_cols, eps,
+            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=block, SINGLE_BLOCK=single,
+            num_warps=warps_for(block),
+        )  # fmt: skip
+    return y.view(x.shape), mean, rstd
+
+
+def layer_norm_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    bias: torch.Tensor | None,
+    max_block: int = DEFAULT_MAX_BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dy, x [..., N] -> (dx [..., N], dweight [N], dbias [N]); a missing weight or bias gives shape [0]."""
+    if dy.shape != x.shape:
+        raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
+    check_float("dy", dy, KERNEL_DTYPES)
+    check_launch(_layer_norm_bwd_kernel, dy, x, weight, mean, rstd)
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols)
+    dy2 = dy.reshape(-1, n_cols)
+    n_rows = x2.shape[0]
+    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    programs = reduction_programs(x.device, n_rows)
+    block, single = row_block(n_cols, max_block)
+    # The looped path adds into its partial rows, so they must start at zero.
+    alloc = torch.empty if single and n_rows > 0 else torch.zeros
+    dweight = alloc((programs, n_cols) if weight is not None else (0,), dtype=torch.float32, device=x.device)
+    dbias = alloc((programs, n_cols) if bias is not None else (0,), dtype=torch.float32, device=x.device)
+    if n_rows > 0:
+        wrap_triton(_layer_norm_bwd_kernel)[(programs,)](
+            x2, x2 if weight is None else weight, dy2, dx, mean, rstd, dweight, dbias,
+            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
+            triton.cdiv(n_rows, programs),
+            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=block, SINGLE_BLOCK=single,
+            num_warps=warps_for(block),
+        )  # fmt: skip
+    dweight = dweight.sum(0).to(weight.dtype) if weight is not None else dweight
+    dbias = dbias.sum(0).to(bias.dtype) if bias is not None else dbias
+    return dx.view(x.shape), dweight, dbias
+
+
+@triton_op("brickwork::layer_norm_fwd", mutates_args={})
+def _layer_norm_fwd_op(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, max_block: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return layer_norm_forward(x, weight, bias, eps, max_block)
+
+
+@triton_op("brickwork::layer_norm_bwd", mutates_args={})
+def _layer_norm_bwd_op(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    bias: torch.Tensor | None,
+    max_block: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return layer_norm_backward(dy, x, weight, mean, rstd, bias, max_block)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, bias, _, max_block = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, weight, bias, mean, rstd)
+    ctx.max_block = max_block
+
+
+def _backward(ctx, dy, _dmean, _drstd):
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    dx, dweight, dbias = _layer_norm_bwd_op(dy, x, weight, mean, rstd, bias, ctx.max_block)
+    return dx, None if weight is None else dweight, None if bias is None else dbias, None, None
+
+
+_layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def layer_norm_triton(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float = 1e-5,
+    max_block: int = DEFAULT_MAX_BLOCK,
+) -> torch.Tensor:
+    """Differentiable Triton LayerNorm. x [..., N]; weight, bias [N] or None -> [..., N].
+
+    ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
+    """
+    return _layer_norm_fwd_op(x, weight, bias, eps, max_block)[0]

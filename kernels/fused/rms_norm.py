@@ -1,0 +1,207 @@
+"""RMSNorm over the last dimension: Triton forward and backward kernels, launchers, autograd.
+
+``y = x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x**2) + eps)`` in float32. The layout follows
+``layer_norm.py``: strided rows, one block per row when it fits and a looped path beyond, and a
+deterministic weight gradient from per-program partial sums that torch adds up afterwards.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from .._checks import KERNEL_DTYPES, check_float, check_norm
+from ._launch import DEFAULT_MAX_BLOCK, check_launch, reduction_programs, row_block, warps_for
+
+
+@triton.jit
+def _rms_norm_fwd_kernel(
+    x_ptr, weight_ptr, y_ptr, rstd_ptr, x_row_stride, x_col_stride, n_cols, eps,
+    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    y_row = y_ptr + row * n_cols
+    if SINGLE_BLOCK:
+        cols = tl.arange(0, BLOCK_N)
+        inside = cols < n_cols
+        x = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        y = x * rstd
+        if HAS_WEIGHT:
+            y = y * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
+    else:
+        squares = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            x = tl.load(x_row + cols * x_col_stride, mask=cols < n_cols, other=0.0).to(tl.float32)
+            squares += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / n_cols + eps)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            inside = cols < n_cols
+            y = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32) * rstd
+            if HAS_WEIGHT:
+                y = y * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _rms_norm_bwd_kernel(
+    x_ptr, weight_ptr, dy_ptr, dx_ptr, rstd_ptr, dweight_ptr,
+    x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program,
+    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+):  # fmt: skip
+    # dx = rstd * (w*dy - xhat * mean(w*dy * xhat)), xhat = x * rstd, the mean taken over the row.
+    pid = tl.program_id(0).to(tl.int64)
+    first_row = pid * rows_per_program
+    last_row = tl.minimum(first_row + rows_per_program, n_rows)
+    partial_row = pid * n_cols
+    if SINGLE_BLOCK:
+        cols = tl.arange(0, BLOCK_N)
+        inside = cols < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for row in range(first_row, last_row):
+            x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+            dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+            dy = dy.to(tl.float32)
+            rstd = tl.load(rstd_ptr + row)
+            xhat = x.to(tl.float32) * rstd
+            if HAS_WEIGHT:
+                wdy = dy * w
+                dweight += dy * xhat
+            else:
+                wdy = dy
+            c1 = tl.sum(xhat * wdy, axis=0) / n_cols
+            dx = (wdy - xhat * c1) * rstd
+            tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+        if HAS_WEIGHT:
+            tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
+    else:
+        # The partial-sum row is private to this program, so read-add-write needs no atomics.
+        for row in range(first_row, last_row):
+            rstd = tl.load(rstd_ptr + row)
+            sum_xhat_wdy = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                inside = cols < n_cols
+                x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+                dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+                wdy = dy.to(tl.float32)
+                if HAS_WEIGHT:
+                    wdy = wdy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                sum_xhat_wdy += x.to(tl.float32) * rstd * wdy
+            c1 = tl.sum(sum_xhat_wdy, axis=0) / n_cols
+            for start in range(0, n_cols, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                inside = cols < n_cols
+                x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+                dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+                dy = dy.to(tl.float32)
+                xhat = x.to(tl.float32) * rstd
+                if HAS_WEIGHT:
+                    wdy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                    partial = dweight_ptr + partial_row + cols
+                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy * xhat, mask=inside)
+                else:
+                    wdy = dy
+                dx = (wdy - xhat * c1) * rstd
+                tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+
+
+def rms_norm_forward(
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int = DEFAULT_MAX_BLOCK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., N] -> (y [..., N] in x's dtype, rstd [M] in float32), M the number of rows."""
+    check_norm(x, weight, None, eps)
+    check_float("x", x, KERNEL_DTYPES)
+    check_launch(_rms_norm_fwd_kernel, x, weight)
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols)
+    n_rows = x2.shape[0]
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    block, single = row_block(n_cols, max_block)
+    if n_rows > 0:
+        wrap_triton(_rms_norm_fwd_kernel)[(n_rows,)](
+            x2, x2 if weight is None else weight, y, rstd, x2.stride(0), x2.stride(1), n_cols, eps,
+            HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
+        )  # fmt: skip
+    return y.view(x.shape), rstd
+
+
+def rms_norm_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    rstd: torch.Tensor,
+    max_block: int = DEFAULT_MAX_BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """dy, x [..., N] -> (dx [..., N], dweight [N]); without a weight, dweight has shape [0]."""
+    if dy.shape != x.shape:
+        raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
+    check_float("dy", dy, KERNEL_DTYPES)
+    check_launch(_rms_norm_bwd_kernel, dy, x, weight, rstd)
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols)
+    dy2 = dy.reshape(-1, n_cols)
+    n_rows = x2.shape[0]
+    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    programs = reduction_programs(x.device, n_rows)
+    block, single = row_block(n_cols, max_block)
+    # The looped path adds into its partial rows, so they must start at zero.
+    shape = (programs, n_cols) if weight is not None else (0,)
+    dweight = (torch.empty if single and n_rows > 0 else torch.zeros)(
+        shape, dtype=torch.float32, device=x.device
+    )
+    if n_rows > 0:
+        wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
+            x2, x2 if weight is None else weight, dy2, dx, rstd, dweight,
+            x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
+            triton.cdiv(n_rows, programs),
+            HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
+        )  # fmt: skip
+    return dx.view(x.shape), dweight.sum(0).to(weight.dtype) if weight is not None else dweight
+
+
+@triton_op("brickwork::rms_norm_fwd", mutates_args={})
+def _rms_norm_fwd_op(
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return rms_norm_forward(x, weight, eps, max_block)
+
+
+@triton_op("brickwork::rms_norm_bwd", mutates_args={})
+def _rms_norm_bwd_op(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor, max_block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return rms_norm_backward(dy, x, weight, rstd, max_block)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, _, max_block = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.max_block = max_block
+
+
+def _backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dweight = _rms_norm_bwd_op(dy, x, weight, rstd, ctx.max_block)
+    return dx, None if weight is None else dweight, None, None
+
+
+_rms_norm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def rms_norm_triton(
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, max_block: int = DEFAULT_MAX_BLOCK
+) -> torch.Tensor:
+    """Differentiable Triton RMSNorm. x [..., N]; weight [N] or None -> [..., N].
+
+    ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
+    """
+    return _rms_norm_fwd_op(x, weight, eps, max_block)[0]
