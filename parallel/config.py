@@ -1,0 +1,181 @@
+"""The dist dict: one plain dict that says how a model runs on N processes, validated into ParallelConfig.
+
+LiBai's spellings are accepted as they are: its ``dist`` keys (``data_parallel_size``,
+``tensor_parallel_size``, ``pipeline_parallel_size``, ``pipeline_num_layers``,
+``custom_pipeline_stage_id``, ``device_type``) and its training switches
+``zero_optimization={"enabled", "stage"}``, ``activation_checkpoint={"enabled"}`` and
+``amp={"enabled"}`` (LiBai's amp is fp16).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from brickwork.errors import ConfigError
+
+ACTIVATION_CHECKPOINTING = ("none", "full", "selective")
+MIXED_PRECISION = ("fp32", "bf16", "fp16")
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
+ZERO_STAGES = (0, 1, 2, 3)
+DEVICE_TYPES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """A validated dist dict. Sizes multiply to the world size; see docs/parallel.md for every key."""
+
+    data_parallel_size: int = 1
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+    cpu_offload: bool = False
+    activation_checkpointing: str = "none"
+    mixed_precision: str = "fp32"
+    max_grad_norm: float | None = None
+    num_microbatches: int | None = None
+    pipeline_schedule: str = "1f1b"
+    virtual_pipeline_size: int = 1
+    pipeline_layers: tuple[int, ...] | None = None
+    pipeline_num_layers: int | None = None
+    device_weights: tuple[float, ...] | None = None
+    device_type: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in (
+            "data_parallel_size",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "virtual_pipeline_size",
+        ):
+            _check_positive_int(key, getattr(self, key))
+        for key in ("sequence_parallel", "cpu_offload"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"must be true or false, got {getattr(self, key)!r}", key)
+        _check_choice("zero_stage", self.zero_stage, ZERO_STAGES)
+        _check_choice("activation_checkpointing", self.activation_checkpointing, ACTIVATION_CHECKPOINTING)
+        _check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
+        _check_choice("pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
+        if self.device_type is not None:
+            _check_choice("device_type", self.device_type, DEVICE_TYPES)
+        if self.cpu_offload and self.zero_stage < 2:
+            raise ConfigError(
+                f"cpu_offload needs FSDP, i.e. zero_stage 2 or 3, got zero_stage={self.zero_stage}",
+                "cpu_offload",
+            )
+        if self.sequence_parallel and self.tensor_parallel_size == 1:
+            raise ConfigError("sequence_parallel needs tensor_parallel_size > 1", "sequence_parallel")
+        if self.max_grad_norm is not None and not (
+            isinstance(self.max_grad_norm, int | float) and self.max_grad_norm > 0
+        ):
+            raise ConfigError(
+                f"must be a positive number or null, got {self.max_grad_norm!r}", "max_grad_norm"
+            )
+        for key in ("num_microbatches", "pipeline_num_layers"):
+            if getattr(self, key) is not None:
+                _check_positive_int(key, getattr(self, key))
+
+    @property
+    def world_size(self) -> int:
+        """pp × dp × tp: the number of processes this layout needs."""
+        return self.pipeline_parallel_size * self.data_parallel_size * self.tensor_parallel_size
+
+    def check_world_size(self, world_size: int) -> None:
+        """Raise ConfigError, naming every number, unless pp × dp × tp equals ``world_size``."""
+        if self.world_size != world_size:
+            raise ConfigError(
+                f"pipeline_parallel_size ({self.pipeline_parallel_size}) × data_parallel_size "
+                f"({self.data_parallel_size}) × tensor_parallel_size ({self.tensor_parallel_size}) = "
+                f"{self.world_size}, but the world size is {world_size}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved dist dict, in brickwork's own spellings (lists for tuples)."""
+        out = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+    @classmethod
+    def from_dict(
+        cls, dist: Mapping[str, Any] | ParallelConfig, world_size: int | None = None
+    ) -> ParallelConfig:
+        """Validate a dist dict (brickwork's or LiBai's spellings) without changing it.
+
+        A missing ``data_parallel_size`` is inferred as ``world_size // (tp × pp)`` when the world size
+        is given, as LiBai does. With ``world_size`` the sizes are also checked against it.
+        """
+        if isinstance(dist, ParallelConfig):
+            config = dist
+        else:
+            if not isinstance(dist, Mapping):
+                raise ConfigError(f"the dist config must be a dict, got {type(dist).__name__}")
+            config = cls(**_resolve_keys(dict(dist), world_size))
+        if world_size is not None:
+            config.check_world_size(world_size)
+        return config
+
+
+def _resolve_keys(dist: dict[str, Any], world_size: int | None) -> dict[str, Any]:
+    fields = {f.name for f in dataclasses.fields(ParallelConfig)}
+    out: dict[str, Any] = {}
+    for key, value in dist.items():
+        if key == "zero_optimization":
+            section = _section(key, value, ("enabled", "stage"))
+            out["zero_stage"] = section.get("stage", 1) if section.get("enabled", False) else 0
+        elif key == "activation_checkpoint":
+            section = _section(key, value, ("enabled",))
+            out["activation_checkpointing"] = "full" if section.get("enabled", False) else "none"
+        elif key == "amp":
+            section = _section(key, value, ("enabled",))
+            out["mixed_precision"] = "fp16" if section.get("enabled", False) else "fp32"
+        elif key == "custom_pipeline_stage_id":
+            if value is not None:
+                out["pipeline_layers"] = _stage_ids_to_counts(key, value)
+        elif key in fields:
+            out[key] = (
+                tuple(value) if key in ("pipeline_layers", "device_weights") and value is not None else value
+            )
+        else:
+            raise ConfigError("unknown dist key", key, choices=sorted(fields | _LIBAI_KEYS), got=key)
+    if "data_parallel_size" not in out and world_size is not None:
+        others = out.get("tensor_parallel_size", 1) * out.get("pipeline_parallel_size", 1)
+        if isinstance(others, int) and others > 0 and world_size % others == 0:
+            out["data_parallel_size"] = world_size // others
+    return out
+
+
+_LIBAI_KEYS = {"zero_optimization", "activation_checkpoint", "amp", "custom_pipeline_stage_id"}
+
+
+def _section(key: str, value: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"enabled": value}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"must be a dict with keys {list(allowed)}, got {value!r}", key)
+    for sub in value:
+        if sub not in allowed:
+            raise ConfigError("unknown key", f"{key}.{sub}", choices=allowed, got=sub)
+    return dict(value)
+
+
+def _stage_ids_to_counts(key: str, stage_ids: Any) -> tuple[int, ...]:
+    """LiBai's per-layer stage ids (e.g. [0, 0, 1, 1, 1]) as layers per stage ((2, 3))."""
+    ids = list(stage_ids)
+    if not ids or any(not isinstance(i, int) or i < 0 for i in ids) or ids != sorted(ids):
+        raise ConfigError(f"must be a non-decreasing list of stage ids >= 0, got {stage_ids!r}", key)
+    counts = [0] * (ids[-1] + 1)
+    for i in ids:
+        counts[i] += 1
+    return tuple(counts)
+
+
+def _check_positive_int(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"must be an integer >= 1, got {value!r}", key)
+
+
+def _check_choice(key: str, value: Any, choices: tuple) -> None:
+    if value not in choices or isinstance(value, bool):
+        raise ConfigError(f"invalid value {value!r}", key, choices=[str(c) for c in choices], got=value)

@@ -1,0 +1,133 @@
+"""Data parallel and ZeRO on torch's own engines.
+
+| zero_stage | engine                                                      |
+|------------|-------------------------------------------------------------|
+| 0          | DistributedDataParallel                                     |
+| 1          | DistributedDataParallel + ZeroRedundancyOptimizer           |
+| 2          | FSDP2 ``fully_shard(reshard_after_forward=False)``          |
+| 3          | FSDP2 ``fully_shard`` (parameters resharded after forward)  |
+
+With tensor parallel the model's parameters are already DTensors on the "tp" mesh dim; FSDP2 shards
+them over "dp", giving a 2-D layout, and DDP all-reduces their local shards over "dp".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
+
+from brickwork.parallel.config import ParallelConfig
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def apply_fsdp(module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh) -> None:
+    """ZeRO-2/3: shard each of the model's ``layers`` and then the rest, in place, over ``dp_mesh``.
+
+    One FSDP unit per layer lets the all-gather of layer i+1 overlap the compute of layer i and
+    frees each layer's full parameters after use (ZeRO-3). Mixed precision casts the parameters for
+    compute and reduces gradients in fp32; ``cpu_offload`` keeps the shards and optimizer on the CPU.
+    """
+    mixed = MixedPrecisionPolicy()
+    if config.mixed_precision != "fp32":
+        mixed = MixedPrecisionPolicy(param_dtype=DTYPES[config.mixed_precision], reduce_dtype=torch.float32)
+    offload: OffloadPolicy = OffloadPolicy()
+    if config.cpu_offload:
+        offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+    options: dict[str, Any] = dict(
+        mesh=dp_mesh, reshard_after_forward=config.zero_stage == 3, mp_policy=mixed, offload_policy=offload
+    )
+    for layer in getattr(module, "layers", None) or []:
+        fully_shard(layer, **options)
+    fully_shard(module, **options)
+
+
+def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh) -> DistributedDataParallel:
+    """ZeRO-0/1: replicate ``module`` over ``dp_mesh``; gradients are averaged in backward.
+
+    DDP works on plain tensors, so a tensor-parallel model is handed to it as :class:`LocalShards`.
+    """
+    if any(isinstance(p, DTensor) for p in module.parameters()):
+        module = LocalShards(module)
+    return DistributedDataParallel(module, process_group=dp_mesh.get_group())
+
+
+class LocalShards(nn.Module):
+    """A tensor-parallel model seen by DDP: its parameters are this rank's local shards.
+
+    Each DTensor parameter is split into a plain Parameter (its local shard: what DDP all-reduces
+    and the optimizer updates) and a DTensor view made from it once with ``DTensor.from_local``,
+    which the model keeps using. The view shares the shard's storage, so optimizer updates show
+    through, and its autograd edge leads every backward into the shard's gradient. Tied weights keep
+    one shard and one view. Each shard remembers its layout in ``_st_info`` (torch's DDP + TP
+    convention), for gradient clipping and checkpoints.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.shards = nn.ParameterList()
+        self._model = [model]  # not a submodule: DDP must see the shards only
+        views: dict[int, torch.Tensor] = {}
+        for holder in model.modules():
+            for name, param in list(holder._parameters.items()):
+                if param is None:
+                    continue
+                if id(param) not in views:
+                    views[id(param)] = self._split(param)
+                holder._parameters[name] = views[id(param)]
+
+    def _split(self, param: nn.Parameter) -> torch.Tensor:
+        if not isinstance(param, DTensor):
+            self.shards.append(param)
+            return param
+        spec = param._spec
+        shard = nn.Parameter(param.to_local().detach(), requires_grad=param.requires_grad)
+        shard._st_info = spec
+        self.shards.append(shard)
+        return DTensor.from_local(
+            shard, spec.mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride
+        )
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._model[0](*args, **kwargs)
+
+
+class ZeroOptimizers:
+    """ZeRO-1: the optimizer a user built is re-created as a ZeroRedundancyOptimizer over the dp group.
+
+    Each rank keeps the optimizer state of its 1/dp of the parameters only. The user's optimizer
+    stays the source of hyperparameters: its param-group values (e.g. an LR schedule's ``lr``) are
+    copied over before every step.
+    """
+
+    def __init__(self, dp_mesh: DeviceMesh) -> None:
+        self.group = dp_mesh.get_group()
+        self._by_user: dict[int, tuple[torch.optim.Optimizer, ZeroRedundancyOptimizer]] = {}
+
+    def get(self, optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer:
+        if isinstance(optimizer, ZeroRedundancyOptimizer):
+            return optimizer
+        entry = self._by_user.get(id(optimizer))
+        if entry is None:
+            groups = [dict(group) for group in optimizer.param_groups]
+            zero = ZeroRedundancyOptimizer(
+                groups[0].pop("params"),
+                optimizer_class=type(optimizer),
+                process_group=self.group,
+                **{k: v for k, v in groups[0].items() if k in optimizer.defaults},
+            )
+            for group in groups[1:]:
+                zero.add_param_group(group)
+            entry = (optimizer, zero)
+            self._by_user[id(optimizer)] = entry
+        user, zero = entry
+        for user_group, zero_group in zip(user.param_groups, zero.param_groups):
+            zero_group.update({k: v for k, v in user_group.items() if k != "params"})
+        return zero

@@ -1,0 +1,89 @@
+"""Gradient-norm clipping when the gradients are split over several mesh dims.
+
+Each rank holds pieces of the gradient: DTensor shards (tensor parallel, FSDP), replicas (DDP) or,
+with pipeline parallel, whole parameters of its own stage. The norm that clipping needs is the norm
+of the full gradient, as one process would compute it: the squared local pieces are summed over
+exactly the process groups across which they differ, then over ``extra_groups`` (the pipeline).
+The clip factor is torch's: ``max_norm / (norm + 1e-6)``, at most 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+
+def _pieces(param: torch.Tensor) -> tuple[torch.Tensor, tuple[dist.ProcessGroup, ...]]:
+    """This rank's gradient data and the groups over which the other pieces of it live."""
+    grad = param.grad
+    if isinstance(grad, DTensor):
+        mesh, placements = grad.device_mesh, grad.placements
+        local = grad.to_local()
+    elif hasattr(param, "_st_info"):
+        # A tensor-parallel parameter that DDP turned into its local shard keeps its layout here.
+        mesh, placements = param._st_info.mesh, param._st_info.placements
+        local = grad
+    else:
+        return grad, ()
+    if any(p.is_partial() for p in placements):
+        raise RuntimeError(f"gradient with a pending reduction {placements} reached clipping")
+    # _StridedShard (FSDP over TP) is a shard too, though is_shard() says no.
+    groups = tuple(mesh.get_group(i) for i, p in enumerate(placements) if not p.is_replicate())
+    return local, groups
+
+
+@torch.no_grad()
+def settle_gradients(parameters: Iterable[torch.Tensor]) -> None:
+    """Carry out pending reductions: a DTensor gradient takes its parameter's placements.
+
+    A replicated parameter used on sequence-sharded activations (a norm under sequence parallel)
+    gets a Partial gradient; it is all-reduced here, once, before clipping and the optimizer see it.
+    """
+    for param in parameters:
+        grad = param.grad
+        if isinstance(grad, DTensor) and grad.placements != param.placements:
+            param.grad = grad.redistribute(param.device_mesh, param.placements)
+
+
+@torch.no_grad()
+def clip_grad_norm(
+    parameters: Iterable[torch.Tensor],
+    max_norm: float,
+    extra_groups: Sequence[dist.ProcessGroup] = (),
+) -> torch.Tensor:
+    """Scale this rank's gradients in place so the full gradient's 2-norm is at most ``max_norm``.
+
+    Returns the norm before clipping (a float32 scalar, the same on every rank). Every rank of the
+    model must call it: it runs collectives.
+    """
+    sums: dict[tuple[int, ...], torch.Tensor] = {}
+    groups_of: dict[tuple[int, ...], tuple[dist.ProcessGroup, ...]] = {}
+    locals_ = []
+    for param in parameters:
+        if param.grad is None:
+            continue
+        local, groups = _pieces(param)
+        key = tuple(id(g) for g in groups)
+        groups_of[key] = groups
+        sums[key] = (
+            sums.get(key, torch.zeros((), dtype=torch.float64, device=local.device))
+            + local.double().pow(2).sum()
+        )
+        locals_.append(local)
+    device = locals_[0].device if locals_ else torch.device("cpu")
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    # Same parameters in the same order on every rank of a stage, so the collectives line up.
+    for key, value in sums.items():
+        for group in groups_of[key]:
+            dist.all_reduce(value, group=group)
+        total = total + value.to(device)
+    for group in extra_groups:
+        dist.all_reduce(total, group=group)
+    norm = total.sqrt().float()
+    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for local in locals_:
+        local.mul_(scale.to(local.device, local.dtype))
+    return norm

@@ -1,0 +1,73 @@
+"""Models too big for one device: built on the meta device, parallelized, then only local shards filled.
+
+Rank 0 builds the model for real (its full weights are the seed state dict, in host memory); every
+other rank builds the same model under ``torch.device("meta")``, which allocates nothing. After the
+layout is applied on meta tensors, each rank allocates its own shards and receives their values
+from rank 0 by torch's ``set_model_state_dict(..., broadcast_from_rank0=True)``. So a seed gives the
+same full weights as a single-process build, exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+from brickwork.errors import ConfigError
+from brickwork.parallel.styles import PACKED_ATTR
+
+
+def uses_meta_init(model: nn.Module, device: torch.device) -> bool:
+    """Whether some rank passed a meta model. Collective; every rank raises if rank 0 did."""
+    is_meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+    flags = torch.tensor([int(is_meta), int(is_meta and dist.get_rank() == 0)], device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    if flags[1]:
+        raise ConfigError(
+            "rank 0 passed a model on the meta device; rank 0 must build the real model (its weights are "
+            "broadcast), the other ranks may build it under torch.device('meta')"
+        )
+    return bool(flags[0])
+
+
+def take_source(model: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
+    """Keep rank 0's full state dict, leave its parameters on meta like the others', share buffers.
+
+    Buffers (rotary tables, ALiBi slopes...) are small and may not be in the state dict, so every
+    rank gets rank 0's real ones now, before tensor parallel slices any of them.
+    """
+    rank = dist.get_rank()
+    source = {k: v.detach() for k, v in model.state_dict().items()} if rank == 0 else {}
+    meta: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if id(param) not in meta:
+                meta[id(param)] = nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
+            module.register_parameter(name, meta[id(param)])
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer is None:
+                continue
+            real = buffer.to(device) if rank == 0 else torch.empty_like(buffer, device=device)
+            dist.broadcast(real, src=0)
+            module._buffers[name] = real
+    return source
+
+
+def materialize(model: nn.Module, source: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Allocate this rank's shards of the (parallelized) meta model and fill them from rank 0's source."""
+    buffers = [
+        (module, name, buffer) for module in model.modules() for name, buffer in module._buffers.items()
+    ]
+    model.to_empty(device=device)
+    for module, name, buffer in buffers:
+        if buffer is not None:
+            module._buffers[name] = buffer
+    if source:
+        source = dict(source)
+        for prefix, module in model.named_modules():
+            for pname, (dim, order) in getattr(module, PACKED_ATTR, {}).items():
+                key = f"{prefix}.{pname}" if prefix else pname
+                source[key] = source[key].index_select(dim, order)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, source, options=options)

@@ -1,0 +1,40 @@
+"""The device mesh of a dist dict: dims ("pp", "dp", "tp"), ranks grouped as in LiBai."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from brickwork.parallel.config import ParallelConfig
+
+MESH_DIMS = ("pp", "dp", "tp")
+
+
+def mesh_device_type(config: ParallelConfig) -> str:
+    """``device_type`` from the dist dict, else cuda when there is a GPU (nccl) and cpu otherwise (gloo)."""
+    if config.device_type is not None:
+        return config.device_type
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
+    """A DeviceMesh of shape (pp, dp, tp) with those dim names, every dim present even at size 1.
+
+    The mesh is laid out row-major over the ranks, so tensor parallel is innermost, then data, then
+    pipeline (LiBai's grouping): with 8 ranks and dp=2, tp=4 the TP groups are [0..3] and [4..7]; with
+    pp=dp=tp=2, stage 0 holds ranks 0-3, TP pairs [0,1], [2,3] and DP pairs [0,2], [1,3]. Starts the
+    default process group from the torchrun environment if it is not up yet.
+    """
+    if not dist.is_initialized():
+        config = ParallelConfig.from_dict(dist_config)
+        dist.init_process_group("nccl" if mesh_device_type(config) == "cuda" else "gloo")
+    config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
+    device_type = mesh_device_type(config)
+    if device_type == "cuda":
+        torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
+    shape = (config.pipeline_parallel_size, config.data_parallel_size, config.tensor_parallel_size)
+    return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)

@@ -1,0 +1,275 @@
+"""Tensor (and sequence) parallelism applied from plans: the components' own, or glob patterns by name.
+
+A plan is a list of :class:`PlanEntry`: which module gets which style, and which module declared it
+(its *owner*, e.g. an attention layer for its q/k/v/out projections). From that list alone:
+
+- each target gets its DTensor style (parallel/styles.py);
+- an owner with colwise children receives its input as one replicated DTensor, so the q/k/v (or
+  up/gate) projections share it and the backward all-reduces once per owner, as in Megatron; under
+  sequence parallel the same hook all-gathers the sequence-sharded input instead;
+- an owner whose colwise children have no rowwise partner produces the model's output (the LM head):
+  that output stays sharded on the vocabulary for loss-parallel cross entropy;
+- integer attributes named in a module's ``tp_divide`` (head counts) are divided by the TP size, and
+  that module's buffers indexed by them on dim 0 (per-head tables such as ALiBi slopes) keep this
+  rank's contiguous slice, matching the head split of the projections.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import parallelize_module
+
+from brickwork.errors import ConfigError, join_path
+from brickwork.parallel.styles import is_transposed_linear, make_style, parse_style
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """``path`` (a module's dotted name) gets ``style``; ``owner`` is the module that declared it."""
+
+    owner: str
+    path: str
+    style: str
+    segments: int = 1
+
+
+def component_plan(model: nn.Module) -> list[PlanEntry]:
+    """Every entry of every ``tp_plan()`` declared by ``model``'s modules, as full dotted paths."""
+    entries = []
+    for owner_name, owner in model.named_modules():
+        declare = getattr(owner, "tp_plan", None)
+        if not callable(declare):
+            continue
+        for child, value in declare().items():
+            path = join_path(owner_name, child)
+            _get_module(model, path, f"{type(owner).__name__}.tp_plan()")
+            style, segments = parse_style(value, path)
+            entries.append(PlanEntry(owner_name, path, style, segments))
+    return entries
+
+
+def name_plan(model: nn.Module, plan: Mapping[str, str]) -> list[PlanEntry]:
+    """Entries from glob patterns over module names (``"transformer.h.*.attn.c_attn": "colwise:3"``).
+
+    Each pattern must match at least one module; a module matched by two patterns is an error.
+    The owner of a matched module is its parent.
+    """
+    names = [name for name, _ in model.named_modules() if name]
+    entries: dict[str, PlanEntry] = {}
+    for pattern, value in plan.items():
+        matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        if not matched:
+            raise ConfigError(f"pattern {pattern!r} matches no module of {type(model).__name__}", "plan")
+        style, segments = parse_style(value, f"plan.{pattern}")
+        for name in matched:
+            if name in entries:
+                raise ConfigError(f"module {name!r} is matched by more than one pattern", f"plan.{pattern}")
+            entries[name] = PlanEntry(name.rpartition(".")[0], name, style, segments)
+    return list(entries.values())
+
+
+def check_tensor_parallel(model: nn.Module, entries: Sequence[PlanEntry], tp: int) -> None:
+    """Raise ConfigError, naming the module and the numbers, for anything that does not split by ``tp``."""
+    for entry in entries:
+        module = _get_module(model, entry.path, "plan")
+        if entry.style == "colwise":
+            size, what = _out_features(module)
+            _check_divides(entry.path, what, size, tp * entry.segments, tp, entry.segments)
+        elif entry.style == "rowwise":
+            size, what = _in_features(module)
+            _check_divides(entry.path, what, size, tp, tp)
+        elif entry.style == "vocab":
+            if not isinstance(module, nn.Embedding):
+                raise ConfigError(
+                    f"vocab style needs an nn.Embedding, got {type(module).__name__}", entry.path
+                )
+            _check_divides(entry.path, "num_embeddings (the vocabulary)", module.num_embeddings, tp, tp)
+    for name, module in model.named_modules():
+        for attr in getattr(type(module), "tp_divide", ()):
+            value = getattr(module, attr, None)
+            if isinstance(value, int):
+                _check_divides(name or type(module).__name__, attr, value, tp, tp)
+
+
+def apply_tensor_parallel(
+    model: nn.Module,
+    entries: Sequence[PlanEntry],
+    mesh: DeviceMesh,
+    *,
+    sequence_parallel: bool = False,
+    divide: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """Shard ``model`` in place over the 1-D ``mesh`` (the "tp" dim) as ``entries`` say.
+
+    ``divide`` maps glob patterns of module names to extra integer attributes to divide by the TP size
+    (for models without ``tp_divide``, e.g. ``{"transformer.h.*.attn": ["split_size", "num_heads"]}``).
+    Under ``sequence_parallel`` the model's ``layers`` (docs/architecture.md) get their input split
+    on the sequence dim, and every parameter inside them must be covered by the plan.
+    """
+    tp = mesh.size()
+    check_tensor_parallel(model, entries, tp)
+    tied = _tied_parameters(model)
+    by_owner: dict[str, list[PlanEntry]] = {}
+    for entry in entries:
+        by_owner.setdefault(entry.owner, []).append(entry)
+    styles = {}
+    for owner, group in by_owner.items():
+        has_rowwise = any(e.style == "rowwise" for e in group)
+        for entry in group:
+            output = entry.style == "colwise" and not has_rowwise
+            style = make_style(
+                entry.style, segments=entry.segments, sequence_parallel=sequence_parallel, model_output=output
+            )
+            if style is not None:
+                styles[entry.path] = style
+        if has_rowwise and any(e.style == "colwise" for e in group):
+            _gather_owner_input(_get_module(model, owner, "plan"), mesh, sequence_parallel)
+    parallelize_module(model, mesh, styles)
+    if sequence_parallel:
+        _split_sequence_at_layers(model, mesh)
+    _divide_attributes(model, mesh, divide or {})
+    _retie(model, tied)
+
+
+def _gather_owner_input(owner: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> None:
+    name = _first_parameter_name(owner)
+    source = [Shard(1)] if sequence_parallel else [Replicate()]
+
+    def to_replicated(x: Any) -> Any:
+        if x is None or isinstance(x, DTensor):
+            return x
+        return DTensor.from_local(x, mesh, source, run_check=False).redistribute(mesh, [Replicate()])
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (to_replicated(args[0]), *args[1:]), kwargs
+        if name in kwargs:
+            kwargs = {**kwargs, name: to_replicated(kwargs[name])}
+        return args, kwargs
+
+    owner.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _split_sequence_at_layers(model: nn.Module, mesh: DeviceMesh) -> None:
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+        raise ConfigError(
+            f"sequence_parallel needs the model's `layers` ModuleList, which {type(model).__name__} lacks",
+            "sequence_parallel",
+        )
+    for name, param in layers.named_parameters():
+        if not isinstance(param, DTensor):
+            raise ConfigError(
+                f"layers.{name} is not covered by any tensor-parallel plan; under sequence parallel every "
+                "norm must be declared 'sequence_parallel'",
+                "sequence_parallel",
+            )
+
+    def split(module: nn.Module, args: tuple) -> tuple:
+        x = DTensor.from_local(args[0], mesh, [Replicate()], run_check=False)
+        return (x.redistribute(mesh, [Shard(1)]).to_local(), *args[1:])
+
+    layers[0].register_forward_pre_hook(split)
+
+
+def _divide_attributes(model: nn.Module, mesh: DeviceMesh, divide: Mapping[str, Sequence[str]]) -> None:
+    tp = mesh.size()
+    names = dict(model.named_modules())
+    for pattern, attrs in divide.items():
+        matched = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not matched:
+            raise ConfigError(f"pattern {pattern!r} matches no module", "divide")
+        for name in matched:
+            for attr in attrs:
+                value = getattr(names[name], attr, None)
+                if not isinstance(value, int):
+                    raise ConfigError(f"{name}.{attr} is not an integer attribute", f"divide.{pattern}")
+                _check_divides(name, attr, value, tp, tp)
+                setattr(names[name], attr, value // tp)
+    rank = mesh.get_local_rank()
+    for module in names.values():
+        divided = [
+            a for a in getattr(type(module), "tp_divide", ()) if isinstance(getattr(module, a, None), int)
+        ]
+        sizes = {getattr(module, a) for a in divided}
+        for attr in divided:
+            setattr(module, attr, getattr(module, attr) // tp)
+        # Per-head buffers (e.g. ALiBi slopes [H]) follow the head split: this rank's contiguous slice.
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer is not None and buffer.dim() >= 1 and buffer.shape[0] in sizes:
+                module._buffers[name] = buffer.chunk(tp, dim=0)[rank].clone()
+
+
+def _tied_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """Groups of (module, attribute) that hold the very same Parameter (tied embeddings)."""
+    groups: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            groups.setdefault(id(param), []).append((module, name))
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def _retie(model: nn.Module, tied: list[list[tuple[nn.Module, str]]]) -> None:
+    # A style registers a new Parameter on the module it shards, which unties a shared weight; make
+    # every holder point at the first holder's (sharded) Parameter again.
+    for (first_module, first_name), *others in tied:
+        source = getattr(first_module, first_name)
+        for module, name in others:
+            current = getattr(module, name)
+            if isinstance(current, DTensor) and isinstance(source, DTensor):
+                if current.placements != source.placements:
+                    raise ConfigError(
+                        f"a tied weight is sharded two ways ({source.placements} vs {current.placements}); "
+                        "tied modules need plans that split it the same way"
+                    )
+            elif isinstance(current, DTensor) != isinstance(source, DTensor):
+                raise ConfigError("a tied weight is sharded in one of its modules but not in the other")
+            module.register_parameter(name, source)
+
+
+def _get_module(model: nn.Module, path: str, where: str) -> nn.Module:
+    try:
+        return model.get_submodule(path)
+    except AttributeError:
+        raise ConfigError(
+            f"{where} names {path!r}, which is not a submodule of {type(model).__name__}"
+        ) from None
+
+
+def _first_parameter_name(module: nn.Module) -> str:
+    params = list(inspect.signature(module.forward).parameters)
+    return params[0] if params else ""
+
+
+def _out_features(module: nn.Module) -> tuple[int, str]:
+    if isinstance(module, nn.Linear):
+        return module.out_features, "out_features"
+    if isinstance(module, nn.Embedding):
+        return module.embedding_dim, "embedding_dim"
+    if is_transposed_linear(module):
+        return module.weight.shape[1], "out features"
+    raise ConfigError(f"colwise needs a linear layer, got {type(module).__name__}")
+
+
+def _in_features(module: nn.Module) -> tuple[int, str]:
+    if isinstance(module, nn.Linear):
+        return module.in_features, "in_features"
+    if isinstance(module, nn.Embedding):
+        return module.num_embeddings, "num_embeddings"
+    if is_transposed_linear(module):
+        return module.weight.shape[0], "in features"
+    raise ConfigError(f"rowwise needs a linear layer, got {type(module).__name__}")
+
+
+def _check_divides(path: str, what: str, value: int, by: int, tp: int, segments: int = 1) -> None:
+    if value % by:
+        packed = f" × {segments} packed segments" if segments > 1 else ""
+        raise ConfigError(f"{what}={value} is not divisible by tensor_parallel_size={tp}{packed}", path)
