@@ -7,6 +7,7 @@ groups.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -81,8 +82,9 @@ class GPT2(Family):
         )
         if cfg.get("scale_attn_by_inverse_layer_idx", False):
             base = mechanism.get("scale", (dim // heads) ** -0.5)
+            # Per-layer overrides merge into the block's mechanism options.
             out["decoder"]["layers"] = {
-                i: {"attention": {"mechanism": {**mechanism, "scale": base / (i + 1)}}} for i in range(layers)
+                i: {"attention": {"mechanism": {"scale": base / (i + 1)}}} for i in range(layers)
             }
         return out
 
@@ -167,14 +169,19 @@ class GPT2(Family):
 
 def _inverse_layer_scaling(spec: Mapping[str, Any], mechanism: Mapping[str, Any], base: float) -> bool:
     """Whether the per-layer overrides are exactly GPT-2's scale_attn_by_inverse_layer_idx."""
-    layers = spec["decoder"].get("layers")
-    if not layers:
+    layers = {int(k): v for k, v in (spec["decoder"].get("layers") or {}).items()}
+    if set(layers) != set(range(spec["decoder"]["num_layers"])):
         return False
-    expected = {
-        i: {"attention": {"mechanism": {**mechanism, "scale": base / (i + 1)}}}
-        for i in range(spec["decoder"]["num_layers"])
-    }
-    return {int(k): v for k, v in layers.items()} == expected
+    others = {k: v for k, v in mechanism.items() if k != "scale"}
+    for i, override in layers.items():
+        inner = override.get("attention", {}).get("mechanism", {})
+        if override != {"attention": {"mechanism": inner}}:
+            return False
+        merged = {**mechanism, **inner}
+        scale = merged.pop("scale", None)
+        if merged != others or scale is None or not math.isclose(scale, base / (i + 1)):
+            return False
+    return True
 
 
 def _without_layers(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -158,13 +158,15 @@ def check_blocks(
         (b["norm"]["name"] == norm, "norm.name", f"norm must be {norm}"),
         (attn["fused_qkv"] == fused_qkv, "attention.fused_qkv", f"fused_qkv must be {fused_qkv}"),
         (bias is None or attn["bias"] == bias, "attention.bias", f"bias must be {bias}"),
+        (b["norm"].get("bias", True), "norm.bias", "HF's LayerNorms have biases"),
+        (not attn["mechanism"].get("causal", False), "attention.mechanism.causal", "HF BERT is not causal"),
         (attn["mechanism"]["name"] == "scaled_dot_product", "attention.mechanism.name",
          "HF runs exact softmax attention (scaled_dot_product)"),
     ]  # fmt: skip
     for ok, path, why in checks:
         if not ok:
             raise unsupported(family, f"{kind}.block.{path}", why)
-    extra = set(attn["mechanism"]) - {"name", "dropout", "backend", "scale"}
+    extra = set(attn["mechanism"]) - {"name", "dropout", "backend", "scale", "causal"}
     if extra:
         raise unsupported(
             family, f"{kind}.block.attention.mechanism", f"options {sorted(extra)} are not in HF"

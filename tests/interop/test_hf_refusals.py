@@ -24,7 +24,8 @@ def _config(family: str, **changes) -> dict:
         ("bert", {"is_decoder": True}, "is_decoder"),
         ("bert", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
         ("bert", {"hidden_act": "relu"}, "hidden_act"),
-        ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}}, "rope_type"),
+        ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}},
+         "rope_type"),
         ("llama", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "rope_type"),
         ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4, "spin": 1}},
          "rope_parameters.spin"),
@@ -39,9 +40,9 @@ def test_unsupported_options_are_named(family: str, changes: dict, named: str) -
 
 
 def test_unknown_family_and_class_list_the_choices() -> None:
-    with pytest.raises(ConfigError, match="model_type.*allowed: bert, gpt2, gpt_neox, llama"):
+    with pytest.raises(ConfigError, match=r"model_type.*allowed: bert, gpt2, gpt_neox, llama"):
         hf_to_spec({"model_type": "t5"}, "T5Model")
-    with pytest.raises(ConfigError, match="architectures.*GPT2LMHeadModel"):
+    with pytest.raises(ConfigError, match=r"architectures.*GPT2LMHeadModel"):
         hf_to_spec(_config("gpt2"), "GPT2ForSequenceClassification")
 
 
