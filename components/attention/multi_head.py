@@ -184,7 +184,9 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, t, _ = x.shape
         d = self.dim_head
-        if memory is None and self.fused_qkv:
+        if self.fused_qkv:
+            if memory is not None:
+                raise ValueError("cross-attention needs separate projections; build with fused_qkv=False")
             group = self.num_heads // self.num_kv_heads
             qkv = self.qkv_proj(x).view(b, t, -1, group + 2, d)  # (B, T, Hkv, H/Hkv + 2, D)
             q = qkv[..., :group, :].reshape(b, t, -1, d)
@@ -193,8 +195,6 @@ class MultiHeadAttention(nn.Module):
         q = self.q_proj(x).view(b, t, -1, d).transpose(1, 2)
         source = x
         if memory is not None:
-            if self.fused_qkv:
-                raise ValueError("cross-attention needs separate projections; build with fused_qkv=False")
             _check_sequence("memory", memory, self.dim_model)
             if memory.shape[0] != b:
                 raise ValueError(f"memory batch {memory.shape[0]} differs from x batch {b}")
