@@ -2,10 +2,13 @@
 
 from brickwork.errors import ConfigError
 from brickwork.factory.build import build_block, build_model
+from brickwork.factory.hf import from_hf, load_hf_checkpoint, to_hf
 from brickwork.factory.initialization import INIT_REGISTRY, InitScheme, register_init
 from brickwork.factory.overrides import apply_overrides
+from brickwork.factory.presets import get_preset, list_presets
 from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
 from brickwork.factory.spec_io import dump_spec, format_spec, load_spec, parse_spec
+from brickwork.factory.summary import summary
 from brickwork.factory.vision import ImageEncoder, PatchEmbedding
 
 __all__ = [
@@ -19,9 +22,15 @@ __all__ = [
     "build_model",
     "dump_spec",
     "format_spec",
+    "from_hf",
+    "get_preset",
+    "list_presets",
+    "load_hf_checkpoint",
     "load_spec",
     "parse_spec",
     "register_init",
     "resolve_block_spec",
     "resolve_model_spec",
+    "summary",
+    "to_hf",
 ]

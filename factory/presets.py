@@ -1,0 +1,166 @@
+"""Named model specs, looked up by exact name. docs/spec.md lists each with its parameter count."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from brickwork.errors import ConfigError
+
+
+def _attention(heads: int, dropout: float = 0.0, **options: Any) -> dict[str, Any]:
+    mechanism = {"name": "scaled_dot_product", "dropout": dropout}
+    return {"num_heads": heads, "dropout": dropout, "mechanism": mechanism, **options}
+
+
+def _mlp(hidden: int, activation: str, dropout: float = 0.0, bias: bool = True) -> dict[str, Any]:
+    return {"name": "mlp", "hidden_dim": hidden, "activation": activation, "dropout": dropout, "bias": bias}
+
+
+_GPT2_BLOCK = {
+    "attention": _attention(12, 0.1, fused_qkv=True),
+    "feedforward": _mlp(3072, "gelu_tanh", 0.1),
+    "norm": {"name": "layernorm", "eps": 1e-5},
+    "residual": {"name": "pre"},
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # GPT-2 small (Radford et al. 2019): 124,439,808 parameters with the tied LM head.
+    "gpt2": {
+        "model": "decoder_lm",
+        "vocab_size": 50257,
+        "dim_model": 768,
+        "max_seq_len": 1024,
+        "position": {"name": "learned"},
+        "dropout": 0.1,
+        "tie_embeddings": True,
+        "init": {"name": "normal", "std": 0.02, "scaled_residual": True},
+        "decoder": {"num_layers": 12, "block": _GPT2_BLOCK},
+    },
+    # A GPT-2-shaped byte-level model small enough to train on a CPU in about a minute.
+    "gpt-tiny": {
+        "model": "decoder_lm",
+        "vocab_size": 256,
+        "dim_model": 128,
+        "max_seq_len": 256,
+        "position": {"name": "learned"},
+        "init": {"name": "normal", "std": 0.02, "scaled_residual": True},
+        "decoder": {
+            "num_layers": 4,
+            "block": {
+                "attention": _attention(4, fused_qkv=True),
+                "feedforward": _mlp(512, "gelu_tanh"),
+                "norm": {"name": "layernorm"},
+                "residual": {"name": "pre"},
+            },
+        },
+    },
+    # BERT-base with its masked-LM head (Devlin et al. 2019): post-norm, embedding LayerNorm.
+    "bert-base": {
+        "model": "encoder",
+        "vocab_size": 30522,
+        "dim_model": 768,
+        "max_seq_len": 512,
+        "position": {"name": "learned"},
+        "dropout": 0.1,
+        "type_vocab_size": 2,
+        "embedding_norm": True,
+        "final_norm": False,
+        "head": "mlm",
+        "tie_embeddings": True,
+        "init": {"name": "normal", "std": 0.02},
+        "encoder": {
+            "num_layers": 12,
+            "block": {
+                "attention": _attention(12, 0.1),
+                "feedforward": _mlp(3072, "gelu", 0.1),
+                "norm": {"name": "layernorm", "eps": 1e-12},
+                "residual": {"name": "post"},
+            },
+        },
+    },
+    # A small Llama-style decoder (Touvron et al. 2023): RMSNorm, SwiGLU, RoPE, grouped-query attention.
+    "llama": {
+        "model": "decoder_lm",
+        "vocab_size": 32000,
+        "dim_model": 512,
+        "max_seq_len": 2048,
+        "position": {"name": "rotary", "base": 10000.0},
+        "tie_embeddings": False,
+        "init": {"name": "normal", "std": 0.02},
+        "decoder": {
+            "num_layers": 8,
+            "block": {
+                "attention": _attention(8, num_kv_heads=2, bias=False),
+                "feedforward": {"name": "swiglu", "hidden_dim": 1376, "bias": False},
+                "norm": {"name": "rmsnorm", "eps": 1e-5},
+                "residual": {"name": "pre"},
+            },
+        },
+    },
+    # T5-small's shape (Raffel et al. 2020): 6 + 6 layers, RMSNorm, bias-free ReLU MLP, shared tied
+    # embeddings. Rotary positions stand in for T5's relative position buckets.
+    "t5-small": {
+        "model": "encoder_decoder",
+        "vocab_size": 32128,
+        "dim_model": 512,
+        "max_seq_len": 512,
+        "position": {"name": "rotary"},
+        "dropout": 0.1,
+        "tie_embeddings": True,
+        "init": {"name": "normal", "std": 0.02},
+        "encoder": {
+            "num_layers": 6,
+            "block": {
+                "attention": _attention(8, bias=False),
+                "feedforward": _mlp(2048, "relu", 0.1, bias=False),
+                "norm": {"name": "rmsnorm", "eps": 1e-6},
+                "residual": {"name": "pre"},
+            },
+        },
+        "decoder": {
+            "num_layers": 6,
+            "block": {
+                "attention": _attention(8, bias=False),
+                "cross_attention": _attention(8, bias=False),
+                "feedforward": _mlp(2048, "relu", 0.1, bias=False),
+                "norm": {"name": "rmsnorm", "eps": 1e-6},
+                "residual": {"name": "pre"},
+            },
+        },
+    },
+    # ViT-B/16 (Dosovitskiy et al. 2021): 224x224 images, 16x16 patches, class token, 1000 classes.
+    "vit": {
+        "model": "image_encoder",
+        "dim_model": 768,
+        "image_size": 224,
+        "patch_size": 16,
+        "channels": 3,
+        "num_classes": 1000,
+        "class_token": True,
+        "pool": "cls",
+        "position": {"name": "learned"},
+        "init": {"name": "normal", "std": 0.02},
+        "encoder": {
+            "num_layers": 12,
+            "block": {
+                "attention": _attention(12),
+                "feedforward": _mlp(3072, "gelu"),
+                "norm": {"name": "layernorm", "eps": 1e-6},
+                "residual": {"name": "pre"},
+            },
+        },
+    },
+}
+
+
+def list_presets() -> list[str]:
+    """The preset names, sorted."""
+    return sorted(PRESETS)
+
+
+def get_preset(name: str) -> dict[str, Any]:
+    """A fresh copy of the spec named ``name`` (exact match; ConfigError lists the names otherwise)."""
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}", "preset", choices=PRESETS, got=name)
+    return copy.deepcopy(PRESETS[name])
