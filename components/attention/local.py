@@ -21,6 +21,7 @@ from brickwork.components.attention.masks import restrict
 from brickwork.components.attention.scaled_dot_product import dense_attention
 
 BACKENDS = ("auto", "flex", "masked")
+MAX_CACHED_BLOCK_MASKS = 8
 
 
 def local_keep(
@@ -46,8 +47,9 @@ class LocalAttention(AttentionMechanism):
 
     ``backend``: ``"masked"`` runs SDPA with the window as a dense mask (exact, everywhere);
     ``"flex"`` runs FlexAttention with a block-sparse mask that skips blocks outside the window;
-    ``"auto"`` (default) uses FlexAttention on CUDA when no ``attn_mask`` or dropout is in play, and the
-    masked path otherwise. FlexAttention has no backward on CPU, so ``"flex"`` on CPU is inference only.
+    ``"auto"`` (default) uses FlexAttention on CUDA for full sequences (Tq == Tk) when no ``attn_mask``
+    or dropout is in play, and the masked path otherwise. FlexAttention has no backward on CPU, so
+    ``"flex"`` on CPU is inference only.
     """
 
     causal_safe = True
@@ -83,7 +85,9 @@ class LocalAttention(AttentionMechanism):
         dropout_p = self.config.dropout if self.training else 0.0
         backend = self.config.backend
         if backend == "auto":
-            backend = "flex" if q.is_cuda and attn_mask is None and dropout_p == 0.0 else "masked"
+            # Decode steps (Tq != Tk) change shape every call; the dense mask is cheap there.
+            sparse_pays = q.is_cuda and q.shape[-2] == k.shape[-2]
+            backend = "flex" if sparse_pays and attn_mask is None and dropout_p == 0.0 else "masked"
         if backend == "flex":
             if attn_mask is not None or dropout_p > 0.0:
                 raise ValueError(
@@ -100,10 +104,11 @@ class LocalAttention(AttentionMechanism):
         key = (tq, tk, str(q.device))
         if key not in self._block_masks:
             self._block_masks[key] = self._block_mask(tq, tk, q.device)
+            while len(self._block_masks) > MAX_CACHED_BLOCK_MASKS:
+                self._block_masks.pop(next(iter(self._block_masks)))
         attend = _compiled_flex() if q.is_cuda else flex_attention
-        out = attend(q, k, v, block_mask=self._block_masks[key], enable_gqa=k.shape[1] != q.shape[1])
         # Rows with no visible key (only when Tq > Tk and causal) come back as zeros from FlexAttention.
-        return out
+        return attend(q, k, v, block_mask=self._block_masks[key], enable_gqa=k.shape[1] != q.shape[1])
 
     def _block_mask(self, tq: int, tk: int, device: torch.device) -> BlockMask:
         half, causal, shift = self.config.window_size // 2, self.causal, tk - tq

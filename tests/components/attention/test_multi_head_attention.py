@@ -9,6 +9,7 @@ from attention_reference import reference_attention
 from torch import nn
 
 from brickwork.components.attention import KVCache, MultiHeadAttention, ScaledDotProduct
+from brickwork.components.positional import ALiBi, RotaryEmbedding
 
 B, T, DIM, HEADS = 2, 7, 16, 4
 
@@ -148,6 +149,19 @@ def test_kv_cache_decode_equals_full_forward(
     chunks = [layer(x[:, a:b], cache=cache) for a, b in ((0, 3), (3, 4), (4, 5), (5, 7))]
     assert cache.length == T
     torch.testing.assert_close(torch.cat(chunks, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_kv_cache_decode_with_brickwork_rotary_and_alibi(fused: bool) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(B, T, DIM)
+    for hooks in ({"rotary": RotaryEmbedding(DIM // HEADS)}, {"position_bias": ALiBi(HEADS)}):
+        layer = MultiHeadAttention(DIM, HEADS, causal=True, num_kv_heads=2, fused_qkv=fused, **hooks)
+        cache = KVCache()
+        steps = torch.cat(
+            [layer(x[:, :4], cache=cache)] + [layer(x[:, i : i + 1], cache=cache) for i in range(4, T)], 1
+        )
+        torch.testing.assert_close(steps, layer(x), atol=1e-5, rtol=1e-5)
 
 
 def test_rotary_hook_gets_head_shapes_and_cache_offset() -> None:
