@@ -31,7 +31,13 @@ class GPT2(Family):
     name = "gpt2"
     model_type = "gpt2"
     variants: ClassVar[dict[str, Variant]] = {
-        "GPT2LMHeadModel": Variant("GPT2LMHeadModel", head="lm", prefix="transformer.")
+        "GPT2LMHeadModel": Variant(
+            "GPT2LMHeadModel",
+            head="lm",
+            prefix="transformer.",
+            tied={"lm_head.weight": "transformer.wte.weight"},
+            head_prefixes=("lm_head.",),
+        )
     }
     ignored_suffixes = (".attn.bias", ".attn.masked_bias")
 
