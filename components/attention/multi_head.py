@@ -92,12 +92,9 @@ class MultiHeadAttention(nn.Module):
             if not isinstance(value, bool):
                 raise ConfigError(f"must be true or false, got {value!r}", option)
 
-        self.dim_model, self.num_heads, self.num_kv_heads, self.dim_head = (
-            dim_model,
-            num_heads,
-            num_kv_heads,
-            dim_head,
-        )
+        self.dim_model, self.dim_head = dim_model, dim_head
+        # Read in forward, never cached in derived sizes: the parallel layer divides both per rank.
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.fused_qkv = fused_qkv
         self.mechanism = build_mechanism(attention, attention_options, causal, num_heads, dim_head)
         self.causal = self.mechanism.causal
