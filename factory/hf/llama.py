@@ -66,11 +66,16 @@ class Llama(Family):
         }
         if activation != "silu":
             feedforward["activation"] = activation
+        position = read_rope(cfg, head_dim, max_len, default_fraction=1.0)
+        if position["fraction"] != 1.0:
+            raise unsupported(
+                self.name, "hf_config.rope_parameters.partial_rotary_factor", "HF Llama rotates every channel"
+            )
         return decoder_spec(
             vocab_size=cfg.require("vocab_size"),
             dim_model=dim,
             max_seq_len=max_len,
-            position=read_rope(cfg, head_dim, max_len, default_fraction=1.0),
+            position=position,
             dropout=0.0,
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             num_layers=cfg.require("num_hidden_layers"),

@@ -52,7 +52,9 @@ def test_bert_with_brickwork_attention_and_padding() -> None:
         before = model(ids, attention_mask=mask).last_hidden_state
         for layer in model.encoder.layer:
             old = layer.attention
-            layer.attention = BertAttentionAdapter(bert_attention(old), old.output.LayerNorm, old.output.dropout)
+            layer.attention = BertAttentionAdapter(
+                bert_attention(old), old.output.LayerNorm, old.output.dropout
+            )
         after = model(ids, attention_mask=mask).last_hidden_state
     assert_close(after, before)
 

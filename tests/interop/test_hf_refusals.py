@@ -30,6 +30,8 @@ def _config(family: str, **changes) -> dict:
         ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4, "spin": 1}},
          "rope_parameters.spin"),
         ("llama", {"hidden_act": "tanh"}, "hidden_act"),
+        ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                       "partial_rotary_factor": 0.5}}, "partial_rotary_factor"),
         ("gpt_neox", {"brand_new_option": 3}, "brand_new_option"),
         ("gpt_neox", {"attn_dropout_typo": 0.1}, "attn_dropout_typo"),
     ],
