@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from brickwork.errors import ConfigError
 from brickwork.registry import Registry
 
 MASK_SUPPORT = ("full", "key_padding", "none")
@@ -104,28 +103,3 @@ ATTENTION_REGISTRY: Registry[AttentionMechanism] = Registry("attention", Attenti
 def register_attention(name: str):
     """Decorator registering an :class:`AttentionMechanism` subclass under ``name``."""
     return ATTENTION_REGISTRY.register(name)
-
-
-def check_positive_int(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"must be a positive integer, got {value!r}", option)
-
-
-def check_optional_positive_int(value: object, option: str) -> None:
-    if value is not None:
-        check_positive_int(value, option)
-
-
-def check_probability(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
-        raise ConfigError(f"must be a number in [0, 1), got {value!r}", option)
-
-
-def check_bool(value: object, option: str) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"must be true or false, got {value!r}", option)
-
-
-def check_choice(value: object, option: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"unknown value {value!r}", option, choices=choices, got=value)

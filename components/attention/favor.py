@@ -11,14 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from brickwork.components.attention.base import (
-    AttentionMechanism,
-    check_bool,
-    check_choice,
-    check_optional_positive_int,
-    check_probability,
-    register_attention,
-)
+from brickwork.checks import check_bool, check_choice, check_optional_positive_int, check_probability
+from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import key_padding_keep
 from brickwork.errors import ConfigError
 

@@ -10,7 +10,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from brickwork.components.attention.base import AttentionMechanism, check_probability, register_attention
+from brickwork.checks import check_probability
+from brickwork.components.attention.base import AttentionMechanism, register_attention
 
 
 @register_attention("fourier_mix")

@@ -9,14 +9,8 @@ from collections.abc import Callable
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from brickwork.components.attention.base import (
-    AttentionMechanism,
-    check_bool,
-    check_choice,
-    check_positive_int,
-    check_probability,
-    register_attention,
-)
+from brickwork.checks import check_bool, check_choice, check_positive_int, check_probability
+from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import restrict
 from brickwork.components.attention.scaled_dot_product import dense_attention
 

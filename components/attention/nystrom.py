@@ -11,13 +11,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from brickwork.components.attention.base import (
-    AttentionMechanism,
-    check_bool,
-    check_positive_int,
-    check_probability,
-    register_attention,
-)
+from brickwork.checks import check_bool, check_positive_int, check_probability
+from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import key_padding_keep
 from brickwork.components.attention.scaled_dot_product import dense_attention
 from brickwork.errors import ConfigError

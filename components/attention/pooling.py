@@ -10,7 +10,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from brickwork.components.attention.base import AttentionMechanism, check_positive_int, register_attention
+from brickwork.checks import check_positive_int
+from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.errors import ConfigError
 
 

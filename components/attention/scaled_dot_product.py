@@ -7,13 +7,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from brickwork.components.attention.base import (
-    AttentionMechanism,
-    check_bool,
-    check_choice,
-    check_probability,
-    register_attention,
-)
+from brickwork.checks import check_bool, check_choice, check_probability
+from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import causal_keep, open_rows, restrict, rows_with_keys
 from brickwork.errors import ConfigError
 from brickwork.kernels import masked_softmax

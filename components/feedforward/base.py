@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from brickwork.errors import ConfigError
 from brickwork.registry import Registry
 
 
@@ -45,23 +44,3 @@ FEEDFORWARD_REGISTRY: Registry[Feedforward] = Registry("feedforward", Feedforwar
 def register_feedforward(name: str) -> Callable[[type], type]:
     """Decorator registering a :class:`Feedforward` subclass under ``name``."""
     return FEEDFORWARD_REGISTRY.register(name)
-
-
-def check_positive_int(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"must be a positive integer, got {value!r}", option)
-
-
-def check_optional_positive_int(value: object, option: str) -> None:
-    if value is not None:
-        check_positive_int(value, option)
-
-
-def check_probability(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
-        raise ConfigError(f"must be a number in [0, 1), got {value!r}", option)
-
-
-def check_bool(value: object, option: str) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"must be true or false, got {value!r}", option)

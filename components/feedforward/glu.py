@@ -7,15 +7,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from brickwork.checks import check_bool, check_optional_positive_int, check_positive_int, check_probability
+
 from .activations import ActivationSpec, check_activation, create_activation
-from .base import (
-    Feedforward,
-    check_bool,
-    check_optional_positive_int,
-    check_positive_int,
-    check_probability,
-    register_feedforward,
-)
+from .base import Feedforward, register_feedforward
 
 
 def default_glu_hidden_dim(dim_model: int, multiple_of: int = 8) -> int:

@@ -9,16 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from brickwork import kernels
+from brickwork.checks import check_bool, check_optional_positive_int, check_positive_int, check_probability
 
 from .activations import GELU_APPROXIMATION, ActivationSpec, check_activation, create_activation
-from .base import (
-    Feedforward,
-    check_bool,
-    check_optional_positive_int,
-    check_positive_int,
-    check_probability,
-    register_feedforward,
-)
+from .base import Feedforward, register_feedforward
 
 
 def runs_plain(linear: nn.Linear) -> bool:

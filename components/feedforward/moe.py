@@ -7,18 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from brickwork.checks import check_bool, check_optional_positive_int, check_positive_int, check_probability
 from brickwork.errors import ConfigError
 
 from .activations import ActivationSpec, check_activation
-from .base import (
-    FEEDFORWARD_REGISTRY,
-    Feedforward,
-    check_bool,
-    check_optional_positive_int,
-    check_positive_int,
-    check_probability,
-    register_feedforward,
-)
+from .base import FEEDFORWARD_REGISTRY, Feedforward, register_feedforward
 
 EXPERT_KINDS = ("mlp", "glu", "swiglu", "geglu")
 

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import PositionalEncoding, check_bool, check_positive_int, register_positional
+from brickwork.checks import check_bool, check_positive_int
+
+from .base import PositionalEncoding, register_positional
 
 
 def alibi_slopes(num_heads: int) -> list[float]:

@@ -8,7 +8,6 @@ from typing import Any
 
 from torch import nn
 
-from brickwork.errors import ConfigError
 from brickwork.registry import Registry
 
 
@@ -38,21 +37,6 @@ POSITIONAL_REGISTRY: Registry[PositionalEncoding] = Registry("positional", Posit
 def register_positional(name: str) -> Callable[[type], type]:
     """Decorator registering a :class:`PositionalEncoding` subclass under ``name``."""
     return POSITIONAL_REGISTRY.register(name)
-
-
-def check_positive_int(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"must be a positive integer, got {value!r}", option)
-
-
-def check_positive_float(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigError(f"must be a positive number, got {value!r}", option)
-
-
-def check_bool(value: object, option: str) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"must be true or false, got {value!r}", option)
 
 
 def check_offset(offset: object) -> int:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .base import PositionalEncoding, check_offset, check_positive_int, register_positional
+from brickwork.checks import check_positive_int
+
+from .base import PositionalEncoding, check_offset, register_positional
 
 
 @register_positional("learned")

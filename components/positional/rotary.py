@@ -8,16 +8,10 @@ from typing import Any
 
 import torch
 
+from brickwork.checks import check_bool, check_positive_float, check_positive_int
 from brickwork.errors import ConfigError
 
-from .base import (
-    PositionalEncoding,
-    check_bool,
-    check_offset,
-    check_positive_float,
-    check_positive_int,
-    register_positional,
-)
+from .base import PositionalEncoding, check_offset, register_positional
 from .rotary_scaling import check_scaling, rotary_inv_freq
 
 

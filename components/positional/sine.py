@@ -6,13 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import (
-    PositionalEncoding,
-    check_offset,
-    check_positive_float,
-    check_positive_int,
-    register_positional,
-)
+from brickwork.checks import check_positive_float, check_positive_int
+
+from .base import PositionalEncoding, check_offset, register_positional
 
 
 def sinusoidal_table(positions: torch.Tensor, dim_model: int, base: float = 10000.0) -> torch.Tensor:

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from brickwork.errors import ConfigError
 from brickwork.registry import Registry
 
 Norm = Callable[[torch.Tensor], torch.Tensor] | None
@@ -47,18 +46,3 @@ def register_residual(name: str) -> Callable[[type], type]:
 
 def apply_norm(norm: Norm, x: torch.Tensor) -> torch.Tensor:
     return x if norm is None else norm(x)
-
-
-def check_positive_int(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"must be a positive integer, got {value!r}", option)
-
-
-def check_positive_float(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigError(f"must be a positive number, got {value!r}", option)
-
-
-def check_bool(value: object, option: str) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"must be true or false, got {value!r}", option)

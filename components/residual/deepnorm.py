@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from brickwork.checks import check_positive_float
 from brickwork.errors import ConfigError
 
-from .base import Branch, ResidualStyle, apply_norm, check_positive_float, register_residual
+from .base import Branch, ResidualStyle, apply_norm, register_residual
 
 PARTS = ("encoder", "decoder")
 # Linear layers DeepNet scales by beta: attention values and output, and every feedforward projection.

@@ -11,10 +11,9 @@ import torch
 from torch import nn
 
 from brickwork import kernels
+from brickwork.checks import check_bool, check_positive_float, check_positive_int
 from brickwork.errors import ConfigError
 from brickwork.registry import Registry
-
-from .base import check_bool, check_positive_float, check_positive_int
 
 NORM_REGISTRY: Registry[nn.Module] = Registry("norm", nn.Module)
 BACKENDS = ("torch", "triton")

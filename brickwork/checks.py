@@ -1,0 +1,35 @@
+"""Small option checks shared by every component ``Config``; each raises ConfigError naming the option."""
+
+from __future__ import annotations
+
+from brickwork.errors import ConfigError
+
+
+def check_positive_int(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"must be a positive integer, got {value!r}", option)
+
+
+def check_optional_positive_int(value: object, option: str) -> None:
+    if value is not None:
+        check_positive_int(value, option)
+
+
+def check_positive_float(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"must be a positive number, got {value!r}", option)
+
+
+def check_probability(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+        raise ConfigError(f"must be a number in [0, 1), got {value!r}", option)
+
+
+def check_bool(value: object, option: str) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be true or false, got {value!r}", option)
+
+
+def check_choice(value: object, option: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"unknown value {value!r}", option, choices=choices, got=value)
