@@ -10,6 +10,7 @@ from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
 from brickwork.factory.spec_io import dump_spec, format_spec, load_spec, parse_spec
 from brickwork.factory.summary import summary
 from brickwork.factory.vision import ImageEncoder, PatchEmbedding
+from brickwork.factory.xformers import from_xformers_config
 
 __all__ = [
     "INIT_REGISTRY",
@@ -23,6 +24,7 @@ __all__ = [
     "dump_spec",
     "format_spec",
     "from_hf",
+    "from_xformers_config",
     "get_preset",
     "list_presets",
     "load_hf_checkpoint",

@@ -1,0 +1,243 @@
+"""``from_xformers_config``: xformers' factory configs (``xFormerConfig``) as brickwork specs.
+
+Every key of the xformers config is translated, known to change nothing (and dropped on purpose), or
+refused with a :class:`ConfigError` naming its path in the xformers config. Errors found while
+checking the translated spec are reported at the xformers key they came from.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from brickwork.errors import ConfigError, join_path
+from brickwork.factory.resolve import resolve_model_spec
+from brickwork.factory.xformers_blocks import (
+    BLOCK_KEYS,
+    POSITIONS,
+    WEIGHT_INIT,
+    off_only,
+    take,
+    translate_stack,
+)
+
+
+class _Converter:
+    def __init__(self, vocab_size: int | None, max_seq_len: int | None) -> None:
+        self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
+        self.paths: list[tuple[str, str]] = []  # (brickwork path, xformers path)
+
+    def map(self, brickwork: str, xformers: str) -> None:
+        self.paths.append((brickwork, xformers))
+
+    def remap(self, err: ConfigError) -> ConfigError:
+        """``err`` with its brickwork key path replaced by the xformers key it came from."""
+        best = max(
+            (p for p in self.paths if err.path == p[0] or err.path.startswith(p[0] + ".")),
+            key=lambda p: len(p[0]),
+            default=None,
+        )
+        if best is None:
+            return err
+        rest = err.path[len(best[0]) :].lstrip(".")
+        return ConfigError(err.reason, join_path(best[1], rest), err.choices, err.got)
+
+    def model(self, entries: list[tuple[str, Any]], top: Mapping[str, Any]) -> dict[str, Any]:
+        stacks = [translate_stack(path, cfg) for path, cfg in entries]
+        encoders = [st for st in stacks if st["kind"] == "encoder"]
+        decoders = [st for st in stacks if st["kind"] == "decoder"]
+        if not encoders:
+            raise ConfigError(
+                "a decoder stack attends to an encoder's output, and there is no encoder stack; xformers "
+                "decoder-only models are encoder stacks with causal attention",
+                join_path(decoders[0]["path"], "block_type"),
+            )
+        first = stacks[0]
+        for st in stacks[1:]:
+            if st["dim_model"] != first["dim_model"]:
+                raise ConfigError(
+                    f"all stacks need the same dim_model; {first['path']} has {first['dim_model']}",
+                    join_path(st["path"], "dim_model"),
+                )
+            if st["rotary"] != first["rotary"]:
+                raise ConfigError(
+                    "brickwork applies rotary embeddings to every self-attention or to none",
+                    join_path(st["path"], BLOCK_KEYS[st["kind"]][0], "use_rotary_embeddings"),
+                )
+        causal = {st["causal"] for st in encoders}
+        if len(causal) > 1:
+            raise ConfigError(
+                "encoder stacks mix causal and bidirectional attention",
+                join_path(encoders[-1]["path"], "multi_head_config", "attention", "causal"),
+            )
+        if decoders:
+            kind = "encoder_decoder"
+            if causal == {True}:
+                raise ConfigError(
+                    "the encoder of an encoder-decoder must not be causal",
+                    join_path(encoders[0]["path"], "multi_head_config", "attention", "causal"),
+                )
+            if top.get("tie_embedding_weights", False) is not True:
+                raise ConfigError(
+                    "brickwork's encoder-decoder shares one token embedding between encoder and decoder; "
+                    "set tie_embedding_weights: true",
+                    "tie_embedding_weights",
+                )
+        else:
+            kind = "decoder_lm" if causal == {True} else "encoder"
+        embedding = self.embedding(stacks, first["dim_model"])
+        spec: dict[str, Any] = {"model": kind, "vocab_size": embedding.pop("vocab_size")}
+        spec["dim_model"] = first["dim_model"]
+        self.map("dim_model", join_path(first["path"], "dim_model"))
+        spec.update(embedding)
+        spec["tie_embeddings"] = True
+        spec["final_norm"] = stacks[-1]["residual"] == "pre"
+        init = top.get("weight_init", "vit")
+        init = getattr(init, "value", init)  # an xFormerWeightInit enum member
+        if init not in WEIGHT_INIT:
+            raise ConfigError(f"unknown weight_init {init!r}", "weight_init", WEIGHT_INIT, init)
+        spec["init"] = dict(WEIGHT_INIT[init])
+        if kind == "encoder_decoder":
+            spec["encoder"] = self.stack_spec(encoders, "encoder")
+            spec["decoder"] = self.stack_spec(decoders, "decoder")
+        else:
+            spec["decoder" if kind == "decoder_lm" else "encoder"] = self.stack_spec(
+                encoders, "decoder" if kind == "decoder_lm" else "encoder"
+            )
+        return spec
+
+    def stack_spec(self, stacks: list[dict[str, Any]], name: str) -> dict[str, Any]:
+        """One brickwork stack: the first xformers stack's block, later stacks as per-layer overrides."""
+        out: dict[str, Any] = {
+            "num_layers": sum(st["num_layers"] for st in stacks),
+            "block": stacks[0]["block"],
+        }
+        self.map_block(join_path(name, "block"), stacks[0])
+        start, layers = stacks[0]["num_layers"], {}
+        for st in stacks[1:]:
+            for i in range(start, start + st["num_layers"]):
+                layers[i] = st["block"]
+                self.map_block(join_path(name, "layers", i), st)
+            start += st["num_layers"]
+        if layers:
+            out["layers"] = layers
+        self.map(join_path(name, "num_layers"), join_path(stacks[0]["path"], "num_layers"))
+        return out
+
+    def map_block(self, prefix: str, st: Mapping[str, Any]) -> None:
+        path = st["path"]
+        heads = BLOCK_KEYS[st["kind"]]
+        for brickwork, xformers in (
+            ("", ""), ("residual", "residual_norm_style"), ("norm", "normalization"),
+            ("attention", heads[0]), ("attention.dropout", f"{heads[0]}.residual_dropout"),
+            ("attention.mechanism", f"{heads[0]}.attention"), ("feedforward", "feedforward_config"),
+            ("feedforward.hidden_dim", "feedforward_config.hidden_layer_multiplier"),
+            ("feedforward.num_experts", "feedforward_config.number_of_experts"),
+            ("feedforward.top_k", "feedforward_config.gate"),
+        ):  # fmt: skip
+            self.map(join_path(prefix, brickwork), join_path(path, xformers))
+        if len(heads) > 1:
+            self.map(join_path(prefix, "cross_attention"), join_path(path, heads[1]))
+            self.map(
+                join_path(prefix, "cross_attention.dropout"), join_path(path, heads[1], "residual_dropout")
+            )
+            self.map(join_path(prefix, "cross_attention.mechanism"), join_path(path, heads[1], "attention"))
+
+    def embedding(self, stacks: list[dict[str, Any]], dim: Any) -> dict[str, Any]:
+        """vocab_size, max_seq_len, position and dropout from the first stack's position encoding."""
+        first = stacks[0]
+        for st in stacks[1:]:
+            if st["position"] is not None and st["position"] != first["position"]:
+                raise ConfigError(
+                    f"brickwork embeds positions once, as {first['path']}.position_encoding_config says; "
+                    "this one differs",
+                    join_path(st["path"], "position_encoding_config"),
+                )
+        path = join_path(first["path"], "position_encoding_config")
+        cfg = first["position"]
+        out: dict[str, Any] = {"vocab_size": self.vocab_size, "max_seq_len": self.max_seq_len, "dropout": 0.0}
+        positions: list[dict[str, Any]] = []
+        if cfg is not None:
+            name = cfg.get("name") if isinstance(cfg, Mapping) else None
+            if name not in POSITIONS:
+                raise ConfigError(
+                    f"unsupported position encoding {name!r}", join_path(path, "name"), POSITIONS, name
+                )
+            known = {"name", "dim_model", "seq_len", "vocab_size", "dropout", "add_class_token"}
+            c = take(cfg, path, known)
+            off_only(c, path, {"add_class_token": False})
+            if c.get("dim_model", dim) != dim:
+                raise ConfigError(f"must equal the block's dim_model={dim}", join_path(path, "dim_model"))
+            if name == "vocab":
+                for key in ("vocab_size", "seq_len"):
+                    if key not in c:
+                        raise ConfigError("missing required key", join_path(path, key))
+                out["vocab_size"] = c["vocab_size"]
+                self.map("vocab_size", join_path(path, "vocab_size"))
+            elif "vocab_size" in c:
+                raise ConfigError(f"{name!r} takes no vocab_size", join_path(path, "vocab_size"))
+            if "seq_len" in c:
+                out["max_seq_len"] = c["seq_len"]
+                self.map("max_seq_len", join_path(path, "seq_len"))
+            out["dropout"] = c.get("dropout", 0.0)
+            self.map("dropout", join_path(path, "dropout"))
+            positions.append({"name": "sine" if name == "sine" else "learned"})
+            self.map("position", path)
+        if first["rotary"]:
+            positions.append({"name": "rotary"})
+        if out["vocab_size"] is None:
+            raise ConfigError(
+                "no 'vocab' position encoding gives the vocabulary size; pass vocab_size= (brickwork models "
+                "embed token ids themselves)",
+                path,
+            )
+        out["position"] = positions[0] if len(positions) == 1 else positions or {"name": "none"}
+        if out["max_seq_len"] is None:
+            del out["max_seq_len"]
+        return out
+
+
+def from_xformers_config(
+    cfg: Mapping[str, Any] | list[Mapping[str, Any]],
+    vocab_size: int | None = None,
+    max_seq_len: int | None = None,
+) -> dict[str, Any]:
+    """A brickwork model spec for an xformers factory config; ``cfg`` is left unchanged.
+
+    ``cfg`` is an ``xFormerConfig``-style dict (``stack_configs``, ``tie_embedding_weights``,
+    ``weight_init``), a bare list (or name -> block dict) of stack configs, or one stack config.
+    Encoder stacks give an ``encoder`` model, or a ``decoder_lm`` when their attention is causal
+    (xformers' GPT recipe); encoder then decoder stacks give an ``encoder_decoder``. xformers models
+    end in hidden states; the brickwork model adds its LM head (tied to the token embedding).
+    ``vocab_size`` / ``max_seq_len`` are needed only when no ``vocab`` position encoding gives them.
+    """
+    conv = _Converter(vocab_size, max_seq_len)
+    cfg = copy.deepcopy(cfg)
+    top: dict[str, Any] = {}
+    if isinstance(cfg, Mapping) and "stack_configs" in cfg:
+        top = take(cfg, "", {"stack_configs", "tie_embedding_weights", "weight_init"})
+        stacks, prefix = top["stack_configs"], "stack_configs"
+    else:
+        stacks, prefix = cfg, ""
+    if isinstance(stacks, Mapping) and "block_type" in stacks:
+        stacks = [stacks]
+    if isinstance(stacks, Mapping):
+        entries = [(join_path(prefix, str(k)), v) for k, v in stacks.items()]
+    elif isinstance(stacks, list):
+        entries = [(join_path(prefix, i), v) for i, v in enumerate(stacks)]
+    else:
+        raise ConfigError(f"expected a list or mapping of stack configs, got {stacks!r}", prefix)
+    if not entries:
+        raise ConfigError("no stack configs given", prefix)
+    try:
+        spec = conv.model(entries, top)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"malformed xformers config: {err}", prefix) from err
+    try:
+        resolve_model_spec(spec)
+    except ConfigError as err:
+        raise conv.remap(err) from None
+    return spec

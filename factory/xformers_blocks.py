@@ -1,0 +1,228 @@
+"""Translating one xformers stack config (block, attention, mechanism, feedforward) to brickwork keys.
+
+Each function refuses keys it does not know, accepts "feature off" values of features brickwork lacks,
+drops keys documented as inert, and raises ConfigError at the xformers key path otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from brickwork.components.attention import ATTENTION_REGISTRY
+from brickwork.errors import ConfigError, join_path
+
+BLOCK_KEYS = {
+    "encoder": ("multi_head_config",),
+    "decoder": ("multi_head_config_masked", "multi_head_config_cross"),
+}
+# Keys that change nothing in brickwork: kernel choices, duplicated dims, xformers bookkeeping.
+INERT_BLOCK_KEYS = {"use_triton"}
+# Keys accepted only with the value that means "feature off".
+OFF_ONLY_BLOCK = {"reversible": False, "simplicial_embeddings": None, "patch_embedding_config": None}
+OFF_ONLY_HEAD = {"in_proj_container": None, "out_proj": None, "use_separate_proj_weight": True}
+RESIDUAL = {"pre": "pre", "post": "post", "deepnorm": "deepnorm"}
+NORMALIZATION = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
+FEEDFORWARD = {"MLP": "mlp", "FusedMLP": "mlp", "MixtureOfExperts": "moe"}
+ACTIVATION = {"relu": "relu", "gelu": "gelu", "squared_relu": "squared_relu"}
+MOE_GATES = {"top_1": 1, "top_2": 2}
+POSITIONS = ("vocab", "sine", "learnable")
+WEIGHT_INIT = {
+    "vit": {"name": "normal", "std": 0.02},
+    "timm": {"name": "normal", "std": 0.02},
+    "moco": {"name": "xavier"},
+    "small": {"name": "small_init"},
+}
+# Mechanism options that only sized a cached mask or picked a sparse kernel in xformers.
+INERT_ATTENTION = {"scaled_dot_product": {"seq_len", "to_seq_len"}, "local": {"force_sparsity"}}
+OFF_ONLY_ATTENTION = {
+    "nystrom": {"landmark_pooling": None, "v_skip_connection": None, "conv_kernel_size": None},
+    "favor": {"normalize_inputs": False},
+}
+
+
+def take(cfg: Mapping[str, Any], path: str, known: set[str]) -> dict[str, Any]:
+    """A copy of ``cfg`` after refusing keys outside ``known``."""
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"expected a mapping, got {cfg!r}", path)
+    for key in cfg:
+        if key not in known:
+            raise ConfigError("unknown or unsupported xformers key", join_path(path, str(key)), known, key)
+    return dict(cfg)
+
+
+def off_only(cfg: Mapping[str, Any], path: str, rules: Mapping[str, Any]) -> None:
+    for key, off in rules.items():
+        if key in cfg and cfg[key] != off:
+            raise ConfigError(f"brickwork has no equivalent; only {off!r} is supported", join_path(path, key))
+
+
+def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"a stack config must be a mapping, got {cfg!r}", path)
+    kind = cfg.get("block_type")
+    kind = getattr(kind, "value", kind)  # a BlockType enum member
+    if kind not in BLOCK_KEYS:
+        reason = "missing required key" if "block_type" not in cfg else f"unknown block_type {kind!r}"
+        raise ConfigError(reason, join_path(path, "block_type"), BLOCK_KEYS, kind)
+    known = {
+        "block_type", "num_layers", "dim_model", "residual_norm_style", "layer_norm_style", "normalization",
+        "position_encoding_config", "feedforward_config", *BLOCK_KEYS[kind], *INERT_BLOCK_KEYS,
+        *OFF_ONLY_BLOCK,
+    }  # fmt: skip
+    c = take(cfg, path, known)
+    off_only(c, path, OFF_ONLY_BLOCK)
+    for key in ("dim_model", "feedforward_config", *BLOCK_KEYS[kind]):
+        if key not in c:
+            raise ConfigError("missing required key", join_path(path, key))
+    if "residual_norm_style" in c and "layer_norm_style" in c:
+        raise ConfigError(
+            "give residual_norm_style or its old name layer_norm_style, not both",
+            join_path(path, "layer_norm_style"),
+        )
+    style_key = "layer_norm_style" if "layer_norm_style" in c else "residual_norm_style"
+    style = c.get(style_key, "post")
+    style = getattr(style, "value", style)
+    if style not in RESIDUAL:
+        raise ConfigError(f"unknown residual style {style!r}", join_path(path, style_key), RESIDUAL, style)
+    norm = c.get("normalization", "layernorm")
+    norm = getattr(norm, "value", norm)
+    if norm not in NORMALIZATION:
+        raise ConfigError(
+            f"unsupported normalization {norm!r}", join_path(path, "normalization"), NORMALIZATION, norm
+        )
+    dim = c["dim_model"]
+    self_attention, rotary, causal = translate_attention(
+        c[BLOCK_KEYS[kind][0]], join_path(path, BLOCK_KEYS[kind][0]), dim, self_attention=True
+    )
+    block: dict[str, Any] = {"attention": self_attention}
+    if kind == "decoder":
+        if not causal:
+            raise ConfigError(
+                "brickwork's decoder self-attention is always causal; set causal: true",
+                join_path(path, "multi_head_config_masked", "attention", "causal"),
+            )
+        block["cross_attention"], _, cross_causal = translate_attention(
+            c["multi_head_config_cross"],
+            join_path(path, "multi_head_config_cross"),
+            dim,
+            self_attention=False,
+        )
+        if cross_causal:
+            raise ConfigError(
+                "causal cross-attention is not supported; set causal: false",
+                join_path(path, "multi_head_config_cross", "attention", "causal"),
+            )
+    block["feedforward"] = translate_feedforward(
+        c["feedforward_config"], join_path(path, "feedforward_config"), dim
+    )
+    block["norm"] = {"name": NORMALIZATION[norm]}
+    block["residual"] = {"name": RESIDUAL[style]}
+    return {
+        "path": path, "kind": kind, "block": block, "num_layers": c.get("num_layers", 1), "dim_model": dim,
+        "rotary": rotary, "causal": causal, "residual": RESIDUAL[style],
+        "position": c.get("position_encoding_config"),
+    }  # fmt: skip
+
+
+def translate_attention(
+    cfg: Any, path: str, dim: Any, self_attention: bool
+) -> tuple[dict[str, Any], bool, bool]:
+    """(attention spec, uses rotary, is causal) for a ``multi_head_config``."""
+    known = {"num_heads", "residual_dropout", "bias", "attention", "dim_model", "dim_key", "dim_value",
+             "use_rotary_embeddings", *OFF_ONLY_HEAD}  # fmt: skip
+    c = take(cfg, path, known)
+    off_only(c, path, OFF_ONLY_HEAD)
+    for key in ("dim_model", "dim_key", "dim_value"):
+        if c.get(key) not in (None, dim):
+            raise ConfigError(
+                f"brickwork projects to dim_model={dim}; only that or null is supported",
+                join_path(path, key),
+            )
+    for key in ("num_heads", "attention"):
+        if key not in c:
+            raise ConfigError("missing required key", join_path(path, key))
+    bias = c.get("bias", True)
+    if isinstance(bias, (list, tuple)):
+        if len(set(bias)) != 1:
+            raise ConfigError(
+                f"brickwork uses one bias setting for the q/k/v and output projections; got {list(bias)}",
+                join_path(path, "bias"),
+            )
+        bias = bias[0]
+    rotary = c.get("use_rotary_embeddings", False) is True
+    if rotary and not self_attention:
+        raise ConfigError(
+            "rotary embeddings apply to self-attention only", join_path(path, "use_rotary_embeddings")
+        )
+    mechanism, causal = translate_mechanism(c["attention"], join_path(path, "attention"), c["num_heads"])
+    spec = {"num_heads": c["num_heads"], "dropout": c.get("residual_dropout", 0.0), "bias": bias,
+            "mechanism": mechanism}  # fmt: skip
+    return spec, rotary, causal
+
+
+def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, Any], bool]:
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"expected a mapping with a 'name' key, got {cfg!r}", path)
+    name = cfg.get("name")
+    if name not in ATTENTION_REGISTRY:
+        reason = (
+            "missing required key"
+            if "name" not in cfg
+            else f"xformers attention {name!r} has no brickwork equivalent"
+        )
+        raise ConfigError(reason, join_path(path, "name"), ATTENTION_REGISTRY.names(), name)
+    off_only(cfg, path, OFF_ONLY_ATTENTION.get(name, {}))
+    out = {"name": name}
+    for key, value in cfg.items():
+        if key in ("name", "dim_model") or key in INERT_ATTENTION.get(name, ()):
+            continue
+        if key in OFF_ONLY_ATTENTION.get(name, {}):
+            continue
+        if key == "num_heads" and value == num_heads:
+            continue  # xformers repeats the head count here for some mechanisms
+        out[key] = value
+    return out, cfg.get("causal", False) is True
+
+
+def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
+    c = take(cfg, path, {"name", "dim_model", "dropout", "activation", "hidden_layer_multiplier", "bias",
+                              "number_of_experts", "gate"})  # fmt: skip
+    name = c.get("name")
+    if name not in FEEDFORWARD:
+        reason = "missing required key" if "name" not in c else f"unsupported feedforward {name!r}"
+        raise ConfigError(reason, join_path(path, "name"), FEEDFORWARD, name)
+    if FEEDFORWARD[name] != "moe":
+        for key in ("number_of_experts", "gate"):
+            if key in c:
+                raise ConfigError(f"only MixtureOfExperts takes {key}", join_path(path, key))
+    if c.get("dim_model", dim) != dim:
+        raise ConfigError(f"must equal the block's dim_model={dim}", join_path(path, "dim_model"))
+    for key in ("activation", "hidden_layer_multiplier"):
+        if key not in c:
+            raise ConfigError("missing required key", join_path(path, key))
+    activation = getattr(c["activation"], "value", c["activation"])
+    if activation not in ACTIVATION:
+        raise ConfigError(
+            f"unsupported activation {activation!r}",
+            join_path(path, "activation"),
+            ACTIVATION,
+            activation,
+        )
+    multiplier = c["hidden_layer_multiplier"]
+    hidden = multiplier * dim if isinstance(multiplier, (int, float)) and isinstance(dim, int) else None
+    if hidden is None or isinstance(multiplier, bool) or hidden != int(hidden) or hidden <= 0:
+        raise ConfigError(
+            f"must make a positive whole hidden size with dim_model={dim}, got {multiplier!r}",
+            join_path(path, "hidden_layer_multiplier"),
+        )
+    out = {"name": FEEDFORWARD[name], "hidden_dim": int(hidden), "activation": ACTIVATION[activation],
+           "dropout": c.get("dropout", 0.0), "bias": c.get("bias", True)}  # fmt: skip
+    if out["name"] == "moe":
+        out["num_experts"] = c.get("number_of_experts", 8)
+        gate = c.get("gate", "top_2")
+        gate = getattr(gate, "value", gate)
+        if gate not in MOE_GATES:
+            raise ConfigError(f"unsupported gate {gate!r}", join_path(path, "gate"), MOE_GATES, gate)
+        out["top_k"] = MOE_GATES[gate]
+    return out
