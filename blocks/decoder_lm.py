@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from brickwork.blocks.block import DecoderBlock
-from brickwork.blocks.inputs import check_token_ids
+from brickwork.blocks.inputs import check_token_ids, padding_mask
 from brickwork.components.attention import KVCache
 
 
@@ -64,12 +64,23 @@ class DecoderLM(nn.Module):
         """One empty KV cache per layer, for incremental decoding."""
         return [KVCache() for _ in self.layers]
 
-    def forward(self, input_ids: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
-        """input_ids [B, T] -> logits [B, T, vocab]. With ``cache``, the ids continue the cached ones."""
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: list[KVCache] | None = None,
+    ) -> torch.Tensor:
+        """input_ids [B, T] -> logits [B, T, vocab]. With ``cache``, the ids continue the cached ones.
+
+        ``attention_mask`` [B, offset + T] (1 = real token, 0 = padding) covers the cached positions
+        too; positions stay 0..T-1 (plus the offset) whatever the padding.
+        """
         offset = cache[0].length if cache else 0
         h = self.embed(input_ids, offset=offset)
+        full = input_ids.new_empty(input_ids.shape[0], offset + input_ids.shape[1])
+        mask = padding_mask("attention_mask", attention_mask, full)
         for i, layer in enumerate(self.layers):
-            h = layer(h, cache=cache[i] if cache else None)
+            h = layer(h, attn_mask=mask, cache=cache[i] if cache else None)
         return self.head(h)
 
     @torch.no_grad()

@@ -5,18 +5,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from brickwork.components.feedforward.activations import ActivationSpec, create_activation
+
 
 class MaskedLMHead(nn.Module):
-    """dense -> GELU -> norm -> decoder; the decoder weight is usually tied. [B, T, d] -> [B, T, V]."""
+    """dense -> activation -> norm -> decoder (weight usually tied). [B, T, d] -> [B, T, V]."""
 
-    def __init__(self, dim: int, vocab_size: int, norm: nn.Module) -> None:
+    def __init__(
+        self, dim: int, vocab_size: int, norm: nn.Module, activation: ActivationSpec = "gelu"
+    ) -> None:
         super().__init__()
         self.dense = nn.Linear(dim, dim)
+        self.activation = create_activation(activation)
         self.norm = norm
         self.decoder = nn.Linear(dim, vocab_size)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(nn.functional.gelu(self.dense(h))))
+        return self.decoder(self.norm(self.activation(self.dense(h))))
 
 
 class Pooler(nn.Module):

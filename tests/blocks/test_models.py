@@ -150,3 +150,22 @@ def test_encoder_decoder_masks_source_padding() -> None:
     torch.testing.assert_close(a, b)
     with pytest.raises(ValueError, match="cross_attention"):
         EncoderDecoder(VOCAB, enc, [DecoderBlock(MultiHeadAttention(DIM, HEADS), MLP(DIM, 64))])
+
+
+def test_decoder_lm_padding_mask_covers_cache() -> None:
+    torch.manual_seed(0)
+    model = _decoder_lm(rotary=True)
+    ids = torch.randint(0, VOCAB, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[0, :3] = 0  # left padding
+    other = ids.clone()
+    other[0, :3] = (other[0, :3] + 5) % VOCAB
+    with torch.no_grad():
+        a, b = model(ids, attention_mask=mask), model(other, attention_mask=mask)
+        cache = model.new_cache()
+        steps = [model(ids[:, :5], attention_mask=mask[:, :5], cache=cache)]
+        steps += [model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache) for t in range(5, 8)]
+    torch.testing.assert_close(a[0, 3:], b[0, 3:])
+    torch.testing.assert_close(torch.cat(steps, dim=1)[:, 3:], a[:, 3:], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"attention_mask must have the shape"):
+        model(ids, attention_mask=mask[:, :4])
