@@ -34,6 +34,13 @@ def prepare_interpreter() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+def triton_interpreted() -> bool:
+    """Whether this process runs Triton kernels through the interpreter. Imports triton."""
+    from .fused._launch import INTERPRETED
+
+    return INTERPRETED
+
+
 def check_backend(backend: str | None) -> None:
     """Raise ConfigError unless ``backend`` is None, "triton" or "torch"."""
     if backend is not None and backend not in BACKENDS:

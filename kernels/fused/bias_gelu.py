@@ -118,7 +118,7 @@ def bias_gelu_forward(
     """x [..., N], bias [N] or None -> dropout(gelu(x + bias), p) [..., N] in x's dtype; p = 0: no dropout."""
     check_gelu(x, bias, approximate)
     check_float("x", x, KERNEL_DTYPES)
-    check_launch(_bias_gelu_fwd_kernel, x, bias)
+    check_launch(x, bias)
     seed, keep_threshold, keep_scale = _dropout_args(p, seed)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
@@ -149,7 +149,7 @@ def bias_gelu_backward(
     if dy.shape != x.shape:
         raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
     check_float("dy", dy, KERNEL_DTYPES)
-    check_launch(_bias_gelu_bwd_kernel, dy, x, bias)
+    check_launch(dy, x, bias)
     seed, keep_threshold, keep_scale = _dropout_args(p, seed)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)

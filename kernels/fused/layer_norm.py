@@ -158,7 +158,7 @@ def layer_norm_forward(
     """x [..., N] -> (y [..., N] in x's dtype, mean [M], rstd [M] in float32), M the number of rows."""
     check_norm(x, weight, bias, eps)
     check_float("x", x, KERNEL_DTYPES)
-    check_launch(_layer_norm_fwd_kernel, x, weight, bias)
+    check_launch(x, weight, bias)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
@@ -189,7 +189,7 @@ def layer_norm_backward(
     if dy.shape != x.shape:
         raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
     check_float("dy", dy, KERNEL_DTYPES)
-    check_launch(_layer_norm_bwd_kernel, dy, x, weight, mean, rstd)
+    check_launch(dy, x, weight, mean, rstd)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)

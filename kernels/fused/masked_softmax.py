@@ -141,7 +141,7 @@ def masked_softmax_forward(
     """scores [..., Tq, Tk], mask broadcastable to it (bool or float) -> softmax [..., Tq, Tk]."""
     check_softmax(scores, mask, causal)
     check_float("scores", scores, KERNEL_DTYPES)
-    check_launch(_masked_softmax_fwd_kernel, scores, mask)
+    check_launch(scores, mask)
     s4 = _as_4d(scores)
     n_batch, n_heads, n_queries, n_keys = s4.shape
     y = torch.empty(s4.shape, dtype=scores.dtype, device=scores.device)
@@ -163,7 +163,7 @@ def masked_softmax_backward(
     if dy.shape != y.shape:
         raise ValueError(f"dy has shape {tuple(dy.shape)} but y has shape {tuple(y.shape)}")
     check_float("dy", dy, KERNEL_DTYPES)
-    check_launch(_masked_softmax_bwd_kernel, y, dy)
+    check_launch(y, dy)
     y4 = _as_4d(y.contiguous())
     dy4 = _as_4d(dy)
     n_batch, n_heads, n_queries, n_keys = y4.shape

@@ -119,7 +119,7 @@ def rms_norm_forward(
     """x [..., N] -> (y [..., N] in x's dtype, rstd [M] in float32), M the number of rows."""
     check_norm(x, weight, None, eps)
     check_float("x", x, KERNEL_DTYPES)
-    check_launch(_rms_norm_fwd_kernel, x, weight)
+    check_launch(x, weight)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
@@ -145,7 +145,7 @@ def rms_norm_backward(
     if dy.shape != x.shape:
         raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
     check_float("dy", dy, KERNEL_DTYPES)
-    check_launch(_rms_norm_bwd_kernel, dy, x, weight, rstd)
+    check_launch(dy, x, weight, rstd)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)

@@ -1,0 +1,89 @@
+"""Shared pieces of the kernel tests: devices, per-dtype tolerances, and checks against float64 twins.
+
+Every Triton result is compared with its torch twin evaluated in float64 on the same (rounded) inputs,
+so the tolerance only has to cover the kernel's own float32 arithmetic and the final rounding:
+
+- float32: rtol = atol = 1e-5 (atol scaled by the largest reference value when that exceeds 1).
+- float16: one to two fp16 ulps (2**-11 relative): rtol = atol = 2e-3.
+- bfloat16: numpy has no bfloat16, so Triton's interpreter computes in float32 and truncates on the
+  final store instead of rounding to nearest, which can cost a second bf16 ulp (2**-8 relative):
+  rtol = atol = 1.6e-2. What is checked for bf16 on CPU is the float32 math and the store path; the
+  gpu-marked runs check true bf16 rounding on compiled Triton with the same tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from brickwork.kernels._runtime import triton_interpreted
+
+# True when this process runs Triton kernels through the interpreter (CPU tensors allowed).
+INTERPRETED = triton_interpreted()
+
+# With CUDA present triton compiles for the GPU (the interpreter is off process-wide) and the same
+# cases run through the "cuda" param; without CUDA the "cpu" param must run, so it is never skipped there.
+DEVICES = [
+    pytest.param(
+        "cpu",
+        marks=pytest.mark.skipif(
+            torch.cuda.is_available() and not INTERPRETED,
+            reason="triton compiles for the GPU in this process; the cuda params run these cases",
+        ),
+    ),
+    pytest.param("cuda", marks=pytest.mark.gpu),
+]
+
+TOLERANCES = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def assert_matches(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    """``actual`` (computed in ``dtype``) agrees with the float64 ``expected`` within ``TOLERANCES``."""
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert torch.isfinite(actual).all(), f"{what}: non-finite values"
+    tol = TOLERANCES[dtype]
+    scale = max(1.0, expected.abs().max().item()) if expected.numel() else 1.0
+    torch.testing.assert_close(
+        actual.double().cpu(),
+        expected.double().cpu(),
+        rtol=tol,
+        atol=tol * scale,
+        msg=lambda m: f"{what}: {m}",
+    )
+
+
+def to_reference(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A float64 leaf copy (bool tensors are copied as they are)."""
+    if t is None:
+        return None
+    if t.dtype == torch.bool:
+        return t.detach().clone()
+    return t.detach().double().requires_grad_(t.requires_grad)
+
+
+def check_against_twin(
+    kernel: Callable[..., torch.Tensor],
+    twin: Callable[..., torch.Tensor],
+    args: list[torch.Tensor | None],
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """Run ``kernel(*args)`` forward and backward and compare both with ``twin`` on float64 copies.
+
+    Gradients are taken with respect to every arg that requires grad (views included) for a random
+    upstream gradient. Returns the kernel's output.
+    """
+    out = kernel(*args)
+    assert out.dtype == args[0].dtype, f"output dtype {out.dtype} != input dtype {args[0].dtype}"
+    ref_args = [to_reference(a) for a in args]
+    ref = twin(*ref_args)
+    assert_matches(out, ref, dtype, "forward")
+    wrt = [i for i, a in enumerate(args) if a is not None and a.requires_grad]
+    if wrt:
+        dy = torch.randn_like(out)
+        grads = torch.autograd.grad(out, [args[i] for i in wrt], dy)
+        ref_grads = torch.autograd.grad(ref, [ref_args[i] for i in wrt], dy.double())
+        for i, grad, ref_grad in zip(wrt, grads, ref_grads, strict=True):
+            assert_matches(grad, ref_grad, dtype, f"gradient of argument {i}")
+    return out
