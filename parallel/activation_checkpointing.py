@@ -1,4 +1,4 @@
-"""Activation checkpointing of the model's layers, by torch's composable ``checkpoint`` (names unchanged).
+"""Activation checkpointing of the model's layers with ``torch.utils.checkpoint`` (names unchanged).
 
 - ``full``: each layer keeps only its input; everything inside is recomputed in backward.
 - ``selective``: inside each layer the outputs of matrix multiplies and attention are kept and the
@@ -12,8 +12,7 @@ from functools import partial
 
 import torch
 from torch import nn
-from torch.distributed._composable import checkpoint
-from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from brickwork.errors import ConfigError
 
@@ -45,7 +44,13 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
             "activation_checkpointing",
         )
     for layer in layers:
-        if mode == "full":
-            checkpoint(layer)
-        else:
-            checkpoint(layer, context_fn=partial(create_selective_checkpoint_contexts, _save_matmuls))
+        layer.forward = partial(_checkpointed, layer.forward, mode)
+
+
+def _checkpointed(forward, mode: str, *args, **kwargs):
+    # Wrapping the bound forward (not the module) keeps parameter names, and the hooks of the
+    # layer itself (tensor-parallel layout changes) stay outside the recomputed region.
+    options = {}
+    if mode == "selective":
+        options["context_fn"] = partial(create_selective_checkpoint_contexts, _save_matmuls)
+    return checkpoint(forward, *args, use_reentrant=False, **options, **kwargs)

@@ -13,6 +13,7 @@ them over "dp", giving a 2-D layout, and DDP all-reduces their local shards over
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -116,12 +117,15 @@ class ZeroOptimizers:
             return optimizer
         entry = self._by_user.get(id(optimizer))
         if entry is None:
+            # Only what the class's constructor takes: defaults may hold derived keys (AdamW's
+            # decoupled_weight_decay) that its __init__ does not accept.
+            accepted = set(inspect.signature(type(optimizer).__init__).parameters)
             groups = [dict(group) for group in optimizer.param_groups]
             zero = ZeroRedundancyOptimizer(
                 groups[0].pop("params"),
                 optimizer_class=type(optimizer),
                 process_group=self.group,
-                **{k: v for k, v in groups[0].items() if k in optimizer.defaults},
+                **{k: v for k, v in groups[0].items() if k in accepted},
             )
             for group in groups[1:]:
                 zero.add_param_group(group)

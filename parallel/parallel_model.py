@@ -26,6 +26,7 @@ from brickwork.parallel.tensor_parallel import (
     apply_tensor_parallel,
     check_tensor_parallel,
     component_plan,
+    merge_plans,
     name_plan,
 )
 
@@ -41,9 +42,10 @@ def parallelize(
 ) -> ParallelModel:
     """Lay ``model`` out over all ranks as the dist dict says; every rank calls it with the same model.
 
-    Tensor parallel follows the components' own ``tp_plan()`` declarations, or ``plan`` (glob
-    pattern -> style, for models brickwork did not build; ``divide`` names attributes such as head
-    counts to divide by the TP size). Every check runs before the first collective, so a bad dist
+    Tensor parallel follows the components' own ``tp_plan()`` declarations, plus ``plan`` (glob
+    pattern -> style), whose entries are added and win over a component's entry for the same
+    module: that is how a model brickwork did not build is sharded (``divide`` names attributes such
+    as head counts to divide by the TP size). Every check runs before the first collective, so a bad dist
     dict raises the same ConfigError on every rank. Rank 0 may pass the real model while the other
     ranks pass it built on the meta device (see parallel/materialize.py).
     """
@@ -56,7 +58,7 @@ def parallelize(
             "this version; use data and tensor parallel",
             "pipeline_parallel_size",
         )
-    entries = name_plan(model, plan) if plan is not None else component_plan(model)
+    entries = merge_plans(component_plan(model), name_plan(model, plan) if plan else [])
     tp = config.tensor_parallel_size
     if tp > 1:
         if not entries:
@@ -111,6 +113,11 @@ class ParallelModel:
         """This rank's parameters (shards under TP/FSDP). Build the optimizer from them."""
         return iter(self._params)
 
+    def stepped_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer ``train_step`` really steps for ``optimizer``: under ZeRO-1 its
+        ZeroRedundancyOptimizer (each rank holding 1/dp of the state), otherwise ``optimizer``."""
+        return self._zero.get(optimizer) if self._zero is not None else optimizer
+
     def __call__(self, input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         """Forward on the whole batch [B, T] -> full logits [B, T, vocab] (gathered over TP)."""
         with self._autocast():
@@ -134,7 +141,7 @@ class ParallelModel:
         tokens = int((labels != IGNORE_INDEX).sum())
         if tokens == 0:
             raise ValueError("labels hold no token to learn from (all are -100)")
-        optimizer = self._zero.get(optimizer) if self._zero is not None else optimizer
+        optimizer = self.stepped_optimizer(optimizer)
         optimizer.zero_grad(set_to_none=True)
         with self._autocast():
             logits = _logits(self.root(local_ids))

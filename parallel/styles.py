@@ -124,6 +124,7 @@ class _Rowwise(RowwiseParallel):
             return super()._apply(module, device_mesh)
         if not is_transposed_linear(module):
             raise ConfigError(f"rowwise needs a linear layer, got {type(module).__name__}")
+        self.desired_input_layouts = (Shard(-1),)
         return distribute_module(
             module,
             device_mesh,

@@ -76,6 +76,12 @@ def name_plan(model: nn.Module, plan: Mapping[str, str]) -> list[PlanEntry]:
     return list(entries.values())
 
 
+def merge_plans(base: Sequence[PlanEntry], override: Sequence[PlanEntry]) -> list[PlanEntry]:
+    """``base`` with ``override``'s entries added; for a module in both, ``override`` wins."""
+    replaced = {entry.path for entry in override}
+    return [entry for entry in base if entry.path not in replaced] + list(override)
+
+
 def check_tensor_parallel(model: nn.Module, entries: Sequence[PlanEntry], tp: int) -> None:
     """Raise ConfigError, naming the module and the numbers, for anything that does not split by ``tp``."""
     for entry in entries:

@@ -1,0 +1,202 @@
+"""Shared pieces of the distributed tests: tiny spec-built models, fixed data, the single-process
+reference, and the functions each spawned rank runs (they must live in an importable module)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.tensor import DTensor
+
+from brickwork.errors import ConfigError
+from brickwork.factory import build_model, get_preset
+from brickwork.parallel import build_mesh, parallelize
+
+VOCAB, DIM, SEQ, BATCH, STEPS = 64, 32, 8, 4, 3
+
+# Plans for the model-level modules (vocab-parallel embedding, LM head, norms under sequence
+# parallel). Given by name here, on top of what the attention and feedforward components declare.
+MODEL_PLAN = {
+    "token_embedding": "vocab",
+    "lm_head": "colwise",
+    "layers.*.attention_norm": "sequence_parallel",
+    "layers.*.feedforward_norm": "sequence_parallel",
+    "final_norm": "sequence_parallel",
+}
+
+GPT2_PLAN = {
+    "transformer.wte": "vocab",
+    "transformer.h.*.attn.c_attn": "colwise:3",
+    "transformer.h.*.attn.c_proj": "rowwise",
+    "transformer.h.*.mlp.c_fc": "colwise",
+    "transformer.h.*.mlp.c_proj": "rowwise",
+    "lm_head": "colwise",
+}
+GPT2_DIVIDE = {"transformer.h.*.attn": ["split_size", "num_heads", "embed_dim"]}
+
+
+def tiny_spec(kind: str) -> dict[str, Any]:
+    """gpt: learned positions, fused qkv, GELU MLP, tied head. llama: rotary, GQA (4 q / 2 kv heads),
+    SwiGLU, RMSNorm, untied head."""
+    spec = copy.deepcopy(get_preset("gpt-tiny" if kind == "gpt" else "llama"))
+    spec.update(vocab_size=VOCAB, dim_model=DIM, max_seq_len=2 * SEQ)
+    spec["decoder"]["num_layers"] = 2
+    block = spec["decoder"]["block"]
+    block["attention"]["num_heads"] = 4
+    block["feedforward"]["hidden_dim"] = 64
+    if kind == "llama":
+        block["attention"]["num_kv_heads"] = 2
+    return spec
+
+
+def build(kind: str, seed: int = 0) -> nn.Module:
+    if kind == "gpt2-hf":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(seed)
+        config = GPT2Config(
+            vocab_size=VOCAB, n_positions=2 * SEQ, n_embd=DIM, n_layer=2, n_head=4, bos_token_id=0,
+            eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        )  # fmt: skip
+        return GPT2LMHeadModel(config)
+    torch.manual_seed(seed)
+    if kind == "toy":
+        from toy_lm import ToyLM
+
+        return ToyLM(vocab=VOCAB, dim=DIM, num_heads=4, num_layers=2, seq=2 * SEQ)
+    if kind == "odd-heads":
+        spec = tiny_spec("llama")
+        spec["dim_model"] = 48
+        spec["decoder"]["block"]["attention"].update(num_heads=6, num_kv_heads=3)
+        return build_model(spec)
+    return build_model(tiny_spec(kind))
+
+
+def batches() -> tuple[torch.Tensor, torch.Tensor]:
+    """[STEPS, BATCH, SEQ] token ids and next-token labels, the same in every process."""
+    g = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, VOCAB, (STEPS, BATCH, SEQ), generator=g)
+    return ids, torch.roll(ids, -1, dims=2)
+
+
+def optimizer(params: Any, name: str) -> torch.optim.Optimizer:
+    # SGD with momentum for the numerics: Adam divides by sqrt(v), which blows float noise in a
+    # gradient that is zero in exact arithmetic (e.g. the key bias) up to a full lr-sized step.
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3)
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def logits_of(output: Any) -> torch.Tensor:
+    return output if isinstance(output, torch.Tensor) else output.logits
+
+
+def reference(kind: str, max_grad_norm: float | None = None) -> dict[str, Any]:
+    """The single-process run: losses per step and the weights after STEPS steps."""
+    model = build(kind)
+    opt = optimizer(model.parameters(), "sgd")
+    ids, labels = batches()
+    with torch.no_grad():
+        first_logits = logits_of(model(ids[0]))
+    losses = []
+    for step in range(STEPS):
+        opt.zero_grad()
+        loss = F.cross_entropy(logits_of(model(ids[step])).flatten(0, 1), labels[step].flatten())
+        loss.backward()
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "state": model.state_dict(), "logits": first_logits}
+
+
+def local_numel(tensor: torch.Tensor) -> int:
+    return tensor.to_local().numel() if isinstance(tensor, DTensor) else tensor.numel()
+
+
+def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """On every rank: for each (key, model kind, dist dict), parallelize, train STEPS steps, report.
+
+    The dist dict may carry two test-only keys: ``optimizer`` ("sgd" | "adamw") and ``meta_init``
+    (rank 0 builds the model, the others build it on the meta device).
+    """
+    out = {}
+    ids, labels = batches()
+    for key, kind, layout in cases:
+        layout = dict(layout)
+        opt_name = layout.pop("optimizer", "sgd")
+        meta = layout.pop("meta_init", False)
+        start = time.perf_counter()
+        if meta and dist.get_rank() != 0:
+            with torch.device("meta"):
+                model = build(kind)
+        else:
+            model = build(kind)
+        tp = layout.get("tensor_parallel_size", 1) > 1
+        plan = GPT2_PLAN if kind == "gpt2-hf" else (MODEL_PLAN if tp and kind != "toy" else None)
+        pm = parallelize(model, layout, plan=plan, divide=GPT2_DIVIDE if kind == "gpt2-hf" else None)
+        initial = pm.full_state_dict() if meta else None
+        params = list(pm.parameters())
+        opt = optimizer(params, opt_name)
+        first_logits = pm(ids[0]).detach() if kind == "gpt2-hf" else None
+        losses = [pm.train_step(ids[s], labels[s], opt) for s in range(STEPS)]
+        state_numel = sum(
+            local_numel(v)
+            for state in opt_state(pm.stepped_optimizer(opt)).values()
+            for v in state.values()
+            if torch.is_tensor(v) and v.dim()
+        )
+        sharded = [
+            p for p in params if isinstance(p, DTensor) and any(not q.is_replicate() for q in p.placements)
+        ]
+        out[key] = {
+            "losses": losses,
+            "state": pm.full_state_dict(),
+            "initial": initial,
+            "logits": first_logits,
+            "local_numel": sum(local_numel(p) for p in params),
+            "sharded_local_numel": sum(local_numel(p) for p in sharded),
+            "sharded_numel": sum(p.numel() for p in sharded),
+            "optimizer_state_numel": state_numel,
+            "seconds": time.perf_counter() - start,
+        }
+    return out
+
+
+def opt_state(opt: torch.optim.Optimizer) -> dict:
+    """The optimizer state this rank holds (a ZeroRedundancyOptimizer's local shard of it)."""
+    return opt.optim.state if isinstance(opt, ZeroRedundancyOptimizer) else opt.state
+
+
+def mesh_groups(layouts: list[dict[str, Any]]) -> list[dict[str, list[int]]]:
+    """This rank's groups along each mesh dim, for each layout."""
+    result = []
+    for layout in layouts:
+        mesh = build_mesh(layout)
+        result.append(
+            {dim: dist.get_process_group_ranks(mesh[dim].get_group()) for dim in ("pp", "dp", "tp")}
+        )
+    return result
+
+
+def bad_layouts(cases: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The ConfigError message each (model kind, bad dist dict) gives on this rank."""
+    messages = []
+    for kind, layout in cases:
+        try:
+            parallelize(build(kind), layout)
+        except ConfigError as error:
+            messages.append(str(error))
+        else:
+            messages.append("no error")
+    return messages
+
+
+def bad_layout_uncaught(layout: dict[str, Any]) -> None:
+    parallelize(build("llama"), layout)
