@@ -1,0 +1,264 @@
+"""from_xformers_config on configs written the way xformers' documentation wrote them."""
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from brickwork.components.attention import (
+    FavorAttention,
+    LinformerAttention,
+    LocalAttention,
+    ScaledDotProduct,
+)
+from brickwork.factory import ConfigError, build_model, from_xformers_config
+
+EMB, SEQ, VOCAB, HEADS = 32, 16, 64, 4
+
+
+def encoder_config() -> list[dict[str, Any]]:
+    """Encoder-only: linformer attention, post-norm (the xformers default), vocab embedding."""
+    return [
+        {
+            "reversible": False,
+            "block_type": "encoder",
+            "num_layers": 2,
+            "dim_model": EMB,
+            "position_encoding_config": {"name": "vocab", "seq_len": SEQ, "vocab_size": VOCAB},
+            "multi_head_config": {
+                "num_heads": HEADS,
+                "residual_dropout": 0,
+                "attention": {"name": "linformer", "dropout": 0, "seq_len": SEQ},
+            },
+            "feedforward_config": {
+                "name": "MLP",
+                "dropout": 0,
+                "activation": "relu",
+                "hidden_layer_multiplier": 4,
+            },
+        }
+    ]
+
+
+def gpt_config() -> dict[str, Any]:
+    """Decoder-only causal, as xformers' microGPT example: an encoder stack with causal attention."""
+    return {
+        "stack_configs": [
+            {
+                "block_type": "encoder",
+                "num_layers": 3,
+                "dim_model": EMB,
+                "residual_norm_style": "pre",
+                "position_encoding_config": {"name": "vocab", "seq_len": SEQ, "vocab_size": VOCAB},
+                "multi_head_config": {
+                    "num_heads": HEADS,
+                    "residual_dropout": 0.0,
+                    "use_rotary_embeddings": True,
+                    "attention": {
+                        "name": "scaled_dot_product",
+                        "dropout": 0.0,
+                        "causal": True,
+                        "seq_len": SEQ,
+                    },
+                },
+                "feedforward_config": {
+                    "name": "FusedMLP",
+                    "dropout": 0.0,
+                    "activation": "gelu",
+                    "hidden_layer_multiplier": 4,
+                },
+            }
+        ],
+        "weight_init": "small",
+    }
+
+
+def encoder_decoder_config() -> dict[str, Any]:
+    """Encoder-decoder, as in xformers' factory README, with named stacks."""
+    position = {"name": "vocab", "seq_len": SEQ, "vocab_size": VOCAB}
+    feedforward = {"name": "MLP", "dropout": 0, "activation": "relu", "hidden_layer_multiplier": 4}
+    return {
+        "stack_configs": {
+            "encoder": {
+                "block_type": "encoder",
+                "num_layers": 2,
+                "dim_model": EMB,
+                "residual_norm_style": "pre",
+                "position_encoding_config": position,
+                "multi_head_config": {
+                    "num_heads": HEADS,
+                    "residual_dropout": 0,
+                    "attention": {"name": "local", "dropout": 0, "window_size": 3},
+                },
+                "feedforward_config": feedforward,
+            },
+            "decoder": {
+                "block_type": "decoder",
+                "num_layers": 2,
+                "dim_model": EMB,
+                "residual_norm_style": "pre",
+                "position_encoding_config": position,
+                "multi_head_config_masked": {
+                    "num_heads": HEADS,
+                    "residual_dropout": 0,
+                    "attention": {"name": "scaled_dot_product", "dropout": 0, "causal": True},
+                },
+                "multi_head_config_cross": {
+                    "num_heads": HEADS,
+                    "residual_dropout": 0,
+                    "attention": {"name": "favor", "dropout": 0, "causal": False},
+                },
+                "feedforward_config": feedforward,
+            },
+        },
+        "tie_embedding_weights": True,
+    }
+
+
+def test_encoder_only_config() -> None:
+    cfg = encoder_config()
+    before = copy.deepcopy(cfg)
+    spec = from_xformers_config(cfg)
+    assert cfg == before
+    assert spec["model"] == "encoder" and spec["vocab_size"] == VOCAB and spec["max_seq_len"] == SEQ
+    assert spec["encoder"]["block"]["residual"] == {"name": "post"} and spec["final_norm"] is False
+    model = build_model(spec)
+    assert isinstance(model.layers[0].attention.mechanism, LinformerAttention)
+    assert model.layers[0].feedforward.hidden_dim == 4 * EMB
+    out = model(torch.randint(0, VOCAB, (2, SEQ)))
+    assert out.shape == (2, SEQ, EMB)
+
+
+def test_decoder_only_causal_config() -> None:
+    spec = from_xformers_config(gpt_config())
+    assert spec["model"] == "decoder_lm"
+    assert spec["position"] == [{"name": "learned"}, {"name": "rotary"}]
+    assert spec["init"] == {"name": "small_init"} and spec["final_norm"] is True
+    model = build_model(spec)
+    ids = torch.randint(0, VOCAB, (2, 10))
+    logits = model(ids)
+    assert logits.shape == (2, 10, VOCAB)
+    # Causal: changing a later token leaves earlier logits alone.
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % VOCAB
+    torch.testing.assert_close(model(changed)[:, :-1], logits[:, :-1])
+
+
+def test_encoder_decoder_config() -> None:
+    model = build_model(from_xformers_config(encoder_decoder_config()))
+    assert isinstance(model.encoder_layers[0].attention.mechanism, LocalAttention)
+    assert isinstance(model.decoder_layers[0].attention.mechanism, ScaledDotProduct)
+    assert isinstance(model.decoder_layers[0].cross_attention.mechanism, FavorAttention)
+    out = model(torch.randint(0, VOCAB, (2, SEQ)), torch.randint(0, VOCAB, (2, 5)))
+    assert out.shape == (2, 5, VOCAB)
+    out.square().mean().backward()
+
+
+def test_several_stacks_of_one_kind_become_per_layer_overrides() -> None:
+    cfg = encoder_config()
+    second = copy.deepcopy(cfg[0])
+    second["num_layers"] = 1
+    second["multi_head_config"]["attention"] = {"name": "scaled_dot_product", "dropout": 0}
+    spec = from_xformers_config([*cfg, second], max_seq_len=SEQ)
+    assert spec["encoder"]["num_layers"] == 3 and list(spec["encoder"]["layers"]) == [2]
+    model = build_model(spec)
+    assert [type(layer.attention.mechanism) for layer in model.layers] == [
+        LinformerAttention,
+        LinformerAttention,
+        ScaledDotProduct,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "fragment"),
+    [
+        (lambda c: c[0].update(reversible=True), "0.reversible", "only False is supported"),
+        (lambda c: c[0].update(dim_modle=EMB), "0.dim_modle", "did you mean 'dim_model'"),
+        (lambda c: c[0].update(block_type="decodr"), "0.block_type", "unknown block_type 'decodr'"),
+        (
+            lambda c: c[0]["multi_head_config"]["attention"].update(name="lambda"),
+            "0.multi_head_config.attention.name",
+            "has no brickwork equivalent",
+        ),
+        (
+            lambda c: c[0]["multi_head_config"]["attention"].update(window_size=3),
+            "0.multi_head_config.attention.window_size",
+            "unknown key 'window_size'",
+        ),
+        (
+            lambda c: c[0]["multi_head_config"].update(num_heads=5),
+            "0.multi_head_config.num_heads",
+            "not divisible by num_heads=5",
+        ),
+        (
+            lambda c: c[0]["multi_head_config"].update(bias=[True, False, True, True]),
+            "0.multi_head_config.bias",
+            "one bias setting",
+        ),
+        (
+            lambda c: c[0]["feedforward_config"].update(name="Conv2DFeedforward"),
+            "0.feedforward_config.name",
+            "unsupported feedforward",
+        ),
+        (
+            lambda c: c[0]["feedforward_config"].update(activation="smelu"),
+            "0.feedforward_config.activation",
+            "unsupported activation",
+        ),
+        (
+            lambda c: c[0]["feedforward_config"].update(hidden_layer_multiplier=0.3),
+            "0.feedforward_config.hidden_layer_multiplier",
+            "positive whole hidden size",
+        ),
+        (
+            lambda c: c[0]["feedforward_config"].update(dropout=2.0),
+            "0.feedforward_config.dropout",
+            r"\[0, 1\)",
+        ),
+        (lambda c: c[0].update(normalization="skip"), "0.normalization", "unsupported normalization"),
+        (
+            lambda c: c[0]["position_encoding_config"].update(name="rotary"),
+            "0.position_encoding_config.name",
+            "unsupported position encoding",
+        ),
+        (lambda c: c[0].update(num_layers=-1), "0.num_layers", "positive"),
+    ],
+)
+def test_unknown_and_unsupported_keys_raise_at_the_xformers_path(edit, path: str, fragment: str) -> None:
+    cfg = encoder_config()
+    edit(cfg)
+    with pytest.raises(ConfigError, match=fragment) as info:
+        from_xformers_config(cfg)
+    assert str(info.value).startswith(f"{path}: "), str(info.value)
+
+
+def test_the_readme_encoder_decoder_with_causal_nystrom_is_refused_with_its_path() -> None:
+    cfg = encoder_decoder_config()
+    cfg["stack_configs"]["decoder"]["multi_head_config_masked"]["attention"] = {
+        "name": "nystrom",
+        "dropout": 0,
+        "causal": True,
+        "seq_len": SEQ,
+    }
+    with pytest.raises(ConfigError, match="has no causal form") as info:
+        from_xformers_config(cfg)
+    assert info.value.path == "stack_configs.decoder.multi_head_config_masked.attention.name"
+
+
+def test_model_level_rules() -> None:
+    cfg = encoder_decoder_config()
+    cfg["tie_embedding_weights"] = False
+    with pytest.raises(ConfigError, match=r"^tie_embedding_weights: .*shares one token embedding"):
+        from_xformers_config(cfg)
+    decoder_only = encoder_decoder_config()
+    del decoder_only["stack_configs"]["encoder"]
+    with pytest.raises(ConfigError, match=r"^stack_configs\.decoder\.block_type: .*no encoder stack"):
+        from_xformers_config(decoder_only)
+    sine = encoder_config()
+    sine[0]["position_encoding_config"] = {"name": "sine"}
+    with pytest.raises(ConfigError, match="pass vocab_size="):
+        from_xformers_config(sine)
+    assert from_xformers_config(sine, vocab_size=VOCAB)["position"] == {"name": "sine"}
+    with pytest.raises(ConfigError, match=r"^weight_init: unknown weight_init 'he'"):
+        from_xformers_config({"stack_configs": encoder_config(), "weight_init": "he"})
