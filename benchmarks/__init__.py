@@ -1,1 +1,6 @@
+"""Kernel microbenchmarks: one script per kernel and a runner (``python -m benchmarks``).
 
+Each script compares the providers ``brickwork`` (the Triton kernels on GPU, their torch twins on
+CPU), ``torch`` (eager), ``torch.compile``, and ``liger`` / ``apex`` where installed, over row widths
+and dtypes, for forward, backward and forward+backward. See docs/benchmarks.md.
+"""

@@ -86,6 +86,6 @@ def masked_softmax_ref(
         s = s.masked_fill(~allowed, float("-inf"))
     # Softmax of an all -inf row is 0/0; give such rows finite logits, then zero them, so that both the
     # output and the gradient are exactly zero there.
-    dead = (s == float("-inf")).all(dim=-1, keepdim=True)
+    dead = s.amax(dim=-1, keepdim=True) == float("-inf")
     y = torch.softmax(s.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
     return y.to(scores.dtype)

@@ -1,0 +1,54 @@
+"""Scaled softmax benchmark: brickwork against eager torch, torch.compile, and Liger where installed.
+
+The scores are [rows, width] with scale 1/8 and no mask, the case the bandwidth targets are set for.
+Minimal traffic per input element: forward reads the scores and writes y (2 elements); backward reads
+y and dy and writes dx (3); forward+backward 5. Liger's softmax takes no scale, so its provider pays
+for an extra eager multiply. Run alone with ``python -m benchmarks.masked_softmax``.
+"""
+
+import sys
+
+import torch
+
+from brickwork.kernels import masked_softmax
+
+from .cases import KernelBench, Target, compiled, eager_provider, optional_function
+
+SCALE = 0.125
+
+
+def _inputs(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
+    return [torch.randn(rows, width, dtype=dtype, device=device, requires_grad=True)]
+
+
+def _torch(scores: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(scores * SCALE, dim=-1)
+
+
+def _brickwork(device: torch.device):
+    return lambda scores: masked_softmax(scores, None, SCALE)
+
+
+def _liger(device: torch.device):
+    fn = optional_function("liger_kernel.transformers.functional", "liger_softmax", device)
+    return None if fn is None else (lambda scores: fn(scores * SCALE))
+
+
+BENCH = KernelBench(
+    name="masked_softmax",
+    make_inputs=_inputs,
+    providers={
+        "brickwork": _brickwork,
+        "torch": eager_provider(_torch),
+        "torch.compile": compiled(_torch),
+        "liger": _liger,
+    },
+    bytes_per_element={"forward": 2, "backward": 3, "forward+backward": 5},
+    targets=(Target("forward", 0.85, 1024, 16384), Target("backward", 0.75)),
+    summary="y = softmax(scores / 8) over rows of `width`",
+)
+
+if __name__ == "__main__":
+    from .runner import main
+
+    sys.exit(main(["--kernels", BENCH.name, *sys.argv[1:]]))

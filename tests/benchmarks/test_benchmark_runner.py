@@ -1,0 +1,130 @@
+"""The benchmark runner end to end on a tiny sweep, and the pieces it is made of."""
+
+import csv
+import io
+import json
+
+import pytest
+import torch
+
+from brickwork.benchmarks.layer_norm import BENCH as LAYER_NORM
+from brickwork.benchmarks.progress import Progress
+from brickwork.benchmarks.report import device_slug, markdown_table, merge_rows
+from brickwork.benchmarks.runner import BENCHES, main
+from brickwork.benchmarks.timing import mode_step, time_ms
+
+TINY = [
+    "--widths",
+    "64",
+    "--rows",
+    "8",
+    "--dtypes",
+    "float32",
+    "--providers",
+    "brickwork",
+    "torch",
+    "--no-plot",
+]
+
+
+def _load(out):
+    (json_path,) = out.glob("*.json")
+    return json_path, json.loads(json_path.read_text())
+
+
+def test_run_writes_json_csv_and_markdown(tmp_path, capsys):
+    gpu = torch.cuda.is_available()
+    assert main(["--kernels", "layer_norm", "masked_softmax", "--out", str(tmp_path), *TINY]) == 0
+    assert ("No GPU present" in capsys.readouterr().out) != gpu
+    json_path, data = _load(tmp_path)
+    assert json_path.stem == device_slug(data["device"]) and data["device"].startswith("CPU") != gpu
+    assert data["gpu_present"] is gpu and data["versions"]["torch"] == torch.__version__
+    rows = data["results"]
+    assert len(rows) == 2 * 2 * 3  # kernels x providers x modes
+    for row in rows:
+        assert row["error"] is None and row["ms_p20"] <= row["ms"] <= row["ms_p80"]
+        bytes_moved = BENCHES[row["kernel"]].bytes_moved(row["mode"], 8, 64, torch.float32)
+        assert row["gbps"] == pytest.approx(bytes_moved / (row["ms"] * 1e-3) / 1e9)
+        assert row["bandwidth_fraction"] == pytest.approx(row["gbps"] / data["copy_bandwidth_gbps"])
+    with json_path.with_suffix(".csv").open() as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+    table = json_path.with_suffix(".md").read_text()
+    assert ("No GPU present" in table) != gpu and "| layer_norm | backward | float32 | 64 |" in table
+
+
+def test_runs_merge_unless_fresh(tmp_path):
+    main(["--kernels", "rms_norm", "--out", str(tmp_path), *TINY])
+    main(["--kernels", "rms_norm", "--out", str(tmp_path), *TINY, "--widths", "32"])
+    assert {r["width"] for r in _load(tmp_path)[1]["results"]} == {32, 64}
+    main(["--kernels", "rms_norm", "--out", str(tmp_path), *TINY, "--fresh"])
+    assert {r["width"] for r in _load(tmp_path)[1]["results"]} == {64}
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(SystemExit):
+        main(["--widths", "0"])
+    with pytest.raises(SystemExit):
+        main(["--kernels", "layernorm"])
+
+
+def _row(provider, ms, fraction, width=4096, mode="forward"):
+    return {
+        "kernel": "layer_norm",
+        "provider": provider,
+        "dtype": "bfloat16",
+        "rows": 4096,
+        "width": width,
+    } | {"mode": mode, "ms": ms, "gbps": 3000 * fraction, "bandwidth_fraction": fraction}
+
+
+def test_markdown_verdicts_on_a_gpu_run():
+    meta = {"gpu_present": True}
+    rows = [
+        _row("brickwork", 0.10, 0.93),
+        _row("torch", 0.20, 0.50),
+        _row("brickwork", 0.10, 0.80, width=8192),  # below the 90% forward target
+        _row("torch", 0.20, 0.40, width=8192),
+        _row("brickwork", 0.30, 0.70, width=1024),  # no bandwidth target at 1024, but slower than torch
+        _row("torch", 0.20, 0.90, width=1024),
+    ]
+    lines = {line.split(" | ")[3]: line for line in markdown_table(meta, rows, BENCHES).splitlines()[2:]}
+    assert lines["4096"].endswith("| 2.00 | >= 90% BW, > torch | yes |")
+    assert lines["8192"].endswith("| >= 90% BW, > torch | **no** |")
+    assert lines["1024"].endswith("| 0.67 | > torch | **no** |")
+
+
+def test_merge_replaces_only_remeasured_cases():
+    old = [_row("brickwork", 1.0, 0.1), _row("torch", 1.0, 0.1)]
+    new = [_row("brickwork", 0.5, 0.2)]
+    merged = merge_rows(old, new)
+    assert [(r["provider"], r["ms"]) for r in merged] == [("torch", 1.0), ("brickwork", 0.5)]
+
+
+def test_modes_time_what_they_say():
+    x, w, b = LAYER_NORM.make_inputs(4, 16, torch.float32, torch.device("cpu"))
+    fn = LAYER_NORM.providers["torch"](torch.device("cpu"))
+    step, leaves = mode_step(fn, [x, w, b], "backward")
+    assert leaves == [x, w, b] and x.grad is None
+    step()
+    assert x.grad is not None and w.grad is not None
+    with pytest.raises(ValueError, match=r"unknown mode 'sideways'"):
+        mode_step(fn, [x, w, b], "sideways")
+    median, low, high = time_ms(step, torch.device("cpu"), leaves)
+    assert 0 < low <= median <= high
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_redraws_on_a_terminal_and_logs_twentieths_elsewhere():
+    log, terminal = io.StringIO(), _Terminal()
+    for stream in (log, terminal):
+        with Progress(40, stream=stream) as bar:
+            for i in range(40):
+                bar.step(f"case {i}")
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 21  # the first step, then one line per 5%
+    assert lines[-1].startswith("[" + "#" * 30 + "] 40/40")
+    assert terminal.getvalue().count("\r") == 40 and terminal.getvalue().endswith("\n")
