@@ -72,16 +72,17 @@ def run_case(
     dtype: str,
     rows: int,
     width: int,
+    modes: Sequence[str],
     device: torch.device,
     copy_gbps: float,
 ) -> list[dict]:
-    """Every mode of one (kernel, provider, dtype, width); [] if the provider is not available here."""
+    """``modes`` of one (kernel, provider, dtype, width); [] if the provider is not available here."""
     fn = bench.providers[provider](device)
     if fn is None:
         return []
     inputs = bench.make_inputs(rows, width, DTYPES[dtype], device)
     results = []
-    for mode in MODES:
+    for mode in modes:
         row = {"kernel": bench.name, "provider": provider, "dtype": dtype, "rows": rows, "width": width}
         row |= {"mode": mode, "copy_gbps": copy_gbps, "error": None}
         try:
@@ -124,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     new_rows: list[dict] = []
     with Progress(len(cases)) as bar:
         for bench, provider, dtype, width in cases:
-            new_rows += run_case(bench, provider, dtype, rows, width, device, copy_gbps)
+            new_rows += run_case(bench, provider, dtype, rows, width, args.modes, device, copy_gbps)
             bar.step(f"{bench.name} {dtype} {width} {provider}")
             if gpu:
                 torch.cuda.empty_cache()

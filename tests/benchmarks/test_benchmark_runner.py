@@ -56,8 +56,9 @@ def test_runs_merge_unless_fresh(tmp_path):
     main(["--kernels", "rms_norm", "--out", str(tmp_path), *TINY])
     main(["--kernels", "rms_norm", "--out", str(tmp_path), *TINY, "--widths", "32"])
     assert {r["width"] for r in _load(tmp_path)[1]["results"]} == {32, 64}
-    main(["--kernels", "rms_norm", "--out", str(tmp_path), *TINY, "--fresh"])
-    assert {r["width"] for r in _load(tmp_path)[1]["results"]} == {64}
+    main(["--kernels", "rms_norm", "--out", str(tmp_path), *TINY, "--fresh", "--modes", "backward"])
+    rows = _load(tmp_path)[1]["results"]
+    assert {(r["width"], r["mode"]) for r in rows} == {(64, "backward")} and len(rows) == 2
 
 
 def test_bad_arguments_are_rejected():
