@@ -1,0 +1,118 @@
+"""The ``brickwork`` command: ``train``, ``info`` and ``bench``.
+
+A mistake a user can fix (unknown preset, bad override, missing file, world size not matching the
+dist dict, a run folder with nothing to resume) ends in one line naming the fix, not a traceback;
+``--traceback`` shows the full one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from brickwork.errors import ConfigError
+
+USAGE_ERROR = 2
+
+TRAIN_EPILOG = """\
+examples:
+  brickwork train                                   the gpt-tiny preset on the embedded corpus
+  brickwork train gpt-tiny train.steps=200 train.lr=1e-3 decoder.num_layers=2
+  brickwork train my_model.yaml data.path=my.txt train.out_dir=runs/mine
+  brickwork train --resume runs/mine                continue from the newest complete checkpoint
+  torchrun --nproc_per_node 2 -m brickwork train dist.tensor_parallel_size=2
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--traceback", action="store_true", help="show the full traceback of an error")
+    parser = argparse.ArgumentParser(
+        prog="brickwork", description="brickwork: build, train and benchmark models."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = commands.add_parser(
+        "train",
+        parents=[common],
+        help="train a decoder LM from a preset or spec file",
+        description="Train a spec-built decoder LM on the embedded corpus or a text file.",
+        epilog=TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    train.add_argument(
+        "args",
+        nargs="*",
+        metavar="[SPEC] [key=value ...]",
+        help="a preset name or a .yaml/.json spec (default gpt-tiny), then dotted overrides of the model "
+        "spec and of the train., data. and dist. sections",
+    )
+    train.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue a run from its newest complete checkpoint"
+    )
+    commands.add_parser(
+        "info", parents=[common], help="versions, devices, kernel backends, components and presets"
+    )
+    commands.add_parser("bench", parents=[common], help="kernel and model benchmarks")
+    return parser
+
+
+def split_spec_and_overrides(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``["gpt-tiny", "a.b=1"]`` -> ("gpt-tiny", ["a.b=1"]); only the first argument may lack ``=``."""
+    spec = None
+    overrides = list(args)
+    if overrides and "=" not in overrides[0]:
+        spec = overrides.pop(0)
+    for text in overrides:
+        if "=" not in text:
+            raise ConfigError(f"expected a dotted key=value override after SPEC, got {text!r}", "overrides")
+    return spec, overrides
+
+
+def run_train(ns: argparse.Namespace) -> int:
+    from brickwork.train.trainer import train_new, train_resume
+
+    if ns.resume:
+        if ns.args:
+            raise ConfigError(
+                "a resumed run continues exactly as its config.yaml says; give no SPEC or overrides with it",
+                "--resume",
+            )
+        train_resume(ns.resume)
+    else:
+        train_new(*split_spec_and_overrides(ns.args))
+    return 0
+
+
+def run_info(_: argparse.Namespace) -> int:
+    from brickwork.train.environment import environment_report
+
+    print(environment_report())
+    return 0
+
+
+def run_bench(_: argparse.Namespace) -> int:
+    raise ConfigError("brickwork bench is not available yet; run python -m benchmarks for the kernels")
+
+
+COMMANDS = {"train": run_train, "info": run_info, "bench": run_bench}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``brickwork`` script and of ``python -m brickwork``."""
+    ns = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[ns.command](ns)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        if ns.traceback:
+            raise
+        print(f"brickwork {ns.command}: error: {err}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print(f"\nbrickwork {ns.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The ``train:`` and ``data:`` sections of a run config, as strictly checked dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brickwork.errors import ConfigError
+
+SCHEDULES = ("cosine", "linear", "constant")
+OPTIMIZERS = ("adamw", "sgd")
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32", "bf16")
+POSITIVE = ("steps", "batch_size", "seq_len", "eval_interval", "eval_batches", "checkpoint_interval")
+NON_NEGATIVE = ("warmup_steps", "sample_tokens", "keep_checkpoints", "seed")
+
+
+@dataclass
+class TrainConfig:
+    """How to train: steps, batches, optimizer, learning-rate schedule, evaluation, checkpoints, output.
+
+    The learning rate warms up linearly over ``warmup_steps`` and then follows ``schedule`` from
+    ``lr`` down to ``min_lr`` at ``steps``; ``warmup_steps=None`` means 5% of the steps, and the
+    resolved config records the number. ``grad_clip`` is the max global gradient norm (0 = off).
+    """
+
+    steps: int = 1000
+    batch_size: int = 16
+    seq_len: int = 128
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int | None = None
+    schedule: str = "cosine"
+    optimizer: str = "adamw"
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    momentum: float = 0.9
+    grad_clip: float = 1.0
+    seed: int = 0
+    eval_interval: int = 100
+    eval_batches: int = 4
+    checkpoint_interval: int = 250
+    keep_checkpoints: int = 2
+    out_dir: str | None = None
+    sample_prompt: str = "Tale 7: "
+    sample_tokens: int = 200
+    sample_temperature: float = 0.8
+    device: str = "auto"
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps is None and isinstance(self.steps, int):
+            self.warmup_steps = self.steps // 20
+        for name in POSITIVE:
+            _check(getattr(self, name) >= 1, name, "must be >= 1", getattr(self, name))
+        for name in NON_NEGATIVE:
+            _check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
+        _check(
+            self.warmup_steps < self.steps, "warmup_steps", f"must be < steps={self.steps}", self.warmup_steps
+        )
+        _check(self.lr > 0, "lr", "must be > 0", self.lr)
+        _check(0 <= self.min_lr <= self.lr, "min_lr", f"must be in [0, lr={self.lr}]", self.min_lr)
+        _check(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
+        _check(self.grad_clip >= 0, "grad_clip", "must be >= 0 (0 turns clipping off)", self.grad_clip)
+        _check(0 <= self.momentum < 1, "momentum", "must be in [0, 1)", self.momentum)
+        _check(self.sample_temperature >= 0, "sample_temperature", "must be >= 0", self.sample_temperature)
+        _check(all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)", self.betas)
+        if self.sample_tokens > 0:
+            _check(
+                bool(self.sample_prompt), "sample_prompt", "must be non-empty to sample", self.sample_prompt
+            )
+        _check_choice(self.schedule, "schedule", SCHEDULES)
+        _check_choice(self.optimizer, "optimizer", OPTIMIZERS)
+        _check_choice(self.device, "device", DEVICES)
+        _check_choice(self.precision, "precision", PRECISIONS)
+
+
+@dataclass
+class DataConfig:
+    """What to train on: ``path`` to a text file (None = the embedded corpus) and the held-out share."""
+
+    path: str | None = None
+    val_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check(0 < self.val_fraction <= 0.5, "val_fraction", "must be in (0, 0.5]", self.val_fraction)
+
+
+def _check(ok: bool, name: str, message: str, got: object) -> None:
+    if not ok:
+        raise ConfigError(f"{message}, got {got!r}", name)
+
+
+def _check_choice(value: str, name: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"unknown value {value!r}", name, choices=choices, got=value)

@@ -1,0 +1,56 @@
+"""Pick the engine for this process: one device, or the parallel layer under ``torchrun``."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from brickwork.errors import ConfigError
+from brickwork.train.local import LocalEngine, resolve_device
+from brickwork.train.run_config import RunConfig
+
+SIZE_KEYS = ("data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size")
+
+
+def world_size() -> int:
+    """The number of processes ``torchrun`` started (1 when run directly)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def requested_processes(dist: dict) -> int:
+    """dp x tp x pp of a dist dict (each size defaults to 1)."""
+    sizes = []
+    for key in SIZE_KEYS:
+        value = dist.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"must be a positive integer, got {value!r}", f"dist.{key}")
+        sizes.append(value)
+    return math.prod(sizes)
+
+
+def check_world(dist: dict) -> None:
+    """The dist dict must ask for exactly the processes that were launched."""
+    wanted, have = requested_processes(dist), world_size()
+    if wanted == have:
+        return
+    if have == 1:
+        raise ConfigError(
+            f"the dist dict asks for {wanted} processes (data x tensor x pipeline parallel sizes), but this "
+            f"is 1 process; launch it with torchrun --nproc_per_node {wanted} -m brickwork train ...",
+            "dist",
+        )
+    raise ConfigError(
+        f"torchrun started {have} processes, but the dist dict asks for {wanted} (data x tensor x pipeline "
+        f"parallel sizes); make their product {have} or use --nproc_per_node {wanted}",
+        "dist",
+    )
+
+
+def make_engine(model: torch.nn.Module, run: RunConfig) -> LocalEngine:
+    """A LocalEngine in a single process; a ParallelEngine under torchrun."""
+    check_world(run.dist)
+    if world_size() == 1:
+        return LocalEngine(model, resolve_device(run.train.device), run.train.precision, run.train.grad_clip)
+    raise ConfigError("training under torchrun needs brickwork.parallel, which is not available yet", "dist")

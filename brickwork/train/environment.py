@@ -1,0 +1,87 @@
+"""``brickwork info``: versions, devices, the kernel backend each op will use, components and presets."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+
+import torch
+
+import brickwork
+
+KERNEL_OPS = ("layer_norm", "rms_norm", "bias_gelu", "masked_softmax")
+REGISTRIES = (
+    ("attention", "brickwork.components.attention", "ATTENTION_REGISTRY"),
+    ("feedforward", "brickwork.components.feedforward", "FEEDFORWARD_REGISTRY"),
+    ("positional", "brickwork.components.positional", "POSITIONAL_REGISTRY"),
+    ("norm", "brickwork.components.residual", "NORM_REGISTRY"),
+    ("residual", "brickwork.components.residual", "RESIDUAL_REGISTRY"),
+)
+
+
+def triton_status() -> tuple[str | None, str]:
+    """(Triton version or None, whether and where its kernels can run)."""
+    try:
+        triton = importlib.import_module("triton")
+    except ImportError as err:
+        return None, f"not importable ({err}); every op uses its torch twin"
+    if torch.cuda.is_available():
+        return triton.__version__, "usable: kernels compile for the CUDA device"
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    where = "TRITON_INTERPRET=1 is set" if interpret else "set TRITON_INTERPRET=1 to use it"
+    return (
+        triton.__version__,
+        f"importable; no GPU, so only backend='triton' runs it, interpreted on CPU ({where})",
+    )
+
+
+def kernel_backends(triton_ok: bool) -> list[tuple[str, str, str]]:
+    """(op, backend chosen for backend=None, why) for each fused kernel on this machine's default device."""
+    if torch.cuda.is_available() and triton_ok:
+        choice, why = "triton", "CUDA tensors go to the fused Triton kernel"
+    elif torch.cuda.is_available():
+        choice, why = "torch", "Triton is not importable, so CUDA tensors use the torch twin"
+    else:
+        choice, why = "torch", "no CUDA device; CPU tensors always use the exact torch twin"
+    return [(op, choice, why) for op in KERNEL_OPS]
+
+
+def registered_components() -> list[tuple[str, list[str]]]:
+    """(family, registered names) for every component registry."""
+    out = []
+    for family, module, attribute in REGISTRIES:
+        registry = getattr(importlib.import_module(module), attribute)
+        out.append((family, registry.names()))
+    return out
+
+
+def environment_report() -> str:
+    """The text ``brickwork info`` prints."""
+    from brickwork.factory import list_presets
+
+    triton_version, triton_note = triton_status()
+    if torch.cuda.is_available():
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        cuda = f"available: {torch.cuda.device_count()} device(s): {names}"
+    else:
+        built = "built with CUDA " + torch.version.cuda if torch.version.cuda else "a CPU-only build"
+        cuda = f"not available (torch is {built})"
+    lines = [
+        f"brickwork  {brickwork.__version__}  ({os.path.dirname(brickwork.__file__)})",
+        f"python     {platform.python_version()}  ({platform.platform()})",
+        f"torch      {torch.__version__}",
+        f"triton     {triton_version or 'not installed'}",
+        "",
+        f"CUDA       {cuda}",
+        f"Triton     {triton_note}",
+        "",
+        "kernel backends (backend=None):",
+    ]
+    lines += [
+        f"  {op:<15} {choice:<7} {why}" for op, choice, why in kernel_backends(triton_version is not None)
+    ]
+    lines += ["", "registered components:"]
+    lines += [f"  {family:<12} {', '.join(names)}" for family, names in registered_components()]
+    lines += ["", f"presets:     {', '.join(list_presets())}"]
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""``metrics.jsonl`` (one JSON record per line) and the ``loss.png`` plot drawn from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    """Appends records to ``RUN/metrics.jsonl``.
+
+    Training records carry ``step``, ``loss``, ``lr``, ``tokens_per_s``; evaluation records carry
+    ``step`` and ``val_loss``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past ``step``: a resumed run writes them again, so the curve has no duplicates."""
+        kept = [r for r in self.read() if r["step"] <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+
+
+def plot_losses(records: list[dict[str, Any]], path: Path, title: str) -> bool:
+    """Draw train and validation loss against step into ``path``; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
+    val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    if train:
+        ax.plot(*zip(*train), color="tab:blue", alpha=0.55, linewidth=1, label="train")
+    if val:
+        ax.plot(*zip(*val), color="tab:orange", marker="o", markersize=3.5, label="validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per byte)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True

@@ -1,0 +1,106 @@
+"""A run config: a model spec plus ``train:``, ``data:`` and ``dist:`` sections, from a preset or a file.
+
+``brickwork train [SPEC] [key=value ...]`` resolves into one of these. Its ``to_dict()`` is what the
+run folder's ``config.yaml`` holds, and that file is itself a valid SPEC, so ``brickwork train
+RUN/config.yaml`` repeats the run.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from brickwork.errors import ConfigError
+from brickwork.factory import apply_overrides, get_preset, list_presets, load_spec
+from brickwork.factory.convert import config_to_dict, to_config
+from brickwork.factory.overrides import parse_override, set_dotted
+from brickwork.train.config import DataConfig, TrainConfig
+
+DEFAULT_PRESET = "gpt-tiny"
+SECTIONS = ("train", "data", "dist")
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+# On a command line 1e-3 means a number; YAML 1.1 alone would read it as text.
+_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs. ``spec`` is the model spec; ``name`` labels the run folder and plot."""
+
+    name: str
+    spec: dict[str, Any]
+    train: TrainConfig
+    data: DataConfig
+    dist: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **copy.deepcopy(self.spec),
+            "train": config_to_dict(self.train),
+            "data": config_to_dict(self.data),
+            "dist": copy.deepcopy(self.dist),
+        }
+
+
+def load_base(spec_arg: str | None) -> tuple[str, dict[str, Any]]:
+    """(run name, spec dict) for a preset name or a .yaml/.yml/.json path; None means the default preset."""
+    if spec_arg is None:
+        return DEFAULT_PRESET, get_preset(DEFAULT_PRESET)
+    path = Path(spec_arg)
+    if path.suffix.lower() in SPEC_SUFFIXES or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"spec file {spec_arg!r} does not exist", "SPEC")
+        name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+        return name, load_spec(path)
+    if spec_arg not in list_presets():
+        raise ConfigError(
+            f"{spec_arg!r} is neither a preset nor a .yaml/.json file",
+            "SPEC",
+            choices=list_presets(),
+            got=spec_arg,
+        )
+    return spec_arg, get_preset(spec_arg)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["train.lr=1e-3", ...]`` -> ``{"train.lr": 0.001, ...}`` with values read as YAML."""
+    parsed = {}
+    for text in overrides:
+        parts, value = parse_override(text)
+        if isinstance(value, str) and _EXPONENT.match(value):
+            value = float(value)
+        parsed[".".join(parts)] = value
+    return parsed
+
+
+def resolve_run(spec_arg: str | None, overrides: list[str]) -> RunConfig:
+    """Read SPEC, apply the overrides to the model spec and the sections, and check every part.
+
+    The model spec is validated by the factory here; it is fully resolved (defaults filled) only when
+    the model is built.
+    """
+    name, base = load_base(spec_arg)
+    sections = {key: copy.deepcopy(base.get(key)) or {} for key in SECTIONS}
+    model_spec = {k: v for k, v in base.items() if k not in SECTIONS}
+    model_overrides = {}
+    for key, value in parse_overrides(overrides).items():
+        head = key.split(".")[0]
+        if head in SECTIONS:
+            set_dotted(sections, key.split("."), value)
+        else:
+            model_overrides[key] = value
+    model_spec = apply_overrides(model_spec, model_overrides)
+    dist = sections["dist"]
+    if not isinstance(dist, Mapping):
+        raise ConfigError(f"must be a mapping of parallel options, got {dist!r}", "dist")
+    return RunConfig(
+        name=name,
+        spec=model_spec,
+        train=to_config(TrainConfig, sections["train"], "train"),
+        data=to_config(DataConfig, sections["data"], "data"),
+        dist=dict(dist),
+    )

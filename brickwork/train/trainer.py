@@ -1,0 +1,175 @@
+"""``brickwork train``: set up a run (model, data, optimizer, run folder), train it, sample from it.
+
+A new run writes ``config.yaml`` first; a resumed run reads it back, loads the newest complete
+checkpoint and continues, so its loss curve is the one the uninterrupted run would have drawn.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from brickwork.data import ByteTokenizer, RandomWindows, fixed_windows, read_corpus, split_tokens
+from brickwork.errors import ConfigError
+from brickwork.factory import build_model, dump_spec
+from brickwork.train.checkpoint import latest_checkpoint
+from brickwork.train.distributed import make_engine
+from brickwork.train.loop import LoopState, run_loop
+from brickwork.train.metrics import MetricsLog, plot_losses
+from brickwork.train.optim import build_optimizer
+from brickwork.train.run_config import RunConfig, resolve_run
+
+TOKENIZER = ByteTokenizer()
+
+
+@dataclass
+class RunResult:
+    """What a finished run reports: where it lives, its first and last validation loss, its sample."""
+
+    run_dir: Path
+    first_val_loss: float
+    final_val_loss: float
+    seconds: float
+    sample: str
+
+
+def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
+    """Start a run from a preset or spec file with dotted overrides."""
+    run = resolve_run(spec_arg, overrides)
+    run_dir = Path(run.train.out_dir or default_out_dir(run.name))
+    return _train(run, run_dir, resume=False)
+
+
+def train_resume(run_dir: str) -> RunResult:
+    """Continue the run in ``run_dir`` from its newest complete checkpoint."""
+    folder = Path(run_dir)
+    config = folder / "config.yaml"
+    if not config.is_file():
+        raise ConfigError(f"{run_dir!r} is not a run folder: it has no config.yaml", "--resume")
+    latest_checkpoint(folder)
+    return _train(resolve_run(str(config), []), folder, resume=True)
+
+
+def default_out_dir(name: str) -> str:
+    return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _train(run: RunConfig, run_dir: Path, resume: bool) -> RunResult:
+    cfg = run.train
+    started = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    model = build_model(_byte_vocab(run))
+    run.spec = model.spec
+    _check_fits(run)
+    engine = make_engine(model, run)
+    say = print if engine.is_main else _quiet
+
+    data, source = read_corpus(run.data.path)
+    train_tokens, val_tokens = split_tokens(TOKENIZER.encode(data), run.data.val_fraction, cfg.seq_len)
+    batches = RandomWindows(train_tokens, cfg.batch_size, cfg.seq_len, seed=cfg.seed)
+    val_inputs, val_labels = fixed_windows(val_tokens, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
+    optimizer = build_optimizer(engine.parameters(), cfg)
+    state = LoopState(0, batches, val_inputs, val_labels)
+    log = MetricsLog(run_dir / "metrics.jsonl")
+
+    if resume:
+        step, folder = latest_checkpoint(run_dir)
+        saved = engine.load(folder, optimizer)
+        batches.load_state_dict(saved["data"])
+        state.step = step
+        if engine.is_main:
+            log.truncate_after(step)
+            earlier = [r["val_loss"] for r in log.read() if "val_loss" in r]
+            state.val_loss = earlier[-1] if earlier else math.nan
+        say(f"resuming {run_dir} from step {step} of {cfg.steps}")
+    else:
+        if engine.is_main:
+            _claim(run_dir)
+            dump_spec(run.to_dict(), run_dir / "config.yaml")
+        say(f"run folder {run_dir}")
+    params = sum(p.numel() for p in model.parameters())
+    say(f"model {run.name}: {params:,} parameters; data: {source}, {val_tokens.numel():,} bytes held out")
+    say(f"{cfg.steps} steps of {cfg.batch_size} x {cfg.seq_len} tokens on {engine.describe()}")
+
+    final = run_loop(engine, optimizer, cfg, state, run_dir, title=f"{run.name}: {run_dir.name}")
+    records = log.read() if engine.is_main else []
+    vals = [r["val_loss"] for r in records if "val_loss" in r]
+    if engine.is_main:
+        plot_losses(records, run_dir / "loss.png", f"{run.name}: {run_dir.name}")
+    sample = _sample(engine.sample_model(), cfg) if engine.is_main else ""
+    result = RunResult(run_dir, vals[0] if vals else math.nan, final, time.perf_counter() - started, sample)
+    say(
+        f"validation loss {result.first_val_loss:.3f} -> {result.final_val_loss:.3f} "
+        f"({result.seconds:.0f} s); metrics, loss.png and checkpoints in {run_dir}"
+    )
+    if sample:
+        say(f"sample ({cfg.sample_tokens} bytes, KV-cache decoding, temperature {cfg.sample_temperature}):")
+        say(sample)
+    return result
+
+
+def _byte_vocab(run: RunConfig) -> dict:
+    """The spec with ``vocab_size`` set to the byte-level tokenizer's 256 ids, saying so if it changes."""
+    spec = dict(run.spec)
+    vocab = spec.get("vocab_size")
+    if vocab != TOKENIZER.vocab_size:
+        if vocab is not None and int(os.environ.get("RANK", "0")) == 0:
+            print(f"vocab_size {vocab} -> {TOKENIZER.vocab_size}: the training data is byte-level")
+        spec["vocab_size"] = TOKENIZER.vocab_size
+    return spec
+
+
+def _check_fits(run: RunConfig) -> None:
+    """The model must be a decoder LM whose positions cover the training and sampling lengths."""
+    kind = run.spec.get("model")
+    if kind != "decoder_lm":
+        raise ConfigError(
+            f"brickwork train trains decoder_lm models, got {kind!r}", "model", choices=["decoder_lm"]
+        )
+    limit = run.spec.get("max_seq_len")
+    cfg = run.train
+    if limit is not None and cfg.seq_len > limit:
+        raise ConfigError(
+            f"{cfg.seq_len} is longer than max_seq_len={limit}; lower it or raise max_seq_len",
+            "train.seq_len",
+        )
+    prompt = len(TOKENIZER.encode(cfg.sample_prompt))
+    if limit is not None and prompt + cfg.sample_tokens > limit:
+        raise ConfigError(
+            f"{cfg.sample_tokens} tokens after a {prompt}-byte prompt pass max_seq_len={limit}; "
+            f"use at most {max(0, limit - prompt)}",
+            "train.sample_tokens",
+        )
+
+
+def _claim(run_dir: Path) -> None:
+    """Create ``run_dir``, refusing one that already holds a run."""
+    if (run_dir / "config.yaml").exists() or (run_dir / "checkpoints").exists():
+        raise ConfigError(
+            f"{str(run_dir)!r} already holds a run; continue it with --resume {run_dir} "
+            "or choose another train.out_dir",
+            "train.out_dir",
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+@torch.no_grad()
+def _sample(model: torch.nn.Module, cfg) -> str:
+    """Text generated after ``cfg.sample_prompt`` with the model's KV-cache ``generate``."""
+    if cfg.sample_tokens == 0:
+        return ""
+    model.eval()
+    device = next(model.parameters()).device
+    prompt = TOKENIZER.encode(cfg.sample_prompt)[None].to(device)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    out = model.generate(prompt, cfg.sample_tokens, temperature=cfg.sample_temperature, generator=generator)
+    return TOKENIZER.decode(out[0].cpu())
+
+
+def _quiet(*_: object) -> None:
+    """Non-main ranks print nothing."""
