@@ -34,7 +34,7 @@ class RankError:
 
 
 class SpawnError(RuntimeError):
-    """One or more ranks raised; ``errors`` holds each rank's :class:`RankError`."""
+    """One or more ranks raised; ``errors`` holds each rank's :class:`RankError`, first failure first."""
 
     def __init__(self, errors: list[RankError]) -> None:
         self.errors = errors
@@ -149,9 +149,10 @@ def spawn(
                 process.kill()
                 process.join()
     missing = [rank for rank in range(world_size) if rank not in outcomes]
+    # In arrival order: the first rank to fail is the likeliest cause of the others' errors.
     errors = [o for o in outcomes.values() if isinstance(o, RankError)]
     if errors and raise_errors:
-        raise SpawnError(sorted(errors, key=lambda e: e.rank))
+        raise SpawnError(errors)
     if missing:
         codes = {rank: processes[rank].exitcode for rank in missing}
         raise TimeoutError(

@@ -198,5 +198,5 @@ def bad_layouts(cases: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return messages
 
 
-def bad_layout_uncaught(layout: dict[str, Any]) -> None:
-    parallelize(build("llama"), layout)
+def bad_layout_uncaught(kind: str, layout: dict[str, Any]) -> None:
+    parallelize(build(kind), layout)
