@@ -174,6 +174,6 @@ def write_plot(path: Path, metadata: dict, rows: list[dict]) -> bool:
             ax.legend(fontsize=7)
     fig.suptitle(metadata["device"], fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
     return True
