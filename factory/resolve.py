@@ -122,7 +122,7 @@ def resolve_model_spec(spec: Any) -> ModelConfig:
     if not isinstance(spec, Mapping):
         raise ConfigError(f"a model spec must be a mapping, got {type(spec).__name__}")
     kind = spec.get("model")
-    if kind not in MODEL_KINDS:
+    if not isinstance(kind, str) or kind not in MODEL_KINDS:
         reason = "missing required key" if "model" not in spec else f"unknown model kind {kind!r}"
         raise ConfigError(reason, "model", choices=MODEL_KINDS, got=kind)
     fields = to_config(MODEL_KINDS[kind], spec)
@@ -171,6 +171,7 @@ def resolve_model_spec(spec: Any) -> ModelConfig:
 
 def layer_overrides(layers: Mapping[Any, Any], num_layers: int, path: str) -> dict[int, Any]:
     """``layers`` with keys as ints in [0, num_layers); digit strings (JSON keys) are accepted."""
+    num_layers_path = join_path(path.rsplit(".", 1)[0], "num_layers")
     out: dict[int, Any] = {}
     for key, value in layers.items():
         key_path = join_path(path, str(key))
@@ -178,7 +179,11 @@ def layer_overrides(layers: Mapping[Any, Any], num_layers: int, path: str) -> di
         if isinstance(key, str) and key.strip().isdigit():
             index = int(key)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
-            raise ConfigError(f"layer index must be an integer in [0, {num_layers}), got {key!r}", key_path)
+            raise ConfigError(
+                f"layer index must be an integer in [0, {num_layers}) ({num_layers_path}={num_layers}), "
+                f"got {key!r}",
+                key_path,
+            )
         if index in out:
             raise ConfigError(f"layer {index} is overridden twice", key_path)
         out[index] = value

@@ -111,6 +111,12 @@ def resolve_residual(spec: Any, path: str, context: Mapping[str, Any]) -> Choice
 
 def resolve_attention(spec: Any, path: str, ctx: BlockContext, self_attention: bool) -> AttentionConfig:
     attn = to_config(AttentionSpec, spec, path)
+    if attn.num_kv_heads is not None and attn.num_heads % attn.num_kv_heads:
+        raise ConfigError(
+            f"{join_path(path, 'num_heads')}={attn.num_heads} must be a multiple of "
+            f"num_kv_heads={attn.num_kv_heads}",
+            join_path(path, "num_kv_heads"),
+        )
     if attn.dim_head is None:
         if ctx.dim_model % attn.num_heads:
             raise ConfigError(

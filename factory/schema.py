@@ -42,11 +42,6 @@ class AttentionSpec:
         check_positive(self.num_heads, "num_heads")
         if self.num_kv_heads is not None:
             check_positive(self.num_kv_heads, "num_kv_heads")
-            if self.num_heads % self.num_kv_heads:
-                raise ConfigError(
-                    f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}",
-                    "num_kv_heads",
-                )
         if self.dim_head is not None:
             check_positive(self.dim_head, "dim_head")
         check_probability(self.dropout, "dropout")
