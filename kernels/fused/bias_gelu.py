@@ -123,7 +123,7 @@ def bias_gelu_forward(
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     block_m, block_n = _tile(n_cols, max_tile)
     if n_rows > 0:
         grid = (triton.cdiv(n_rows, block_m), triton.cdiv(n_cols, block_n))
@@ -133,7 +133,7 @@ def bias_gelu_forward(
             HAS_BIAS=bias is not None, TANH=approximate == "tanh", DROPOUT=p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if block_m * block_n <= 2048 else 8,
         )  # fmt: skip
-    return y.view(x.shape)
+    return y
 
 
 def bias_gelu_backward(
@@ -155,7 +155,7 @@ def bias_gelu_backward(
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)
     n_rows = x2.shape[0]
-    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     block_m, block_n = _tile(n_cols, max_tile)
     col_blocks = triton.cdiv(n_cols, block_n)
     # About four programs per SM in all, each summing the bias gradient over a run of whole row tiles.
@@ -174,7 +174,7 @@ def bias_gelu_backward(
             HAS_BIAS=bias is not None, TANH=approximate == "tanh", DROPOUT=p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if block_m * block_n <= 2048 else 8,
         )  # fmt: skip
-    return dx.view(x.shape), dbias.sum(0).to(bias.dtype) if bias is not None else dbias
+    return dx, dbias.sum(0).to(bias.dtype) if bias is not None else dbias
 
 
 @triton_op("brickwork::bias_gelu_fwd", mutates_args={})

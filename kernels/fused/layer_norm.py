@@ -162,7 +162,7 @@ def layer_norm_forward(
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     mean = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     block, single = row_block(n_cols, max_block)
@@ -173,7 +173,7 @@ def layer_norm_forward(
             HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=block, SINGLE_BLOCK=single,
             num_warps=warps_for(block),
         )  # fmt: skip
-    return y.view(x.shape), mean, rstd
+    return y, mean, rstd
 
 
 def layer_norm_backward(
@@ -194,7 +194,7 @@ def layer_norm_backward(
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)
     n_rows = x2.shape[0]
-    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows)
     block, single = row_block(n_cols, max_block)
     # The looped path adds into its partial rows, so they must start at zero.
@@ -211,7 +211,7 @@ def layer_norm_backward(
         )  # fmt: skip
     dweight = dweight.sum(0).to(weight.dtype) if weight is not None else dweight
     dbias = dbias.sum(0).to(bias.dtype) if bias is not None else dbias
-    return dx.view(x.shape), dweight, dbias
+    return dx, dweight, dbias
 
 
 @triton_op("brickwork::layer_norm_fwd", mutates_args={})

@@ -144,7 +144,8 @@ def masked_softmax_forward(
     check_launch(scores, mask)
     s4 = _as_4d(scores)
     n_batch, n_heads, n_queries, n_keys = s4.shape
-    y = torch.empty(s4.shape, dtype=scores.dtype, device=scores.device)
+    # Contiguous in the shape of scores: row r of the [B, H, Tq, Tk] view starts at r * Tk.
+    y = torch.empty(scores.shape, dtype=scores.dtype, device=scores.device)
     kind = _NO_MASK if mask is None else _BOOL_MASK if mask.dtype == torch.bool else _ADDITIVE_MASK
     m4 = s4 if mask is None else _as_4d(mask.expand(scores.shape))
     block, single = row_block(n_keys, max_block)
@@ -153,7 +154,7 @@ def masked_softmax_forward(
             s4, m4, y, *s4.stride(), *m4.stride(), n_heads, n_queries, n_keys, scale,
             MASK=kind, CAUSAL=causal, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
         )  # fmt: skip
-    return y.view(scores.shape)
+    return y
 
 
 def masked_softmax_backward(
@@ -167,14 +168,14 @@ def masked_softmax_backward(
     y4 = _as_4d(y.contiguous())
     dy4 = _as_4d(dy)
     n_batch, n_heads, n_queries, n_keys = y4.shape
-    dx = torch.empty(y4.shape, dtype=y.dtype, device=y.device)
+    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     block, single = row_block(n_keys, max_block)
     if dx.numel() > 0:
         wrap_triton(_masked_softmax_bwd_kernel)[(n_batch * n_heads * n_queries,)](
             y4, dy4, dx, *dy4.stride(), n_heads, n_queries, n_keys, scale,
             BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
         )  # fmt: skip
-    return dx.view(y.shape)
+    return dx
 
 
 @triton_op("brickwork::masked_softmax_fwd", mutates_args={})

@@ -123,7 +123,7 @@ def rms_norm_forward(
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
-    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     block, single = row_block(n_cols, max_block)
     if n_rows > 0:
@@ -131,7 +131,7 @@ def rms_norm_forward(
             x2, x2 if weight is None else weight, y, rstd, x2.stride(0), x2.stride(1), n_cols, eps,
             HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
         )  # fmt: skip
-    return y.view(x.shape), rstd
+    return y, rstd
 
 
 def rms_norm_backward(
@@ -150,7 +150,7 @@ def rms_norm_backward(
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)
     n_rows = x2.shape[0]
-    dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows)
     block, single = row_block(n_cols, max_block)
     # The looped path adds into its partial rows, so they must start at zero.
@@ -165,7 +165,7 @@ def rms_norm_backward(
             triton.cdiv(n_rows, programs),
             HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
         )  # fmt: skip
-    return dx.view(x.shape), dweight.sum(0).to(weight.dtype) if weight is not None else dweight
+    return dx, dweight.sum(0).to(weight.dtype) if weight is not None else dweight
 
 
 @triton_op("brickwork::rms_norm_fwd", mutates_args={})
