@@ -85,7 +85,7 @@ def test_compiles_without_graph_breaks_on_gpu():
     compiled = torch.compile(lambda x, b: bias_gelu(x, b, "tanh").float().square().sum(), fullgraph=True)
     loss = compiled(x, b)
     ref_loss = bias_gelu(x, b, "tanh").float().square().sum()
-    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-4)  # summation order may differ
     for g, r in zip(torch.autograd.grad(loss, (x, b)), torch.autograd.grad(ref_loss, (x, b)), strict=True):
         torch.testing.assert_close(g, r)
 

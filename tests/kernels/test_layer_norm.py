@@ -125,7 +125,7 @@ def test_compiles_without_graph_breaks_on_gpu():
     grads = torch.autograd.grad(loss, (x, w, b))
     ref_loss = layer_norm(x, w, b).float().square().sum()
     ref_grads = torch.autograd.grad(ref_loss, (x, w, b))
-    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-4)  # summation order may differ
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g, r)
 

@@ -134,7 +134,7 @@ def test_compiles_without_graph_breaks_on_gpu():
     fn = lambda s, m: masked_softmax(s, m, 0.125, True).float().square().sum()
     loss = torch.compile(fn, fullgraph=True)(scores, mask)
     ref_loss = fn(scores, mask)
-    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-4)  # summation order may differ
     torch.testing.assert_close(torch.autograd.grad(loss, scores)[0], torch.autograd.grad(ref_loss, scores)[0])
 
 

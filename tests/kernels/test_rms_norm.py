@@ -74,7 +74,7 @@ def test_compiles_without_graph_breaks_on_gpu():
     compiled = torch.compile(lambda x, w: rms_norm(x, w).float().square().sum(), fullgraph=True)
     loss = compiled(x, w)
     ref_loss = rms_norm(x, w).float().square().sum()
-    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-4)  # summation order may differ
     for g, r in zip(torch.autograd.grad(loss, (x, w)), torch.autograd.grad(ref_loss, (x, w)), strict=True):
         torch.testing.assert_close(g, r)
 
