@@ -105,7 +105,7 @@ def resolve_block(spec: Any, path: str, ctx: BlockContext) -> BlockConfig:
 
 def resolve_residual(spec: Any, path: str, context: Mapping[str, Any]) -> Choice:
     # DeepNorm takes its alpha/beta from the stack depths unless they are given outright.
-    explicit = isinstance(spec, Mapping) and ("alpha" in spec or "beta" in spec)
+    explicit = isinstance(spec, Mapping) and (spec.get("alpha") is not None or spec.get("beta") is not None)
     return resolve_choice(RESIDUAL_REGISTRY, spec, path, {} if explicit else context)
 
 
