@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from brickwork.errors import ConfigError, join_path
+from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -85,8 +86,6 @@ def apply_overrides(
     for parts, value in items:
         set_dotted(out, parts, value)
     if validate:
-        from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
-
         if "model" in out:
             resolve_model_spec(out)
         else:
