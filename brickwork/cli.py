@@ -8,6 +8,7 @@ dist dict, a run folder with nothing to resume) ends in one line naming the fix,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -107,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as err:
         if ns.traceback:
             raise
-        print(f"brickwork {ns.command}: error: {err}", file=sys.stderr)
+        # Under torchrun every rank meets the same error; one line of it is enough.
+        if os.environ.get("RANK", "0") == "0":
+            print(f"brickwork {ns.command}: error: {err}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
         print(f"\nbrickwork {ns.command}: interrupted", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Single-process checkpoints in a run folder, each made visible by a ``.complete`` marker written last.
 
-Layout: ``RUN/checkpoints/step_000200/`` holds ``model.safetensors`` (the weights), ``trainer.pt``
-(optimizer, data position and RNG states, loaded with ``weights_only=True``) and ``.complete``. A
+Layout: ``RUN/checkpoints/step_000200/`` holds ``model.safetensors`` (the full single-process weights,
+whatever the layout the run trained under), one ``trainer_rank{r}.pt`` per process (its optimizer
+state, RNG states and the data position, loaded with ``weights_only=True``) and ``.complete``. A
 folder without the marker is a save that was cut off, and is never resumed from.
 """
 
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_file
 
 from brickwork.errors import ConfigError
 
 MARKER = ".complete"
+WEIGHTS_FILE = "model.safetensors"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -70,19 +72,52 @@ def prune_checkpoints(run_dir: Path, keep: int) -> None:
         shutil.rmtree(folder)
 
 
-def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_state: dict[str, Any]) -> Path:
-    """Save weights and ``trainer_state`` (tensors, numbers, strings, lists, dicts) for ``step``."""
+def start_checkpoint(run_dir: Path, step: int) -> Path:
+    """An empty folder for the checkpoint of ``step`` (a cut-off earlier attempt is cleared)."""
     folder = checkpoint_dir(run_dir, step)
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    save_model(model, str(folder / "model.safetensors"))
-    torch.save(trainer_state, folder / "trainer.pt")
-    mark_complete(folder, step)
     return folder
 
 
-def load_checkpoint(folder: Path, model: torch.nn.Module) -> dict[str, Any]:
-    """Load the weights into ``model`` (strictly) and return the trainer state."""
-    load_model(model, str(folder / "model.safetensors"), strict=True)
-    return torch.load(folder / "trainer.pt", weights_only=True)
+def weight_aliases(model: torch.nn.Module) -> dict[str, str]:
+    """Tied parameters: each later name -> the first name of the same tensor (``lm_head.weight`` ->
+    ``token_embedding.weight``). The weights file stores a tied tensor once."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            aliases[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return aliases
+
+
+def save_weights(state: dict[str, torch.Tensor], aliases: dict[str, str], path: Path) -> None:
+    """Write full (single-process) weights as safetensors, each tied tensor once."""
+    save_file({k: v.detach().cpu().contiguous() for k, v in state.items() if k not in aliases}, str(path))
+
+
+def load_weights(model: torch.nn.Module, path: Path) -> None:
+    """Load a weights file written by :func:`save_weights` into ``model``, strictly."""
+    state = load_file(str(path))
+    for alias, name in weight_aliases(model).items():
+        if name in state:
+            state[alias] = state[name]
+    model.load_state_dict(state, strict=True)
+
+
+def trainer_state_path(folder: Path, rank: int) -> Path:
+    return folder / f"trainer_rank{rank}.pt"
+
+
+def load_trainer_state(folder: Path, rank: int) -> dict[str, Any]:
+    """This rank's optimizer, RNG and data state; loaded with ``weights_only=True``."""
+    path = trainer_state_path(folder, rank)
+    if not path.is_file():
+        raise ConfigError(
+            f"{str(folder)!r} holds no state for rank {rank}; resume with the processes it was saved with",
+            "--resume",
+        )
+    return torch.load(path, weights_only=True)

@@ -9,6 +9,7 @@ import torch
 
 from brickwork.errors import ConfigError
 from brickwork.train.local import LocalEngine, resolve_device
+from brickwork.train.parallel_engine import ParallelEngine
 from brickwork.train.run_config import RunConfig
 
 SIZE_KEYS = ("data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size")
@@ -20,10 +21,15 @@ def world_size() -> int:
 
 
 def requested_processes(dist: dict) -> int:
-    """dp x tp x pp of a dist dict (each size defaults to 1)."""
+    """dp x tp x pp of a dist dict. Sizes default to 1, except that a missing data-parallel size takes
+    up the processes the others leave (as in LiBai), so a bare ``torchrun`` run is data parallel."""
     sizes = []
     for key in SIZE_KEYS:
         value = dist.get(key, 1)
+        if key == "data_parallel_size" and key not in dist:
+            others = dist.get("tensor_parallel_size", 1) * dist.get("pipeline_parallel_size", 1)
+            if isinstance(others, int) and others > 0 and world_size() % others == 0:
+                value = world_size() // others
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"must be a positive integer, got {value!r}", f"dist.{key}")
         sizes.append(value)
@@ -48,9 +54,19 @@ def check_world(dist: dict) -> None:
     )
 
 
-def make_engine(model: torch.nn.Module, run: RunConfig) -> LocalEngine:
+def resolve_dist(dist: dict) -> dict:
+    """The dist dict with every key (defaults filled, LiBai spellings translated), for config.yaml."""
+    from brickwork.parallel import ParallelConfig
+
+    try:
+        return ParallelConfig.from_dict(dist, world_size=world_size()).to_dict()
+    except ConfigError as err:
+        raise err.at("dist") from None
+
+
+def make_engine(model: torch.nn.Module, run: RunConfig) -> LocalEngine | ParallelEngine:
     """A LocalEngine in a single process; a ParallelEngine under torchrun."""
     check_world(run.dist)
     if world_size() == 1:
         return LocalEngine(model, resolve_device(run.train.device), run.train.precision, run.train.grad_clip)
-    raise ConfigError("training under torchrun needs brickwork.parallel, which is not available yet", "dist")
+    return ParallelEngine(model, run)

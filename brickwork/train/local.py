@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from brickwork.train.checkpoint import load_checkpoint, save_checkpoint
+from brickwork.train.checkpoint import (
+    WEIGHTS_FILE,
+    load_trainer_state,
+    mark_complete,
+    save_weights,
+    start_checkpoint,
+    trainer_state_path,
+    weight_aliases,
+)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -93,12 +102,18 @@ class LocalEngine:
         if "cuda" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
-    def save(self, run_dir, step: int, optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> None:
+    def save(self, run_dir: Path, step: int, optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> None:
+        """Write the checkpoint of ``step``: weights, optimizer, RNG and ``extra`` (the data position)."""
+        folder = start_checkpoint(run_dir, step)
+        save_weights(self.model.state_dict(), weight_aliases(self.model), folder / WEIGHTS_FILE)
         state = {"step": step, "optimizer": optimizer.state_dict(), "rng": self.rng_state(), **extra}
-        save_checkpoint(run_dir, step, self.model, state)
+        torch.save(state, trainer_state_path(folder, 0))
+        mark_complete(folder, step)
 
-    def load(self, folder, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        state = load_checkpoint(folder, self.model)
+    def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Restore optimizer and RNG from ``folder`` (the weights were loaded before the model moved
+        here); returns the saved state, whose ``data`` entry is the data position."""
+        state = load_trainer_state(folder, 0)
         optimizer.load_state_dict(state["optimizer"])
         self.set_rng_state(state["rng"])
         return state
@@ -106,3 +121,6 @@ class LocalEngine:
     def sample_model(self) -> torch.nn.Module:
         """The model to generate text from (this process holds all of it)."""
         return self.model
+
+    def close(self) -> None:
+        """Nothing to release in a single process."""

@@ -17,8 +17,8 @@ import torch
 from brickwork.data import ByteTokenizer, RandomWindows, fixed_windows, read_corpus, split_tokens
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec
-from brickwork.train.checkpoint import latest_checkpoint
-from brickwork.train.distributed import make_engine
+from brickwork.train.checkpoint import WEIGHTS_FILE, latest_checkpoint, load_weights
+from brickwork.train.distributed import check_world, make_engine, resolve_dist
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
@@ -62,47 +62,56 @@ def default_out_dir(name: str) -> str:
 def _train(run: RunConfig, run_dir: Path, resume: bool) -> RunResult:
     cfg = run.train
     started = time.perf_counter()
+    data, source = read_corpus(run.data.path)
+    train_tokens, val_tokens = split_tokens(TOKENIZER.encode(data), run.data.val_fraction, cfg.seq_len)
     torch.manual_seed(cfg.seed)
     model = build_model(_byte_vocab(run))
     run.spec = model.spec
     _check_fits(run)
+    check_world(run.dist)
+    run.dist = resolve_dist(run.dist)
+    # Every process decides about the folder before any of them writes to it.
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is None:
+        _check_unclaimed(run_dir)
+    else:
+        load_weights(model, checkpoint[1] / WEIGHTS_FILE)
+    params = sum(p.numel() for p in model.parameters())
     engine = make_engine(model, run)
     say = print if engine.is_main else _quiet
 
-    data, source = read_corpus(run.data.path)
-    train_tokens, val_tokens = split_tokens(TOKENIZER.encode(data), run.data.val_fraction, cfg.seq_len)
     batches = RandomWindows(train_tokens, cfg.batch_size, cfg.seq_len, seed=cfg.seed)
     val_inputs, val_labels = fixed_windows(val_tokens, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
     optimizer = build_optimizer(engine.parameters(), cfg)
     state = LoopState(0, batches, val_inputs, val_labels)
     log = MetricsLog(run_dir / "metrics.jsonl")
-
-    if resume:
-        step, folder = latest_checkpoint(run_dir)
-        saved = engine.load(folder, optimizer)
-        batches.load_state_dict(saved["data"])
-        state.step = step
+    if checkpoint is not None:
+        state.step, folder = checkpoint
+        batches.load_state_dict(engine.load(folder, optimizer)["data"])
         if engine.is_main:
-            log.truncate_after(step)
+            log.truncate_after(state.step)
             earlier = [r["val_loss"] for r in log.read() if "val_loss" in r]
             state.val_loss = earlier[-1] if earlier else math.nan
-        say(f"resuming {run_dir} from step {step} of {cfg.steps}")
+        say(f"resuming {run_dir} from step {state.step} of {cfg.steps}")
     else:
         if engine.is_main:
-            _claim(run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
             dump_spec(run.to_dict(), run_dir / "config.yaml")
         say(f"run folder {run_dir}")
-    params = sum(p.numel() for p in model.parameters())
     say(f"model {run.name}: {params:,} parameters; data: {source}, {val_tokens.numel():,} bytes held out")
     say(f"{cfg.steps} steps of {cfg.batch_size} x {cfg.seq_len} tokens on {engine.describe()}")
 
-    final = run_loop(engine, optimizer, cfg, state, run_dir, title=f"{run.name}: {run_dir.name}")
-    records = log.read() if engine.is_main else []
-    vals = [r["val_loss"] for r in records if "val_loss" in r]
-    if engine.is_main:
-        plot_losses(records, run_dir / "loss.png", f"{run.name}: {run_dir.name}")
-    sample = _sample(engine.sample_model(), cfg) if engine.is_main else ""
-    result = RunResult(run_dir, vals[0] if vals else math.nan, final, time.perf_counter() - started, sample)
+    title = f"{run.name}: {run_dir.name}"
+    final = run_loop(engine, optimizer, cfg, state, run_dir, title)
+    sample_model = engine.sample_model()
+    engine.close()
+    if not engine.is_main:
+        return RunResult(run_dir, math.nan, final, time.perf_counter() - started, "")
+    records = log.read()
+    plot_losses(records, run_dir / "loss.png", title)
+    first = next((r["val_loss"] for r in records if "val_loss" in r), math.nan)
+    sample = _sample(sample_model, cfg)
+    result = RunResult(run_dir, first, final, time.perf_counter() - started, sample)
     say(
         f"validation loss {result.first_val_loss:.3f} -> {result.final_val_loss:.3f} "
         f"({result.seconds:.0f} s); metrics, loss.png and checkpoints in {run_dir}"
@@ -147,15 +156,14 @@ def _check_fits(run: RunConfig) -> None:
         )
 
 
-def _claim(run_dir: Path) -> None:
-    """Create ``run_dir``, refusing one that already holds a run."""
+def _check_unclaimed(run_dir: Path) -> None:
+    """A new run may not write into a folder that already holds one."""
     if (run_dir / "config.yaml").exists() or (run_dir / "checkpoints").exists():
         raise ConfigError(
             f"{str(run_dir)!r} already holds a run; continue it with --resume {run_dir} "
             "or choose another train.out_dir",
             "train.out_dir",
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
 
 
 @torch.no_grad()
