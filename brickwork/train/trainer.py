@@ -64,6 +64,11 @@ def _train(run: RunConfig, run_dir: Path, resume: bool) -> RunResult:
     started = time.perf_counter()
     data, source = read_corpus(run.data.path)
     train_tokens, val_tokens = split_tokens(TOKENIZER.encode(data), run.data.val_fraction, cfg.seq_len)
+    kind = run.spec.get("model")
+    if kind != "decoder_lm":
+        raise ConfigError(
+            f"brickwork train trains decoder_lm models, got {kind!r}", "model", choices=["decoder_lm"]
+        )
     torch.manual_seed(cfg.seed)
     model = build_model(_byte_vocab(run))
     run.spec = model.spec
@@ -134,12 +139,7 @@ def _byte_vocab(run: RunConfig) -> dict:
 
 
 def _check_fits(run: RunConfig) -> None:
-    """The model must be a decoder LM whose positions cover the training and sampling lengths."""
-    kind = run.spec.get("model")
-    if kind != "decoder_lm":
-        raise ConfigError(
-            f"brickwork train trains decoder_lm models, got {kind!r}", "model", choices=["decoder_lm"]
-        )
+    """The model's positions must cover the training and sampling lengths."""
     limit = run.spec.get("max_seq_len")
     cfg = run.train
     if limit is not None and cfg.seq_len > limit:

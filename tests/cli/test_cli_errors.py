@@ -1,0 +1,112 @@
+"""User mistakes end in one line that names the fix, never a traceback."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from cli_runs import SMALL, run_cli
+
+from brickwork.cli import main
+
+
+def error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["gpt-tin"],
+            "SPEC: 'gpt-tin' is neither a preset nor a .yaml/.json file; allowed: .*did you mean 'gpt-tiny'",
+        ),
+        (["missing.yaml"], "SPEC: spec file 'missing.yaml' does not exist"),
+        (["decoder.num_layer=2"], "decoder.num_layer: unknown key 'num_layer'.*did you mean 'num_layers'"),
+        (["train.stpes=3"], "train.stpes: unknown key 'stpes'.*did you mean 'steps'"),
+        (["train.steps=many"], "train.steps: expected int, got str 'many'"),
+        (["train.lr=-1"], "train.lr: must be > 0"),
+        (["gpt-tiny", "oops"], "expected a dotted key=value override after SPEC, got 'oops'"),
+        (["data.path=nope.txt"], "data.path: file 'nope.txt' does not exist"),
+        (["dist.data_parallel_size=2"], "asks for 2 processes .* launch it with torchrun --nproc_per_node 2"),
+        (["train.seq_len=512"], "train.seq_len: 512 is longer than max_seq_len=256"),
+        (
+            ["bert-base"],
+            "model: brickwork train trains decoder_lm models, got 'encoder'; allowed: decoder_lm",
+        ),
+    ],
+)
+def test_bad_train_arguments(capsys, tmp_path, monkeypatch, args, expected):
+    monkeypatch.chdir(tmp_path)
+    assert re.search(expected, error_line(capsys, ["train", *args]))
+
+
+def test_data_file_empty_or_too_short(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("empty.txt").write_text("")
+    assert "data.path: file 'empty.txt' is empty" in error_line(capsys, ["train", "data.path=empty.txt"])
+    Path("short.txt").write_text("only a few words")
+    err = error_line(capsys, ["train", "data.path=short.txt", "train.seq_len=64"])
+    assert "the text has 16 bytes, too short for train.seq_len=64" in err and "at least 130 bytes" in err
+
+
+def test_resume_needs_a_run_folder_with_a_complete_checkpoint(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("run/checkpoints/step_000004").mkdir(parents=True)
+    assert "--resume: 'run' is not a run folder: it has no config.yaml" in error_line(
+        capsys, ["train", "--resume", "run"]
+    )
+    Path("run/config.yaml").write_text("model: decoder_lm\n")
+    err = error_line(capsys, ["train", "--resume", "run"])
+    assert "--resume: 'run' has no complete checkpoint" in err
+    err = error_line(capsys, ["train", "--resume", "run", "train.steps=9"])
+    assert "give no SPEC or overrides" in err
+    # A new run refuses a folder that holds one.
+    err = error_line(capsys, ["train", "train.out_dir=run"])
+    assert "train.out_dir: 'run' already holds a run; continue it with --resume run" in err
+
+
+def test_errors_from_the_installed_command_are_one_line(tmp_path):
+    result = run_cli(["train", "gpt-tiny", *SMALL, "decoder.num_layers=0"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("brickwork train: error: decoder.num_layers")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_world_size_must_match_the_dist_dict(tmp_path):
+    result = run_cli(
+        ["train", *SMALL, "dist.tensor_parallel_size=2", "dist.data_parallel_size=2"], tmp_path, nproc=2
+    )
+    assert result.returncode != 0
+    assert (
+        result.stderr.count(
+            "brickwork train: error: dist: torchrun started 2 processes, but the dist dict asks for 4"
+        )
+        == 1
+    )
+
+
+def test_info_lists_versions_backends_components_and_presets(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    for text in (
+        "torch ",
+        "triton ",
+        "brickwork ",
+        "CUDA ",
+        "layer_norm",
+        "masked_softmax",
+        "scaled_dot_product",
+        "swiglu",
+        "rotary",
+        "rmsnorm",
+        "deepnorm",
+        "gpt-tiny",
+        "llama",
+    ):
+        assert text in out
