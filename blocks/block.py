@@ -37,6 +37,10 @@ class EncoderBlock(nn.Module):
         self.feedforward = feedforward
         self.residual = RESIDUAL_REGISTRY.build(residual, "residual")
 
+    def tp_plan(self) -> dict[str, str]:
+        """Norms shard on the sequence under sequence parallel; the sublayers declare their own plans."""
+        return {"attention_norm": "sequence_parallel", "feedforward_norm": "sequence_parallel"}
+
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         attend = functools.partial(self.attention, attn_mask=attn_mask)
         return self.residual(x, [(self.attention_norm, attend), (self.feedforward_norm, self.feedforward)])
@@ -68,6 +72,13 @@ class DecoderBlock(nn.Module):
         self.feedforward_norm = _norm(norm, dim, "norm")
         self.feedforward = feedforward
         self.residual = RESIDUAL_REGISTRY.build(residual, "residual")
+
+    def tp_plan(self) -> dict[str, str]:
+        """Norms shard on the sequence under sequence parallel; the sublayers declare their own plans."""
+        names = ["attention_norm", "feedforward_norm"]
+        if self.cross_attention is not None:
+            names.append("cross_attention_norm")
+        return dict.fromkeys(names, "sequence_parallel")
 
     def forward(
         self,

@@ -45,6 +45,10 @@ class DecoderLM(nn.Module):
         if tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight
 
+    def tp_plan(self) -> dict[str, str]:
+        """Vocab-parallel embedding, and an LM head whose logits stay split on the vocabulary."""
+        return {"token_embedding": "vocab", "final_norm": "sequence_parallel", "lm_head": "colwise"}
+
     def embed(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """[B, T] ids -> [B, T, d]; ``offset`` is the position of the first token (KV-cache decode)."""
         check_token_ids("input_ids", input_ids)

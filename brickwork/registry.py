@@ -44,6 +44,12 @@ class Registry(Generic[T]):
 
         return add(cls) if cls is not None else add
 
+    def unregister(self, name: str) -> type[T]:
+        """Remove ``name`` (e.g. a plugin registered for one test); returns its class."""
+        if name not in self._entries:
+            raise KeyError(f"{self.family} registry: {name!r} is not registered")
+        return self._entries.pop(name)
+
     def get(self, name: str, path: str | None = None) -> type[T]:
         """The class registered as ``name``; ``path`` is the spec key path used in errors."""
         if not isinstance(name, str):

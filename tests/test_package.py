@@ -67,3 +67,11 @@ def test_registry_build_accepts_name_class_partial_and_instance() -> None:
     assert reg.build(inst) is inst
     with pytest.raises(ConfigError, match=r"x\.y: thing must be a registered name"):
         reg.build(42, "x.y")
+
+
+def test_registry_unregister_removes_a_name() -> None:
+    reg: Registry[_Base] = Registry("thing", _Base)
+    reg.register("a", _Base)
+    assert reg.unregister("a") is _Base and "a" not in reg
+    with pytest.raises(KeyError, match="'a' is not registered"):
+        reg.unregister("a")

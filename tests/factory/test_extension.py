@@ -6,15 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from brickwork.components.attention import AttentionMechanism, register_attention
-from brickwork.components.feedforward import Feedforward, register_feedforward
-from brickwork.components.positional import PositionalEncoding, register_positional
-from brickwork.components.residual import register_norm
+from brickwork.components.attention import ATTENTION_REGISTRY, AttentionMechanism, register_attention
+from brickwork.components.feedforward import FEEDFORWARD_REGISTRY, Feedforward, register_feedforward
+from brickwork.components.positional import POSITIONAL_REGISTRY, PositionalEncoding, register_positional
+from brickwork.components.residual import NORM_REGISTRY, register_norm
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
 
 
-@register_attention("test_cosine")
 class CosineAttention(AttentionMechanism):
     """Softmax over temperature-scaled cosine similarities."""
 
@@ -42,7 +41,6 @@ class CosineAttention(AttentionMechanism):
         return torch.softmax(scores * self.temperature, dim=-1) @ v
 
 
-@register_feedforward("test_gelu_residual")
 class DoubleGelu(Feedforward):
     """A feedforward without a Config dataclass: its options come from the constructor."""
 
@@ -55,7 +53,6 @@ class DoubleGelu(Feedforward):
         return self.scale * nn.functional.gelu(self.proj(x))
 
 
-@register_positional("test_offset")
 class OffsetPositions(PositionalEncoding):
     """Adds one learned vector to every position."""
 
@@ -69,7 +66,6 @@ class OffsetPositions(PositionalEncoding):
         return x + self.offset
 
 
-@register_norm("test_scale_norm")
 class ScaleNorm(nn.Module):
     """x * g / ||x|| (Nguyen & Salazar 2019)."""
 
@@ -80,6 +76,20 @@ class ScaleNorm(nn.Module):
 
     def forward(self, x):
         return self.gain * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _registered_for_this_module():
+    """Register through the public functions, and leave the registries as found for other tests."""
+    register_attention("test_cosine")(CosineAttention)
+    register_feedforward("test_gelu_residual")(DoubleGelu)
+    register_positional("test_offset")(OffsetPositions)
+    register_norm("test_scale_norm")(ScaleNorm)
+    yield
+    ATTENTION_REGISTRY.unregister("test_cosine")
+    FEEDFORWARD_REGISTRY.unregister("test_gelu_residual")
+    POSITIONAL_REGISTRY.unregister("test_offset")
+    NORM_REGISTRY.unregister("test_scale_norm")
 
 
 def user_spec() -> dict:

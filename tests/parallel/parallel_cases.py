@@ -22,14 +22,6 @@ VOCAB, DIM, SEQ, BATCH, STEPS = 64, 32, 8, 4, 3
 
 # Plans for the model-level modules (vocab-parallel embedding, LM head, norms under sequence
 # parallel). Given by name here, on top of what the attention and feedforward components declare.
-MODEL_PLAN = {
-    "token_embedding": "vocab",
-    "lm_head": "colwise",
-    "layers.*.attention_norm": "sequence_parallel",
-    "layers.*.feedforward_norm": "sequence_parallel",
-    "final_norm": "sequence_parallel",
-}
-
 GPT2_PLAN = {
     "transformer.wte": "vocab",
     "transformer.h.*.attn.c_attn": "colwise:3",
@@ -138,8 +130,7 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
                 model = build(kind)
         else:
             model = build(kind)
-        tp = layout.get("tensor_parallel_size", 1) > 1
-        plan = GPT2_PLAN if kind == "gpt2-hf" else (MODEL_PLAN if tp and kind != "toy" else None)
+        plan = GPT2_PLAN if kind == "gpt2-hf" else None
         pm = parallelize(model, layout, plan=plan, divide=GPT2_DIVIDE if kind == "gpt2-hf" else None)
         initial = pm.full_state_dict() if meta else None
         params = list(pm.parameters())

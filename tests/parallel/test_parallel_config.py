@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from parallel_cases import MODEL_PLAN, build, tiny_spec
+from parallel_cases import build, tiny_spec
 
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
 from brickwork.parallel import ParallelConfig
 from brickwork.parallel.styles import packed_order, parse_style, unpack_full
-from brickwork.parallel.tensor_parallel import check_tensor_parallel, component_plan, merge_plans, name_plan
+from brickwork.parallel.tensor_parallel import check_tensor_parallel, component_plan, name_plan
 
 
 def test_defaults_and_world_size() -> None:
@@ -94,7 +94,7 @@ def test_vocab_that_does_not_split_is_named() -> None:
     spec = tiny_spec("gpt")
     spec["vocab_size"] = 66
     model = build_model(spec)
-    entries = merge_plans(component_plan(model), name_plan(model, MODEL_PLAN))
+    entries = component_plan(model)  # the model declares its own vocab-parallel embedding
     check_tensor_parallel(model, entries, 2)
     with pytest.raises(ConfigError, match=r"token_embedding: num_embeddings \(the vocabulary\)=66 .*=4"):
         check_tensor_parallel(model, entries, 4)

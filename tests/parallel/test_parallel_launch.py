@@ -41,8 +41,9 @@ def test_results_come_back_by_rank() -> None:
 def test_a_hang_is_killed_and_reported() -> None:
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"ranks \[0\] of 2 did not finish"):
-        spawn(_rank0_never_returns, 2, timeout=8)
-    assert time.monotonic() - start < 60
+        # Long enough for rank 1 to start and finish even on a loaded machine.
+        spawn(_rank0_never_returns, 2, timeout=40)
+    assert time.monotonic() - start < 100
 
 
 @pytest.mark.timeout(120)
