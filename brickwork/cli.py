@@ -55,7 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "info", parents=[common], help="versions, devices, kernel backends, components and presets"
     )
-    commands.add_parser("bench", parents=[common], help="kernel and model benchmarks")
+    bench = commands.add_parser(
+        "bench",
+        parents=[common],
+        help="kernel benchmarks and a training-step benchmark against HF transformers",
+        description="Run the kernel benchmark sweep, then time a training step of GPT-2-small- and "
+        "Llama-shaped models built by brickwork against the same models in HF transformers.",
+    )
+    bench.add_argument("--skip-kernels", action="store_true", help="only the model benchmark")
+    bench.add_argument("--skip-models", action="store_true", help="only the kernel benchmarks")
+    bench.add_argument("--compile", action="store_true", help="also time torch.compile of each model")
+    bench.add_argument("--layers", type=int, default=12, help="layers per model (default 12, the full shape)")
+    bench.add_argument("--batch", type=int, help="sequences per step (default 1 on CPU, 8 on GPU)")
+    bench.add_argument("--seq-len", type=int, help="tokens per sequence (default 128 on CPU, 1024 on GPU)")
+    bench.add_argument("--repeats", type=int, default=3, help="timed steps per model (median)")
+    bench.add_argument("--out", default="benchmarks/results", help="results folder")
     return parser
 
 
@@ -93,8 +107,33 @@ def run_info(_: argparse.Namespace) -> int:
     return 0
 
 
-def run_bench(_: argparse.Namespace) -> int:
-    raise ConfigError("brickwork bench is not available yet; run python -m benchmarks for the kernels")
+def run_bench(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from brickwork.train import step_benchmark
+
+    for option in ("layers", "batch", "seq_len", "repeats"):
+        value = getattr(ns, option)
+        if value is not None and value < 1:
+            raise ConfigError(f"must be a positive integer, got {value}", f"--{option.replace('_', '-')}")
+    if not ns.skip_kernels:
+        from brickwork.benchmarks.runner import main as kernel_benchmarks
+
+        kernel_benchmarks(["--out", ns.out])
+    if ns.skip_models:
+        return 0
+    gpu = torch.cuda.is_available()
+    batch, seq = ns.batch or (8 if gpu else 1), ns.seq_len or (1024 if gpu else 128)
+    rows = []
+    for case in step_benchmark.CASES:
+        print(f"timing a training step of {case.name} ({ns.layers} layers, {batch} x {seq} tokens) ...")
+        rows.append(step_benchmark.run_case(case, ns.layers, batch, seq, ns.repeats, ns.compile))
+    print(step_benchmark.markdown_table(rows), end="")
+    written = step_benchmark.write_results(rows, Path(ns.out))
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
 
 
 COMMANDS = {"train": run_train, "info": run_info, "bench": run_bench}
