@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
-from torch import nn
 
+from brickwork.components.configurable import Configurable
 from brickwork.registry import Registry
 
 MASK_SUPPORT = ("full", "key_padding", "none")
 
 
-class AttentionMechanism(nn.Module):
+class AttentionMechanism(Configurable):
     """Base of every mechanism: ``forward(q, k, v, attn_mask=None) -> out``.
 
     q ``[B, H, Tq, D]``, k/v ``[B, H, Tk, D]`` (``[B, Hkv, Tk, D]`` when ``supports_gqa``), out
@@ -29,20 +29,12 @@ class AttentionMechanism(nn.Module):
     - ``requires_input_projection``: False for token mixers that work on the layer input itself.
     """
 
-    Config: ClassVar[type]
     causal_safe: ClassVar[bool] = False
     mask_support: ClassVar[str] = "full"
     supports_gqa: ClassVar[bool] = False
     needs: ClassVar[tuple[str, ...]] = ()
     requires_input_projection: ClassVar[bool] = True
     causal: bool = False
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> AttentionMechanism:
-        """Build from a ``cls.Config`` instance."""
-        if not isinstance(cfg, cls.Config):
-            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
-        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
 
     @classmethod
     def option_names(cls) -> list[str]:

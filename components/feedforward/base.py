@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import torch
-from torch import nn
 
+from brickwork.components.configurable import Configurable
 from brickwork.registry import Registry
 
 
-class Feedforward(nn.Module):
+class Feedforward(Configurable):
     """Base of every feedforward: ``forward(x) -> y``, x and y ``[B, T, dim_model]``.
 
     Subclasses carry a ``Config`` dataclass with their options and keep the built one in ``config``.
     """
 
-    Config: type
     dim_model: int
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> Feedforward:
-        """Build from a ``cls.Config`` instance."""
-        if not isinstance(cfg, cls.Config):
-            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
-        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
 
     def check_input(self, x: torch.Tensor) -> None:
         """Raise ValueError unless x is ``[..., dim_model]``."""

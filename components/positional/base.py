@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import Any
 
-from torch import nn
-
+from brickwork.components.configurable import Configurable
 from brickwork.registry import Registry
 
 
-class PositionalEncoding(nn.Module):
+class PositionalEncoding(Configurable):
     """Base of every position scheme. Members follow one of three calling conventions:
 
     - added to embeddings (``sine``, ``learned``): ``forward(x, offset=0) -> x + pos``, x ``[B, T, d]``;
@@ -20,15 +17,6 @@ class PositionalEncoding(nn.Module):
 
     ``offset`` is the absolute position of the first element (the KV-cache length when decoding).
     """
-
-    Config: type
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> PositionalEncoding:
-        """Build from a ``cls.Config`` instance."""
-        if not isinstance(cfg, cls.Config):
-            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
-        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
 
 
 POSITIONAL_REGISTRY: Registry[PositionalEncoding] = Registry("positional", PositionalEncoding)

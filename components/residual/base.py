@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
-from torch import nn
 
+from brickwork.components.configurable import Configurable
 from brickwork.registry import Registry
 
 Norm = Callable[[torch.Tensor], torch.Tensor] | None
 Branch = tuple[Norm, Callable[[torch.Tensor], torch.Tensor]]
 
 
-class ResidualStyle(nn.Module):
+class ResidualStyle(Configurable):
     """How a block's branches join the residual stream: ``forward(x, branches) -> x``.
 
     ``branches`` is a sequence of ``(norm, fn)`` pairs run in order (attention, then feedforward, ...);
     ``norm`` may be ``None`` for no norm. x ``[B, T, d]``. Styles hold no parameters: the norms belong to
     the block, so their names and weights stay the same whichever style is chosen.
     """
-
-    Config: type
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> ResidualStyle:
-        """Build from a ``cls.Config`` instance."""
-        if not isinstance(cfg, cls.Config):
-            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
-        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
 
     def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
         raise NotImplementedError

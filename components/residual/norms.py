@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
 from brickwork import kernels
 from brickwork.checks import check_bool, check_positive_float, check_positive_int
+from brickwork.components.configurable import Configurable
 from brickwork.errors import ConfigError
 from brickwork.registry import Registry
 
@@ -31,18 +30,10 @@ def check_backend(value: object) -> None:
         )
 
 
-class _Norm(nn.Module):
-    """Shared plumbing: ``from_config`` and the input width check."""
+class _Norm(Configurable):
+    """Shared plumbing: the input width check (``from_config`` comes from :class:`Configurable`)."""
 
-    Config: type
     dim: int
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> _Norm:
-        """Build from a ``cls.Config`` instance."""
-        if not isinstance(cfg, cls.Config):
-            raise TypeError(f"{cls.__name__}.from_config expects {cls.__name__}.Config, got {type(cfg)!r}")
-        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
 
     def check_input(self, x: torch.Tensor) -> None:
         if x.shape[-1] != self.dim:
