@@ -23,6 +23,13 @@ def check_float(name: str, t: torch.Tensor, allowed: tuple[torch.dtype, ...] | N
         raise TypeError(f"{name} has dtype {t.dtype}; expected {choices}")
 
 
+def check_grad(dy: torch.Tensor, saved: torch.Tensor, saved_name: str = "x") -> None:
+    """For a backward launcher: ``dy`` has the shape of ``saved`` (its forward tensor) and a kernel dtype."""
+    if dy.shape != saved.shape:
+        raise ValueError(f"dy has shape {tuple(dy.shape)} but {saved_name} has shape {tuple(saved.shape)}")
+    check_float("dy", dy, KERNEL_DTYPES)
+
+
 def check_rows(name: str, x: torch.Tensor) -> int:
     """Return the width N of ``x`` [..., N]; raise ValueError for a 0-d tensor or N == 0."""
     if x.dim() == 0 or x.shape[-1] == 0:

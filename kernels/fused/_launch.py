@@ -56,6 +56,22 @@ def reduction_programs(device: torch.device, n_rows: int) -> int:
     return max(1, min(n_rows, device_programs(device, 2)))
 
 
+def partial_sums(
+    param: torch.Tensor | None, programs: int, n_cols: int, device: torch.device, zeroed: bool = True
+) -> torch.Tensor:
+    """A float32 [programs, n_cols] buffer, one row of ``param``'s gradient per program; [0] without it.
+
+    ``zeroed=False`` is for kernels that store each row once rather than adding into it.
+    """
+    shape = (programs, n_cols) if param is not None else (0,)
+    return (torch.zeros if zeroed else torch.empty)(shape, dtype=torch.float32, device=device)
+
+
+def sum_partials(partials: torch.Tensor, param: torch.Tensor | None) -> torch.Tensor:
+    """``param``'s gradient [N]: the rows of ``partials`` added in a fixed order, in ``param``'s dtype."""
+    return partials.sum(0).to(param.dtype) if param is not None else partials
+
+
 def check_launch(*tensors: torch.Tensor | None) -> None:
     """All tensors on one device, and a device the kernel can run on in this process."""
     present = [t for t in tensors if t is not None]

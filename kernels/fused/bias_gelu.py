@@ -13,9 +13,9 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu
+from .._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu, check_grad
 from ..philox import dropout_threshold
-from ._launch import check_launch, device_programs
+from ._launch import check_launch, device_programs, partial_sums, sum_partials
 
 # Elements per tile: enough work per program to hide memory latency, small enough to stay in registers.
 DEFAULT_TILE = 4096
@@ -146,9 +146,7 @@ def bias_gelu_backward(
     max_tile: int = DEFAULT_TILE,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dbias [N]); without a bias, dbias has shape [0]."""
-    if dy.shape != x.shape:
-        raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
-    check_float("dy", dy, KERNEL_DTYPES)
+    check_grad(dy, x)
     check_launch(dy, x, bias)
     seed, keep_threshold, keep_scale = _dropout_args(p, seed)
     n_cols = x.shape[-1]
@@ -163,9 +161,7 @@ def bias_gelu_backward(
     row_tiles = triton.cdiv(n_rows, block_m)
     rows_per_program = triton.cdiv(row_tiles, max(1, min(row_tiles, target // col_blocks))) * block_m
     row_programs = max(1, triton.cdiv(n_rows, rows_per_program))
-    dbias = torch.zeros(
-        (row_programs, n_cols) if bias is not None else (0,), dtype=torch.float32, device=x.device
-    )
+    dbias = partial_sums(bias, row_programs, n_cols, x.device)
     if n_rows > 0:
         wrap_triton(_bias_gelu_bwd_kernel)[(row_programs, col_blocks)](
             x2, x2 if bias is None else bias, dy2, dx, dbias,
@@ -174,7 +170,7 @@ def bias_gelu_backward(
             HAS_BIAS=bias is not None, TANH=approximate == "tanh", DROPOUT=p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if block_m * block_n <= 2048 else 8,
         )  # fmt: skip
-    return dx, dbias.sum(0).to(bias.dtype) if bias is not None else dbias
+    return dx, sum_partials(dbias, bias)
 
 
 @triton_op("brickwork::bias_gelu_fwd", mutates_args={})

@@ -16,8 +16,16 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_float, check_norm
-from ._launch import DEFAULT_MAX_BLOCK, check_launch, reduction_programs, row_block, warps_for
+from .._checks import KERNEL_DTYPES, check_float, check_grad, check_norm
+from ._launch import (
+    DEFAULT_MAX_BLOCK,
+    check_launch,
+    partial_sums,
+    reduction_programs,
+    row_block,
+    sum_partials,
+    warps_for,
+)
 
 
 @triton.jit
@@ -186,9 +194,7 @@ def layer_norm_backward(
     max_block: int = DEFAULT_MAX_BLOCK,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dweight [N], dbias [N]); a missing weight or bias gives shape [0]."""
-    if dy.shape != x.shape:
-        raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
-    check_float("dy", dy, KERNEL_DTYPES)
+    check_grad(dy, x)
     check_launch(dy, x, weight, mean, rstd)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
@@ -198,9 +204,9 @@ def layer_norm_backward(
     programs = reduction_programs(x.device, n_rows)
     block, single = row_block(n_cols, max_block)
     # The looped path adds into its partial rows, so they must start at zero.
-    alloc = torch.empty if single and n_rows > 0 else torch.zeros
-    dweight = alloc((programs, n_cols) if weight is not None else (0,), dtype=torch.float32, device=x.device)
-    dbias = alloc((programs, n_cols) if bias is not None else (0,), dtype=torch.float32, device=x.device)
+    zeroed = not single or n_rows == 0
+    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed)
+    dbias = partial_sums(bias, programs, n_cols, x.device, zeroed)
     if n_rows > 0:
         wrap_triton(_layer_norm_bwd_kernel)[(programs,)](
             x2, x2 if weight is None else weight, dy2, dx, mean, rstd, dweight, dbias,
@@ -209,9 +215,7 @@ def layer_norm_backward(
             HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=block, SINGLE_BLOCK=single,
             num_warps=warps_for(block),
         )  # fmt: skip
-    dweight = dweight.sum(0).to(weight.dtype) if weight is not None else dweight
-    dbias = dbias.sum(0).to(bias.dtype) if bias is not None else dbias
-    return dx, dweight, dbias
+    return dx, sum_partials(dweight, weight), sum_partials(dbias, bias)
 
 
 @triton_op("brickwork::layer_norm_fwd", mutates_args={})

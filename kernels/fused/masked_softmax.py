@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_float, check_softmax
+from .._checks import KERNEL_DTYPES, check_float, check_grad, check_softmax
 from ._launch import DEFAULT_MAX_BLOCK, check_launch, row_block, warps_for
 
 _NO_MASK, _BOOL_MASK, _ADDITIVE_MASK = 0, 1, 2
@@ -161,9 +161,7 @@ def masked_softmax_backward(
     y: torch.Tensor, dy: torch.Tensor, scale: float, max_block: int = DEFAULT_MAX_BLOCK
 ) -> torch.Tensor:
     """y = the forward output, dy [..., Tq, Tk] -> d scores [..., Tq, Tk] (``scale`` times d logits)."""
-    if dy.shape != y.shape:
-        raise ValueError(f"dy has shape {tuple(dy.shape)} but y has shape {tuple(y.shape)}")
-    check_float("dy", dy, KERNEL_DTYPES)
+    check_grad(dy, y, "y")
     check_launch(y, dy)
     y4 = _as_4d(y.contiguous())
     dy4 = _as_4d(dy)

@@ -10,8 +10,16 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_float, check_norm
-from ._launch import DEFAULT_MAX_BLOCK, check_launch, reduction_programs, row_block, warps_for
+from .._checks import KERNEL_DTYPES, check_float, check_grad, check_norm
+from ._launch import (
+    DEFAULT_MAX_BLOCK,
+    check_launch,
+    partial_sums,
+    reduction_programs,
+    row_block,
+    sum_partials,
+    warps_for,
+)
 
 
 @triton.jit
@@ -142,9 +150,7 @@ def rms_norm_backward(
     max_block: int = DEFAULT_MAX_BLOCK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dweight [N]); without a weight, dweight has shape [0]."""
-    if dy.shape != x.shape:
-        raise ValueError(f"dy has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}")
-    check_float("dy", dy, KERNEL_DTYPES)
+    check_grad(dy, x)
     check_launch(dy, x, weight, rstd)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
@@ -154,10 +160,7 @@ def rms_norm_backward(
     programs = reduction_programs(x.device, n_rows)
     block, single = row_block(n_cols, max_block)
     # The looped path adds into its partial rows, so they must start at zero.
-    shape = (programs, n_cols) if weight is not None else (0,)
-    dweight = (torch.empty if single and n_rows > 0 else torch.zeros)(
-        shape, dtype=torch.float32, device=x.device
-    )
+    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=not single or n_rows == 0)
     if n_rows > 0:
         wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
             x2, x2 if weight is None else weight, dy2, dx, rstd, dweight,
@@ -165,7 +168,7 @@ def rms_norm_backward(
             triton.cdiv(n_rows, programs),
             HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
         )  # fmt: skip
-    return dx, dweight.sum(0).to(weight.dtype) if weight is not None else dweight
+    return dx, sum_partials(dweight, weight)
 
 
 @triton_op("brickwork::rms_norm_fwd", mutates_args={})
