@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from brickwork.checks import check_positive_int
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
 from brickwork.components.attention.kv_cache import KVCache
 from brickwork.components.attention.masks import add_bias
@@ -71,9 +72,9 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         for option, value in (("dim_model", dim_model), ("num_heads", num_heads)):
-            _check_positive_int(value, option)
+            check_positive_int(value, option)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        _check_positive_int(num_kv_heads, "num_kv_heads")
+        check_positive_int(num_kv_heads, "num_kv_heads")
         if num_heads % num_kv_heads:
             raise ConfigError(
                 f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}", "num_kv_heads"
@@ -85,7 +86,7 @@ class MultiHeadAttention(nn.Module):
                     "num_heads",
                 )
             dim_head = dim_model // num_heads
-        _check_positive_int(dim_head, "dim_head")
+        check_positive_int(dim_head, "dim_head")
         if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
             raise ConfigError(f"must be a number in [0, 1), got {dropout!r}", "dropout")
         for option, value in (("causal", causal), ("bias", bias), ("fused_qkv", fused_qkv)):
@@ -251,11 +252,6 @@ def build_mechanism(
             )
         kwargs[need] = sizes[need]
     return ATTENTION_REGISTRY.build(attention, "attention", **kwargs)
-
-
-def _check_positive_int(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"must be a positive integer, got {value!r}", option)
 
 
 def _check_sequence(label: str, x: torch.Tensor, dim_model: int) -> None:
