@@ -21,6 +21,7 @@ class TrainConfig:
     The learning rate warms up linearly over ``warmup_steps`` and then follows ``schedule`` from
     ``lr`` down to ``min_lr`` at ``steps``; ``warmup_steps=None`` means 5% of the steps, and the
     resolved config records the number. ``grad_clip`` is the max global gradient norm (0 = off).
+    ``sample_tokens=None`` fills ``seq_len`` after the prompt.
     """
 
     steps: int = 1000
@@ -42,7 +43,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     out_dir: str | None = None
     sample_prompt: str = "Tale 7: "
-    sample_tokens: int = 200
+    sample_tokens: int | None = None
     sample_temperature: float = 0.8
     device: str = "auto"
     precision: str = "fp32"
@@ -50,6 +51,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.warmup_steps is None and isinstance(self.steps, int):
             self.warmup_steps = self.steps // 20
+        if self.sample_tokens is None and isinstance(self.seq_len, int):
+            # Fill the positions the model trained on; past them learned positions are untrained.
+            self.sample_tokens = max(0, self.seq_len - len(self.sample_prompt.encode("utf-8")))
         for name in POSITIVE:
             _check(getattr(self, name) >= 1, name, "must be >= 1", getattr(self, name))
         for name in NON_NEGATIVE:

@@ -148,10 +148,11 @@ def _check_fits(run: RunConfig) -> None:
             "train.seq_len",
         )
     prompt = len(TOKENIZER.encode(cfg.sample_prompt))
-    if limit is not None and prompt + cfg.sample_tokens > limit:
+    room = max(0, cfg.seq_len - prompt)
+    if cfg.sample_tokens > room:
         raise ConfigError(
-            f"{cfg.sample_tokens} tokens after a {prompt}-byte prompt pass max_seq_len={limit}; "
-            f"use at most {max(0, limit - prompt)}",
+            f"{cfg.sample_tokens} bytes after the {prompt}-byte train.sample_prompt reach past the "
+            f"train.seq_len={cfg.seq_len} positions the model learns; use at most {room}",
             "train.sample_tokens",
         )
 
