@@ -18,6 +18,7 @@ from .spec import (
     check_blocks,
     encoder_spec,
     hf_activation,
+    mlp_spec,
     spec_attention,
     spec_feedforward,
     spec_norm,
@@ -73,13 +74,7 @@ class Bert(Family):
             probs_dropout=cfg.dropout("attention_probs_dropout_prob"),
             output_dropout=hidden_dropout,
         )
-        feedforward = {
-            "name": "mlp",
-            "hidden_dim": cfg.require("intermediate_size"),
-            "activation": activation,
-            "bias": True,
-            "dropout": hidden_dropout,
-        }
+        feedforward = mlp_spec(cfg.require("intermediate_size"), activation, hidden_dropout)
         return encoder_spec(
             vocab_size=cfg.require("vocab_size"),
             dim_model=dim,

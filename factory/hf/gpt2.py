@@ -20,6 +20,7 @@ from .spec import (
     check_blocks,
     decoder_spec,
     hf_activation,
+    mlp_spec,
     spec_attention,
     spec_feedforward,
     spec_norm,
@@ -64,13 +65,9 @@ class GPT2(Family):
         mechanism = attention["mechanism"]
         if not cfg.get("scale_attn_weights", True):
             mechanism["scale"] = 1.0
-        feedforward = {
-            "name": "mlp",
-            "hidden_dim": cfg.get("n_inner") or 4 * dim,
-            "activation": cfg.activation("activation_function", "gelu_new"),
-            "bias": True,
-            "dropout": resid,
-        }
+        feedforward = mlp_spec(
+            cfg.get("n_inner") or 4 * dim, cfg.activation("activation_function", "gelu_new"), resid
+        )
         out = decoder_spec(
             vocab_size=cfg.require("vocab_size"),
             dim_model=dim,

@@ -18,6 +18,7 @@ from .spec import (
     check_blocks,
     decoder_spec,
     hf_activation,
+    mlp_spec,
     spec_attention,
     spec_block,
     spec_feedforward,
@@ -59,13 +60,9 @@ class GPTNeoX(Family):
             probs_dropout=cfg.dropout("attention_dropout"),
             output_dropout=hidden_dropout,
         )
-        feedforward = {
-            "name": "mlp",
-            "hidden_dim": cfg.require("intermediate_size"),
-            "activation": cfg.activation("hidden_act", "gelu"),
-            "bias": True,
-            "dropout": hidden_dropout,
-        }
+        feedforward = mlp_spec(
+            cfg.require("intermediate_size"), cfg.activation("hidden_act", "gelu"), hidden_dropout
+        )
         parallel = bool(cfg.get("use_parallel_residual", True))
         return decoder_spec(
             vocab_size=cfg.require("vocab_size"),

@@ -38,6 +38,17 @@ def attention_spec(
     return out
 
 
+def mlp_spec(hidden_dim: int, activation: str, dropout: float) -> dict[str, Any]:
+    """The two-layer MLP with biases that GPT-2, GPT-NeoX and BERT share."""
+    return {
+        "name": "mlp",
+        "hidden_dim": hidden_dim,
+        "activation": activation,
+        "bias": True,
+        "dropout": dropout,
+    }
+
+
 def block(
     residual: str, norm: dict[str, Any], attention: dict[str, Any], feedforward: dict[str, Any]
 ) -> dict[str, Any]:
