@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from brickwork.kernels import bias_gelu
 
-from .cases import KernelBench, Target, compiled, eager_provider
+from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider
 
 
 def _inputs(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
@@ -33,7 +33,7 @@ BENCH = KernelBench(
     name="bias_gelu",
     make_inputs=_inputs,
     providers={"brickwork": _brickwork, "torch": eager_provider(_torch), "torch.compile": compiled(_torch)},
-    bytes_per_element={"forward": 2, "backward": 3, "forward+backward": 5},
+    bytes_per_element=ROW_TRAFFIC,
     targets=(Target("forward", 0.85),),
     summary="y = gelu_tanh(x + bias) over rows of `width`",
 )

@@ -10,6 +10,10 @@ import torch
 
 MODES = ("forward", "backward", "forward+backward")
 
+# Traffic of a kernel that maps one [rows, width] tensor to another: forward reads x and writes y (2),
+# backward reads x (or y) and dy and writes dx (3).
+ROW_TRAFFIC = {"forward": 2, "backward": 3, "forward+backward": 5}
+
 # A provider builder takes the device and returns the function to time, or None where it is unavailable.
 ProviderBuilder = Callable[[torch.device], Callable[..., torch.Tensor] | None]
 

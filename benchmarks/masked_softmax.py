@@ -12,7 +12,7 @@ import torch
 
 from brickwork.kernels import masked_softmax
 
-from .cases import KernelBench, Target, compiled, eager_provider, optional_function
+from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, optional_function
 
 SCALE = 0.125
 
@@ -43,7 +43,7 @@ BENCH = KernelBench(
         "torch.compile": compiled(_torch),
         "liger": _liger,
     },
-    bytes_per_element={"forward": 2, "backward": 3, "forward+backward": 5},
+    bytes_per_element=ROW_TRAFFIC,
     targets=(Target("forward", 0.85, 1024, 16384), Target("backward", 0.75)),
     summary="y = softmax(scores / 8) over rows of `width`",
 )

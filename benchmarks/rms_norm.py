@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from brickwork.kernels import rms_norm
 
-from .cases import KernelBench, Target, compiled, eager_provider, optional_function
+from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, optional_function
 
 EPS = 1e-6
 
@@ -51,7 +51,7 @@ BENCH = KernelBench(
         "liger": _liger,
         "apex": _apex,
     },
-    bytes_per_element={"forward": 2, "backward": 3, "forward+backward": 5},
+    bytes_per_element=ROW_TRAFFIC,
     targets=(Target("forward", 0.90, 4096, 16384), Target("backward", 0.60, 4096, 16384)),
     summary="y = x / rms(x) * weight over rows of `width`",
 )
