@@ -77,6 +77,73 @@ class ParallelConfig:
         for key in ("num_microbatches", "pipeline_num_layers"):
             if getattr(self, key) is not None:
                 _check_positive_int(key, getattr(self, key))
+        self._check_pipeline()
+        self._check_device_weights()
+
+    @property
+    def microbatches(self) -> int:
+        """``num_microbatches``, by default the number of pipeline stages (1 without a pipeline)."""
+        return self.num_microbatches if self.num_microbatches is not None else self.pipeline_parallel_size
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline stages in all: pipeline_parallel_size × virtual_pipeline_size."""
+        return self.pipeline_parallel_size * self.virtual_pipeline_size
+
+    def _check_pipeline(self) -> None:
+        pp, m, v = self.pipeline_parallel_size, self.microbatches, self.virtual_pipeline_size
+        if v > 1 and self.pipeline_schedule != "interleaved_1f1b":
+            raise ConfigError(
+                f"virtual_pipeline_size={v} needs pipeline_schedule 'interleaved_1f1b', got "
+                f"{self.pipeline_schedule!r}",
+                "virtual_pipeline_size",
+            )
+        if pp > 1 and self.pipeline_schedule in ("1f1b", "interleaved_1f1b") and m < pp:
+            # 1F1B's warm-up runs pp - 1 forwards before the first backward; fewer microbatches than
+            # stages leave the schedule waiting for a microbatch that never comes.
+            raise ConfigError(
+                f"num_microbatches={m} is smaller than pipeline_parallel_size={pp}; "
+                f"{self.pipeline_schedule} needs at least one microbatch per stage (or use 'gpipe')",
+                "num_microbatches",
+            )
+        if pp > 1 and self.pipeline_schedule == "interleaved_1f1b" and m % pp:
+            raise ConfigError(
+                f"num_microbatches={m} is not a multiple of pipeline_parallel_size={pp}, which "
+                "interleaved_1f1b needs (microbatches go round the stages in groups of pp)",
+                "num_microbatches",
+            )
+        if self.pipeline_layers is not None:
+            counts = self.pipeline_layers
+            if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
+                raise ConfigError(
+                    f"must be layer counts >= 1 per stage, got {list(counts)}", "pipeline_layers"
+                )
+            if len(counts) != self.num_stages:
+                raise ConfigError(
+                    f"has {len(counts)} entries but there are {self.num_stages} stages "
+                    f"(pipeline_parallel_size {pp} × virtual_pipeline_size {v})",
+                    "pipeline_layers",
+                )
+
+    def _check_device_weights(self) -> None:
+        weights = self.device_weights
+        if weights is None:
+            return
+        if any(isinstance(w, bool) or not isinstance(w, int | float) or w <= 0 for w in weights):
+            raise ConfigError(
+                f"must be positive numbers (relative speeds), got {list(weights)}", "device_weights"
+            )
+        pp, dp = self.pipeline_parallel_size, self.data_parallel_size
+        if pp > 1 and dp > 1:
+            raise ConfigError(
+                f"weights one dim at a time: per pipeline stage (pipeline_parallel_size={pp}, "
+                f"data_parallel_size 1) or per data-parallel rank (data_parallel_size={dp}, "
+                "pipeline_parallel_size 1)",
+                "device_weights",
+            )
+        want, dim = (pp, "pipeline_parallel_size") if pp > 1 else (dp, "data_parallel_size")
+        if len(weights) != want:
+            raise ConfigError(f"has {len(weights)} entries but {dim}={want}", "device_weights")
 
     @property
     def world_size(self) -> int:

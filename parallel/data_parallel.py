@@ -50,14 +50,19 @@ def apply_fsdp(module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh) -
     fully_shard(module, **options)
 
 
-def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh) -> DistributedDataParallel:
+def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh, accumulates: bool = False) -> DistributedDataParallel:
     """ZeRO-0/1: replicate ``module`` over ``dp_mesh``; gradients are averaged in backward.
 
     DDP works on plain tensors, so a tensor-parallel model is handed to it as :class:`LocalShards`.
+    ``accumulates``: several backward passes feed one reduction (pipeline microbatches). DDP's
+    rebuild of its buckets after the first iteration would then record every parameter once per
+    microbatch and fail, so it is turned off by ``find_unused_parameters``, which never rebuilds.
     """
     if any(isinstance(p, DTensor) for p in module.parameters()):
         module = LocalShards(module)
-    return DistributedDataParallel(module, process_group=dp_mesh.get_group())
+    return DistributedDataParallel(
+        module, process_group=dp_mesh.get_group(), find_unused_parameters=accumulates
+    )
 
 
 class LocalShards(nn.Module):
@@ -75,14 +80,17 @@ class LocalShards(nn.Module):
         super().__init__()
         self.shards = nn.ParameterList()
         self._model = [model]  # not a submodule: DDP must see the shards only
-        views: dict[int, torch.Tensor] = {}
-        for holder in model.modules():
+        # The trainable tensor (the shard) behind each of the model's parameter names.
+        self.by_name: dict[str, nn.Parameter] = {}
+        views: dict[int, tuple[torch.Tensor, nn.Parameter]] = {}
+        for prefix, holder in model.named_modules():
             for name, param in list(holder._parameters.items()):
                 if param is None:
                     continue
                 if id(param) not in views:
-                    views[id(param)] = self._split(param)
-                holder._parameters[name] = views[id(param)]
+                    views[id(param)] = (self._split(param), self.shards[-1])
+                holder._parameters[name] = views[id(param)][0]
+                self.by_name[f"{prefix}.{name}" if prefix else name] = views[id(param)][1]
 
     def _split(self, param: nn.Parameter) -> torch.Tensor:
         if not isinstance(param, DTensor):

@@ -53,12 +53,16 @@ def clip_grad_norm(
     parameters: Iterable[torch.Tensor],
     max_norm: float,
     extra_groups: Sequence[dist.ProcessGroup] = (),
+    duplicates: Sequence[torch.Tensor] = (),
 ) -> torch.Tensor:
     """Scale this rank's gradients in place so the full gradient's 2-norm is at most ``max_norm``.
 
+    ``duplicates`` are parameters among ``parameters`` that another rank of ``extra_groups`` holds too
+    (a tied weight on two pipeline stages): they are scaled but counted only once, by that other rank.
     Returns the norm before clipping (a float32 scalar, the same on every rank). Every rank of the
     model must call it: it runs collectives.
     """
+    skip = {id(p) for p in duplicates}
     sums: dict[tuple[int, ...], torch.Tensor] = {}
     groups_of: dict[tuple[int, ...], tuple[dist.ProcessGroup, ...]] = {}
     locals_ = []
@@ -66,13 +70,15 @@ def clip_grad_norm(
         if param.grad is None:
             continue
         local, groups = _pieces(param)
+        locals_.append(local)
+        if id(param) in skip:
+            continue
         key = tuple(id(g) for g in groups)
         groups_of[key] = groups
         sums[key] = (
             sums.get(key, torch.zeros((), dtype=torch.float64, device=local.device))
             + local.double().pow(2).sum()
         )
-        locals_.append(local)
     device = locals_[0].device if locals_ else torch.device("cpu")
     total = torch.zeros((), dtype=torch.float64, device=device)
     # Same parameters in the same order on every rank of a stage, so the collectives line up.

@@ -16,6 +16,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
+from brickwork.parallel.balance import split_rows
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data_parallel import DTYPES, ZeroOptimizers, apply_ddp, apply_fsdp
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
@@ -52,12 +53,6 @@ def parallelize(
     if not dist.is_initialized():
         build_mesh(dist_config)
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
-    if config.pipeline_parallel_size > 1:
-        raise ConfigError(
-            f"pipeline_parallel_size={config.pipeline_parallel_size}: pipeline stages are not available in "
-            "this version; use data and tensor parallel",
-            "pipeline_parallel_size",
-        )
     entries = merge_plans(component_plan(model), name_plan(model, plan) if plan else [])
     tp = config.tensor_parallel_size
     if tp > 1:
@@ -67,6 +62,11 @@ def parallelize(
                 "tensor_parallel_size",
             )
         check_tensor_parallel(model, entries, tp)
+    if config.pipeline_parallel_size > 1:
+        # Imported here: the pipeline model builds on this module's ParallelModel.
+        from brickwork.parallel.pipeline_model import parallelize_pipeline
+
+        return parallelize_pipeline(model, config, plan, divide)
     mesh = build_mesh(config)
     device = torch.device(
         mesh.device_type, torch.cuda.current_device() if mesh.device_type == "cuda" else None
@@ -130,17 +130,12 @@ class ParallelModel:
         """One optimizer step on the global batch; returns its mean token cross-entropy on every rank.
 
         input_ids, labels: [B, T] (labels already aligned; -100 is ignored). Each data-parallel rank
-        trains on its contiguous B/dp rows; the loss is scaled so the averaged gradients are those of
-        the mean over every token of the global batch.
+        trains on its contiguous B/dp rows (or rows in proportion to ``device_weights``); the loss
+        is scaled by dp / (tokens of the global batch), so the dp-averaged gradients are those of the
+        mean over every token of the global batch, however the rows are split.
         """
-        dp, dp_rank = self.config.data_parallel_size, self.mesh["dp"].get_local_rank()
-        self._check_batch(input_ids, labels)
-        device = self.mesh.device_type
-        local_ids = input_ids.chunk(dp, dim=0)[dp_rank].to(device)
-        local_labels = labels.chunk(dp, dim=0)[dp_rank].to(device)
-        tokens = int((labels != IGNORE_INDEX).sum())
-        if tokens == 0:
-            raise ValueError("labels hold no token to learn from (all are -100)")
+        dp = self.config.data_parallel_size
+        local_ids, local_labels, tokens = self._local_batch(input_ids, labels)
         optimizer = self.stepped_optimizer(optimizer)
         optimizer.zero_grad(set_to_none=True)
         with self._autocast():
@@ -165,20 +160,14 @@ class ParallelModel:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The full weights on every rank (CPU), keyed like the single-process model's state_dict."""
-        packed = {}
-        for prefix, module in self.module.named_modules():
-            for pname, layout in getattr(module, PACKED_ATTR, {}).items():
-                packed[f"{prefix}.{pname}" if prefix else pname] = layout
-        out = {}
-        for name, value in self.module.state_dict().items():
-            if isinstance(value, DTensor):
-                value = value.full_tensor()
-            if name in packed:
-                value = unpack_full(value, packed[name][0], packed[name][1].to(value.device))
-            out[name] = value.detach().cpu().clone()
-        return out
+        return gather_full_state(self.module)
 
-    def _check_batch(self, input_ids: torch.Tensor, labels: torch.Tensor) -> None:
+    def _local_batch(
+        self, input_ids: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """This data-parallel rank's rows of the global batch (on the mesh's device), and the number
+        of tokens to learn from in the whole global batch. ValueError, naming the numbers, for a
+        batch that does not split (every rank sees the same batch, so every rank raises)."""
         if input_ids.dim() != 2 or labels.shape != input_ids.shape:
             raise ValueError(
                 f"input_ids and labels must both be [B, T], got {tuple(input_ids.shape)} and "
@@ -186,18 +175,46 @@ class ParallelModel:
             )
         batch, seq = input_ids.shape
         dp, tp = self.config.data_parallel_size, self.config.tensor_parallel_size
-        if batch % dp:
-            raise ValueError(f"batch size {batch} is not divisible by data_parallel_size={dp}")
         if self.config.sequence_parallel and seq % tp:
             raise ValueError(
                 f"sequence length {seq} is not divisible by tensor_parallel_size={tp} (sequence_parallel on)"
             )
+        # device_weights with pipeline_parallel_size 1 are per data-parallel rank: uneven rows.
+        weights = self.config.device_weights if self.config.pipeline_parallel_size == 1 else None
+        rows = split_rows(batch, weights, dp)
+        rank = self.mesh["dp"].get_local_rank()
+        start = sum(rows[:rank])
+        tokens = int((labels != IGNORE_INDEX).sum())
+        if tokens == 0:
+            raise ValueError("labels hold no token to learn from (all are -100)")
+        device = self.mesh.device_type
+        local = slice(start, start + rows[rank])
+        return input_ids[local].to(device), labels[local].to(device), tokens
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         # FSDP casts parameters itself (MixedPrecisionPolicy); DDP and plain TP compute under autocast.
         if self.config.mixed_precision == "fp32" or self.config.zero_stage >= 2:
             return contextlib.nullcontext()
         return torch.autocast(self.mesh.device_type, dtype=DTYPES[self.config.mixed_precision])
+
+
+def gather_full_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """``module``'s state dict as full CPU tensors (DTensors gathered, packed columns put back).
+
+    Collective over the meshes of its DTensors: every rank holding a part of ``module`` calls it.
+    """
+    packed = {}
+    for prefix, sub in module.named_modules():
+        for pname, layout in getattr(sub, PACKED_ATTR, {}).items():
+            packed[f"{prefix}.{pname}" if prefix else pname] = layout
+    out = {}
+    for name, value in module.state_dict().items():
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        if name in packed:
+            value = unpack_full(value, packed[name][0], packed[name][1].to(value.device))
+        out[name] = value.detach().cpu().clone()
+    return out
 
 
 def _logits(output: Any) -> torch.Tensor:

@@ -112,13 +112,15 @@ def apply_tensor_parallel(
     *,
     sequence_parallel: bool = False,
     divide: Mapping[str, Sequence[str]] | None = None,
+    split_input: bool = True,
 ) -> None:
     """Shard ``model`` in place over the 1-D ``mesh`` (the "tp" dim) as ``entries`` say.
 
     ``divide`` maps glob patterns of module names to extra integer attributes to divide by the TP size
     (for models without ``tp_divide``, e.g. ``{"transformer.h.*.attn": ["split_size", "num_heads"]}``).
     Under ``sequence_parallel`` the model's ``layers`` (docs/architecture.md) get their input split
-    on the sequence dim, and every parameter inside them must be covered by the plan.
+    on the sequence dim (unless ``split_input`` is False: a later pipeline stage, whose input arrives
+    split already), and every parameter inside them must be covered by the plan.
     """
     tp = mesh.size()
     check_tensor_parallel(model, entries, tp)
@@ -140,7 +142,7 @@ def apply_tensor_parallel(
             _gather_owner_input(_get_module(model, owner, "plan"), mesh, sequence_parallel)
     parallelize_module(model, mesh, styles)
     if sequence_parallel:
-        _split_sequence_at_layers(model, mesh)
+        _split_sequence_at_layers(model, mesh, split_input)
     _divide_attributes(model, mesh, divide or {})
     _retie(model, tied)
 
@@ -164,7 +166,7 @@ def _gather_owner_input(owner: nn.Module, mesh: DeviceMesh, sequence_parallel: b
     owner.register_forward_pre_hook(hook, with_kwargs=True)
 
 
-def _split_sequence_at_layers(model: nn.Module, mesh: DeviceMesh) -> None:
+def _split_sequence_at_layers(model: nn.Module, mesh: DeviceMesh, split_input: bool) -> None:
     layers = getattr(model, "layers", None)
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
         raise ConfigError(
@@ -183,7 +185,9 @@ def _split_sequence_at_layers(model: nn.Module, mesh: DeviceMesh) -> None:
         x = DTensor.from_local(args[0], mesh, [Replicate()], run_check=False)
         return (x.redistribute(mesh, [Shard(1)]).to_local(), *args[1:])
 
-    layers[0].register_forward_pre_hook(split)
+    if split_input:
+        # The first layer held (a pipeline stage's ModuleList keeps the model's layer indices).
+        next(iter(layers)).register_forward_pre_hook(split)
 
 
 def _divide_attributes(model: nn.Module, mesh: DeviceMesh, divide: Mapping[str, Sequence[str]]) -> None:

@@ -4,6 +4,7 @@ reference, and the functions each spawned rank runs (they must live in an import
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from typing import Any
 
@@ -35,14 +36,15 @@ GPT2_DIVIDE = {"transformer.h.*.attn": ["split_size", "num_heads", "embed_dim"]}
 
 def tiny_spec(kind: str) -> dict[str, Any]:
     """gpt: learned positions, fused qkv, GELU MLP, tied head. llama: rotary, GQA (4 q / 2 kv heads),
-    SwiGLU, RMSNorm, untied head."""
-    spec = copy.deepcopy(get_preset("gpt-tiny" if kind == "gpt" else "llama"))
+    SwiGLU, RMSNorm, untied head. 2 layers; "gpt4" / "llama4" have 4 (for interleaved pipelines)."""
+    base = kind.rstrip("4")
+    spec = copy.deepcopy(get_preset("gpt-tiny" if base == "gpt" else "llama"))
     spec.update(vocab_size=VOCAB, dim_model=DIM, max_seq_len=2 * SEQ)
-    spec["decoder"]["num_layers"] = 2
+    spec["decoder"]["num_layers"] = 4 if kind.endswith("4") else 2
     block = spec["decoder"]["block"]
     block["attention"]["num_heads"] = 4
     block["feedforward"]["hidden_dim"] = 64
-    if kind == "llama":
+    if base == "llama":
         block["attention"]["num_kv_heads"] = 2
     return spec
 
@@ -115,8 +117,9 @@ def local_numel(tensor: torch.Tensor) -> int:
 def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """On every rank: for each (key, model kind, dist dict), parallelize, train STEPS steps, report.
 
-    The dist dict may carry two test-only keys: ``optimizer`` ("sgd" | "adamw") and ``meta_init``
-    (rank 0 builds the model, the others build it on the meta device).
+    The dist dict may carry test-only keys: ``optimizer`` ("sgd" | "adamw"), ``meta_init`` (rank 0
+    builds the model, the others build it on the meta device) and ``forward`` (also report the
+    logits of ``pm(ids[0])`` before training).
     """
     out = {}
     ids, labels = batches()
@@ -124,6 +127,7 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
         layout = dict(layout)
         opt_name = layout.pop("optimizer", "sgd")
         meta = layout.pop("meta_init", False)
+        forward = layout.pop("forward", kind == "gpt2-hf")
         start = time.perf_counter()
         if meta and dist.get_rank() != 0:
             with torch.device("meta"):
@@ -135,7 +139,7 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
         initial = pm.full_state_dict() if meta else None
         params = list(pm.parameters())
         opt = optimizer(params, opt_name)
-        first_logits = pm(ids[0]).detach() if kind == "gpt2-hf" else None
+        first_logits = pm(ids[0]).detach() if forward else None
         losses = [pm.train_step(ids[s], labels[s], opt) for s in range(STEPS)]
         state_numel = sum(
             local_numel(v)
@@ -155,6 +159,7 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
             "sharded_local_numel": sum(local_numel(p) for p in sharded),
             "sharded_numel": sum(p.numel() for p in sharded),
             "optimizer_state_numel": state_numel,
+            "stages": [stage.stage_index for stage in getattr(pm, "stages", [])],
             "seconds": time.perf_counter() - start,
         }
     return out
@@ -191,3 +196,41 @@ def bad_layouts(cases: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 def bad_layout_uncaught(kind: str, layout: dict[str, Any]) -> None:
     parallelize(build(kind), layout)
+
+
+def bad_batches(kind: str, layout: dict[str, Any], rows: list[int]) -> list[str]:
+    """The ValueError message of a train step on a batch of each of ``rows`` rows, on this rank."""
+    pm = parallelize(build(kind), layout)
+    opt = optimizer(pm.parameters(), "sgd")
+    messages = []
+    for batch in rows:
+        ids = torch.zeros(batch, SEQ, dtype=torch.long)
+        try:
+            pm.train_step(ids, ids, opt)
+        except ValueError as error:
+            messages.append(str(error))
+        else:
+            messages.append("no error")
+    return messages
+
+
+@functools.cache
+def single_process(kind: str, max_grad_norm: float | None = None) -> dict:
+    return reference(kind, max_grad_norm)
+
+
+def check_against_reference(per_rank: list[dict], key: str, kind: str, max_grad_norm: float | None) -> None:
+    ref = single_process(kind, max_grad_norm)
+    got = per_rank[0][key]
+    for rank_result in per_rank[1:]:
+        assert rank_result[key]["losses"] == got["losses"], "ranks returned different losses"
+    assert len(got["losses"]) == STEPS
+    for step, (loss, want) in enumerate(zip(got["losses"], ref["losses"])):
+        assert abs(loss - want) <= 1e-5 * abs(want), f"step {step}: loss {loss} vs one process {want}"
+    assert got["state"].keys() == ref["state"].keys()
+    for name, want in ref["state"].items():
+        torch.testing.assert_close(
+            got["state"][name], want, rtol=0, atol=1e-5, msg=f"{name} after {STEPS} steps"
+        )
+        rank_state = per_rank[-1][key]["state"][name]
+        assert torch.equal(rank_state, got["state"][name]), f"{name}: full_state_dict differs between ranks"

@@ -10,7 +10,7 @@ import functools
 
 import pytest
 import torch
-from parallel_cases import STEPS, build, reference, run_layouts
+from parallel_cases import build, check_against_reference, run_layouts, single_process
 
 from brickwork.parallel import spawn
 
@@ -60,28 +60,6 @@ NUMERIC_2 = [key for key, _, lay in CASES_2 if "mixed_precision" not in lay and 
 @functools.cache
 def results(world_size: int) -> list[dict]:
     return spawn(run_layouts, world_size, CASES_2 if world_size == 2 else CASES_4, timeout=420)
-
-
-@functools.cache
-def single_process(kind: str, max_grad_norm: float | None = None) -> dict:
-    return reference(kind, max_grad_norm)
-
-
-def check_against_reference(per_rank: list[dict], key: str, kind: str, max_grad_norm: float | None) -> None:
-    ref = single_process(kind, max_grad_norm)
-    got = per_rank[0][key]
-    for rank_result in per_rank[1:]:
-        assert rank_result[key]["losses"] == got["losses"], "ranks returned different losses"
-    assert len(got["losses"]) == STEPS
-    for step, (loss, want) in enumerate(zip(got["losses"], ref["losses"])):
-        assert abs(loss - want) <= 1e-5 * abs(want), f"step {step}: loss {loss} vs one process {want}"
-    assert got["state"].keys() == ref["state"].keys()
-    for name, want in ref["state"].items():
-        torch.testing.assert_close(
-            got["state"][name], want, rtol=0, atol=1e-5, msg=f"{name} after {STEPS} steps"
-        )
-        rank_state = per_rank[-1][key]["state"][name]
-        assert torch.equal(rank_state, got["state"][name]), f"{name}: full_state_dict differs between ranks"
 
 
 @pytest.mark.timeout(480)
