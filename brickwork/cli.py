@@ -8,6 +8,7 @@ dist dict, a run folder with nothing to resume) ends in one line naming the fix,
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -124,6 +125,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         kernel_benchmarks(["--out", ns.out])
     if ns.skip_models:
         return 0
+    if importlib.util.find_spec("transformers") is None:
+        raise ConfigError("the model benchmark compares against HF transformers: pip install transformers")
     gpu = torch.cuda.is_available()
     batch, seq = ns.batch or (8 if gpu else 1), ns.seq_len or (1024 if gpu else 128)
     rows = []

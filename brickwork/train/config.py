@@ -24,7 +24,7 @@ class TrainConfig:
     ``sample_tokens=None`` fills ``seq_len`` after the prompt.
     """
 
-    steps: int = 1000
+    steps: int = 600
     batch_size: int = 16
     seq_len: int = 128
     lr: float = 3e-3
@@ -37,9 +37,9 @@ class TrainConfig:
     momentum: float = 0.9
     grad_clip: float = 1.0
     seed: int = 0
-    eval_interval: int = 100
+    eval_interval: int = 50
     eval_batches: int = 4
-    checkpoint_interval: int = 250
+    checkpoint_interval: int = 200
     keep_checkpoints: int = 2
     out_dir: str | None = None
     sample_prompt: str = "Tale 7: "

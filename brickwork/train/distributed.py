@@ -6,6 +6,7 @@ import math
 import os
 
 import torch
+import torch.distributed as dist
 
 from brickwork.errors import ConfigError
 from brickwork.train.local import LocalEngine, resolve_device
@@ -62,6 +63,26 @@ def resolve_dist(dist: dict) -> dict:
         return ParallelConfig.from_dict(dist, world_size=world_size()).to_dict()
     except ConfigError as err:
         raise err.at("dist") from None
+
+
+def agree_on_rank0(value: str, dist_dict: dict) -> str:
+    """Rank 0's ``value`` on every rank (a default run folder named by the clock, say).
+
+    Starts the process group the way ``brickwork.parallel`` would, so it is reused there.
+    """
+    if world_size() == 1:
+        return value
+    from brickwork.parallel import ParallelConfig
+    from brickwork.parallel.mesh import mesh_device_type
+
+    if not dist.is_initialized():
+        device_type = mesh_device_type(ParallelConfig.from_dict(dist_dict, world_size=world_size()))
+        if device_type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    shared = [value]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]
 
 
 def make_engine(model: torch.nn.Module, run: RunConfig) -> LocalEngine | ParallelEngine:

@@ -36,12 +36,18 @@ def triton_status() -> tuple[str | None, str]:
     )
 
 
-def kernel_backends(triton_ok: bool) -> list[tuple[str, str, str]]:
-    """(op, backend chosen for backend=None, why) for each fused kernel on this machine's default device."""
-    if torch.cuda.is_available() and triton_ok:
+def kernel_backends() -> list[tuple[str, str, str]]:
+    """(op, backend chosen for backend=None, why) for each fused kernel on this machine's default device.
+
+    The choice is the kernels' own dispatch rule applied to a tensor on that device.
+    """
+    from brickwork.kernels._runtime import use_triton
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if use_triton(None, torch.empty(0, device=device)):
         choice, why = "triton", "CUDA tensors go to the fused Triton kernel"
-    elif torch.cuda.is_available():
-        choice, why = "torch", "Triton is not importable, so CUDA tensors use the torch twin"
+    elif device == "cuda":
+        choice, why = "torch", "Triton is not installed, so CUDA tensors use the torch twin"
     else:
         choice, why = "torch", "no CUDA device; CPU tensors always use the exact torch twin"
     return [(op, choice, why) for op in KERNEL_OPS]
@@ -78,9 +84,7 @@ def environment_report() -> str:
         "",
         "kernel backends (backend=None):",
     ]
-    lines += [
-        f"  {op:<15} {choice:<7} {why}" for op, choice, why in kernel_backends(triton_version is not None)
-    ]
+    lines += [f"  {op:<15} {choice:<7} {why}" for op, choice, why in kernel_backends()]
     lines += ["", "registered components:"]
     lines += [f"  {family:<12} {', '.join(names)}" for family, names in registered_components()]
     lines += ["", f"presets:     {', '.join(list_presets())}"]

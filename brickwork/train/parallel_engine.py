@@ -65,6 +65,8 @@ class ParallelEngine:
         self.pm = parallelize(model, parallel_dist_dict(run))
         self.rank = dist.get_rank()
         self.is_main = self.rank == 0
+        # Every rank has checked the run folder before rank 0 writes into it.
+        dist.barrier()
 
     def describe(self) -> str:
         c = self.pm.config

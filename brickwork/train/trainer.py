@@ -18,7 +18,7 @@ from brickwork.data import ByteTokenizer, RandomWindows, fixed_windows, read_cor
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec
 from brickwork.train.checkpoint import WEIGHTS_FILE, latest_checkpoint, load_weights
-from brickwork.train.distributed import check_world, make_engine, resolve_dist
+from brickwork.train.distributed import agree_on_rank0, check_world, make_engine, resolve_dist
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
@@ -41,7 +41,8 @@ class RunResult:
 def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
     """Start a run from a preset or spec file with dotted overrides."""
     run = resolve_run(spec_arg, overrides)
-    run_dir = Path(run.train.out_dir or default_out_dir(run.name))
+    check_world(run.dist)
+    run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
     return _train(run, run_dir, resume=False)
 
 
@@ -113,7 +114,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool) -> RunResult:
     if not engine.is_main:
         return RunResult(run_dir, math.nan, final, time.perf_counter() - started, "")
     records = log.read()
-    plot_losses(records, run_dir / "loss.png", title)
+    if not plot_losses(records, run_dir / "loss.png", title):
+        say("no loss.png: drawing it needs matplotlib (pip install 'brickwork[bench]')")
     first = next((r["val_loss"] for r in records if "val_loss" in r), math.nan)
     sample = _sample(sample_model, cfg)
     result = RunResult(run_dir, first, final, time.perf_counter() - started, sample)
