@@ -1,14 +1,20 @@
-"""brickwork.parallel: one dist dict -> device mesh, tensor/sequence parallel, data parallel and ZeRO.
+"""brickwork.parallel: one dist dict -> device mesh, tensor/sequence parallel, pipeline stages, data
+parallel and ZeRO, and checkpoints that reshard across layouts.
 
-Built on torch's own engine: DeviceMesh, DTensor ``parallelize_module``, DDP,
-``ZeroRedundancyOptimizer``, FSDP2 ``fully_shard`` and ``loss_parallel``. See docs/parallel.md.
+Built on torch's own engine: DeviceMesh, DTensor ``parallelize_module``, ``torch.distributed.pipelining``,
+DDP, ``ZeroRedundancyOptimizer``, FSDP2 ``fully_shard``, ``loss_parallel`` and
+``torch.distributed.checkpoint``. See docs/parallel.md.
 """
 
+from brickwork.parallel.balance import split_rows, split_stages
+from brickwork.parallel.checkpoint import is_complete, load_checkpoint, save_checkpoint
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.export import export
 from brickwork.parallel.grad_norm import clip_grad_norm
 from brickwork.parallel.launch import RankError, SpawnError, spawn
 from brickwork.parallel.mesh import MESH_DIMS, build_mesh
 from brickwork.parallel.parallel_model import ParallelModel, parallelize
+from brickwork.parallel.pipeline_model import PipelineParallelModel
 from brickwork.parallel.plan_by_name import parallelize_module_by_plan
 from brickwork.parallel.tensor_parallel import PlanEntry, apply_tensor_parallel, component_plan, name_plan
 
@@ -16,6 +22,7 @@ __all__ = [
     "MESH_DIMS",
     "ParallelConfig",
     "ParallelModel",
+    "PipelineParallelModel",
     "PlanEntry",
     "RankError",
     "SpawnError",
@@ -23,8 +30,14 @@ __all__ = [
     "build_mesh",
     "clip_grad_norm",
     "component_plan",
+    "export",
+    "is_complete",
+    "load_checkpoint",
     "name_plan",
     "parallelize",
     "parallelize_module_by_plan",
+    "save_checkpoint",
     "spawn",
+    "split_rows",
+    "split_stages",
 ]

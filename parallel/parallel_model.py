@@ -13,12 +13,13 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
+from torch.nn.parallel import DistributedDataParallel
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
 from brickwork.parallel.balance import split_rows
 from brickwork.parallel.config import ParallelConfig
-from brickwork.parallel.data_parallel import DTYPES, ZeroOptimizers, apply_ddp, apply_fsdp
+from brickwork.parallel.data_parallel import DTYPES, LocalShards, ZeroOptimizers, apply_ddp, apply_fsdp
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import materialize, take_source, uses_meta_init
 from brickwork.parallel.mesh import build_mesh, mesh_device_type
@@ -66,7 +67,9 @@ def parallelize(
         # Imported here: the pipeline model builds on this module's ParallelModel.
         from brickwork.parallel.pipeline_model import parallelize_pipeline
 
-        return parallelize_pipeline(model, config, plan, divide)
+        pipelined = parallelize_pipeline(model, config, plan, divide)
+        pipelined.spec = getattr(model, "spec", None)
+        return pipelined
     mesh = build_mesh(config)
     device = torch.device(
         mesh.device_type, torch.cuda.current_device() if mesh.device_type == "cuda" else None
@@ -90,7 +93,9 @@ def parallelize(
             materialize(model, source, device)
         if config.data_parallel_size > 1:
             root = apply_ddp(model, mesh["dp"])
-    return ParallelModel(model, root, config, mesh)
+    parallel_model = ParallelModel(model, root, config, mesh)
+    parallel_model.spec = getattr(model, "spec", None)
+    return parallel_model
 
 
 class ParallelModel:
@@ -108,10 +113,19 @@ class ParallelModel:
         # Under DDP + TP the trainable tensors are the local shards DDP holds (data_parallel.LocalShards).
         self._params = list(root.parameters())
         self._zero = ZeroOptimizers(mesh["dp"]) if config.zero_stage == 1 else None
+        self.spec: dict[str, Any] | None = None  # the model's resolved spec, kept for checkpoints
 
     def parameters(self) -> Iterator[nn.Parameter]:
         """This rank's parameters (shards under TP/FSDP). Build the optimizer from them."""
         return iter(self._params)
+
+    def named_trainable(self) -> dict[str, torch.Tensor]:
+        """Each of the model's parameter names (tied names too) -> the tensor the optimizer holds for it:
+        the parameter itself, or under DDP + TP its local shard (data_parallel.LocalShards)."""
+        inner = self.root.module if isinstance(self.root, DistributedDataParallel) else self.root
+        if isinstance(inner, LocalShards):
+            return dict(inner.by_name)
+        return dict(self.module.named_parameters(remove_duplicate=False))
 
     def stepped_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """The optimizer ``train_step`` really steps for ``optimizer``: under ZeRO-1 its

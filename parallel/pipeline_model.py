@@ -154,6 +154,13 @@ class PipelineParallelModel(ParallelModel):
             return inner.by_name
         return dict(stage.named_parameters())
 
+    def named_trainable(self) -> dict[str, torch.Tensor]:
+        """Parameter name -> the tensor the optimizer holds, for every stage of this rank."""
+        out: dict[str, torch.Tensor] = {}
+        for stage, root in zip(self.stages, self.roots):
+            out.update(self._trainable(stage, root))
+        return out
+
     def _tie_groups(self, shared: list[dict[int, str]]) -> list[tuple[nn.Parameter, dist.ProcessGroup, bool]]:
         """For each weight held by several stages, this rank's copy (if any), the group of ranks that
         hold it at this rank's (dp, tp) place, and whether this copy counts in the gradient norm."""

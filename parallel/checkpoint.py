@@ -1,0 +1,254 @@
+"""Distributed checkpoints with torch.distributed.checkpoint (DCP), loadable under any other layout.
+
+A checkpoint is a folder:
+
+- the DCP files: ``model.<name>`` for every tensor of the model's state dict and ``optim.<name>.<key>``
+  for the optimizer state of each parameter, named by the single-process model's names. Sharded
+  tensors are saved as DTensors, so DCP records their global shape and each rank's chunk; loading
+  under another layout reads exactly the chunks each rank now holds (resharding);
+- ``rng/rank<r>.pt``: each rank's RNG state;
+- ``meta.json``: the step, the resolved spec, the dist dict, the world size, the optimizer's
+  hyperparameters (param groups without their tensors) and the caller's ``extra``;
+- ``.complete``, written last, by rank 0, after every rank has finished. A folder without it is an
+  interrupted save and is never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.tensor import DTensor
+
+from brickwork.parallel.parallel_model import ParallelModel
+from brickwork.parallel.styles import PACKED_ATTR
+
+COMPLETE_MARKER = ".complete"
+META_FILE = "meta.json"
+
+
+def is_complete(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` holds a checkpoint whose save finished (its ``.complete`` marker)."""
+    return (Path(directory) / COMPLETE_MARKER).is_file()
+
+
+def save_checkpoint(
+    directory: str | os.PathLike,
+    model: ParallelModel | nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    step: int,
+    *,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Save model, optimizer state, step, RNG, spec and dist dict into ``directory``; every rank calls it.
+
+    ``model`` is a ParallelModel or, in a single process, a plain module. ``extra`` must be JSON
+    data. An existing checkpoint in ``directory`` loses its marker first, so a save interrupted
+    while overwriting it is not mistaken for complete. Returns the folder.
+    """
+    folder = Path(directory)
+    rank, world = _rank_and_world()
+    _refuse_packed(model)
+    if rank == 0:
+        (folder / COMPLETE_MARKER).unlink(missing_ok=True)
+        (folder / "rng").mkdir(parents=True, exist_ok=True)
+    _barrier()
+    state = {f"model.{k}": v for k, v in _model_state(model).items()}
+    if optimizer is not None:
+        state.update(_optimizer_state(model, optimizer))
+    dcp.save(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
+    rng = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state()
+    torch.save(rng, folder / "rng" / f"rank{rank}.pt")
+    meta = {
+        "step": step,
+        "world_size": world,
+        "spec": getattr(model, "spec", None),
+        "dist": model.config.to_dict() if isinstance(model, ParallelModel) else None,
+        "param_groups": _hyperparameters(optimizer) if optimizer is not None else None,
+        "extra": dict(extra or {}),
+    }
+    _barrier()
+    if rank == 0:
+        (folder / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+        _write_marker(folder)
+    _barrier()
+    return folder
+
+
+def _write_marker(folder: Path) -> None:
+    # Written to a temporary name and renamed: the marker is either absent or whole.
+    tmp = folder / (COMPLETE_MARKER + ".tmp")
+    tmp.write_text("complete\n")
+    os.replace(tmp, folder / COMPLETE_MARKER)
+
+
+def load_checkpoint(
+    directory: str | os.PathLike,
+    model: ParallelModel | nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> dict[str, Any]:
+    """Load a complete checkpoint into ``model`` (and ``optimizer``), under this run's layout.
+
+    Every rank calls it. Restores weights, optimizer state and hyperparameters, and this rank's RNG
+    (rank r takes the RNG of saved rank r mod the saved world size). Returns ``meta.json``: ``step``,
+    ``spec``, ``dist``, ``world_size``, ``param_groups``, ``extra``. Raises FileNotFoundError for a
+    folder whose save did not finish.
+    """
+    folder = Path(directory)
+    if not is_complete(folder):
+        raise FileNotFoundError(
+            f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker: the save was interrupted "
+            "or never ran)"
+        )
+    _refuse_packed(model)
+    meta = json.loads((folder / META_FILE).read_text())
+    stored = FileSystemReader(folder).read_metadata().state_dict_metadata
+    state: dict[str, Any] = {f"model.{k}": v for k, v in _model_state(model).items()}
+    missing = [k for k in state if k not in stored]
+    if missing:
+        raise KeyError(f"{folder} has no weights for {[k[6:] for k in missing]}")
+    destinations = _optimizer_destinations(model, optimizer, stored) if optimizer is not None else {}
+    state.update({key: tensor for key, (_, _, tensor) in destinations.items()})
+    dcp.load(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
+    for key, (param, name, _) in destinations.items():
+        value = state[key]
+        if isinstance(value, DTensor) and not isinstance(param, DTensor):
+            value = value.to_local()  # a LocalShards shard keeps plain local state
+        _local_optimizer(model, optimizer).state[param][name] = value
+    if optimizer is not None and meta.get("param_groups"):
+        _restore_hyperparameters(optimizer, meta["param_groups"])
+    rank, _ = _rank_and_world()
+    rng = torch.load(folder / "rng" / f"rank{rank % meta['world_size']}.pt", weights_only=True)
+    torch.set_rng_state(rng["cpu"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state(rng["cuda"])
+    return meta
+
+
+def _model_state(model: ParallelModel | nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict, by single-process names: DTensors where sharded, sharing storage with
+    the parameters (so DCP loads in place)."""
+    modules = getattr(model, "stages", None) or [model.module if isinstance(model, ParallelModel) else model]
+    out: dict[str, torch.Tensor] = {}
+    for module in modules:
+        out.update(module.state_dict())
+    return out
+
+
+def _trainable(model: ParallelModel | nn.Module) -> dict[str, torch.Tensor]:
+    if isinstance(model, ParallelModel):
+        return model.named_trainable()
+    return dict(model.named_parameters(remove_duplicate=False))
+
+
+def _local_optimizer(
+    model: ParallelModel | nn.Module, optimizer: torch.optim.Optimizer
+) -> torch.optim.Optimizer:
+    # Under ZeRO-1 this rank's state lives in its part of the ZeroRedundancyOptimizer.
+    stepped = model.stepped_optimizer(optimizer) if isinstance(model, ParallelModel) else optimizer
+    return getattr(stepped, "optim", stepped)
+
+
+def _as_global(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """Optimizer state of a LocalShards shard (a plain local tensor) as the DTensor it is a piece of."""
+    spec = getattr(param, "_st_info", None)
+    if spec is None or isinstance(value, DTensor) or value.shape != param.shape:
+        return value
+    return DTensor.from_local(
+        value, spec.mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride
+    )
+
+
+def _optimizer_state(model: ParallelModel | nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    local = _local_optimizer(model, optimizer)
+    out = {}
+    for name, param in _trainable(model).items():
+        for key, value in local.state.get(param, {}).items():
+            if isinstance(value, torch.Tensor):
+                out[f"optim.{name}.{key}"] = _as_global(value, param)
+    return out
+
+
+def _optimizer_destinations(
+    model: ParallelModel | nn.Module, optimizer: torch.optim.Optimizer, stored: Mapping[str, Any]
+) -> dict[str, tuple[torch.Tensor, str, torch.Tensor]]:
+    """For each optimizer state tensor in the checkpoint that this rank's optimizer holds: its
+    parameter, state key, and an empty tensor laid out like the parameter to load it into."""
+    local = _local_optimizer(model, optimizer)
+    owned = {id(p) for group in local.param_groups for p in group["params"]}
+    out: dict[str, tuple[torch.Tensor, str, torch.Tensor]] = {}
+    done: set[int] = set()
+    for name, param in _trainable(model).items():
+        prefix = f"optim.{name}."
+        keys = [k for k in stored if k.startswith(prefix) and "." not in k[len(prefix) :]]
+        if id(param) not in owned or id(param) in done or not keys:
+            continue
+        done.add(id(param))  # a tied weight's state is loaded once, under the first name found
+        for key in keys:
+            md = stored[key]
+            if not isinstance(md, TensorStorageMetadata):
+                continue
+            dtype = md.properties.dtype
+            if tuple(md.size) == tuple(param.shape):
+                tensor = _as_global(torch.zeros_like(param, dtype=dtype), param)
+            else:
+                tensor = torch.zeros(tuple(md.size), dtype=dtype)
+            out[key] = (param, key[len(prefix) :], tensor)
+    return out
+
+
+def _hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Each param group's plain settings (lr, betas, ...), JSON-ready."""
+    return [
+        {k: list(v) if isinstance(v, tuple) else v for k, v in group.items() if k != "params" and _plain(v)}
+        for group in optimizer.param_groups
+    ]
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def _restore_hyperparameters(optimizer: torch.optim.Optimizer, saved: list[dict[str, Any]]) -> None:
+    if len(saved) != len(optimizer.param_groups):
+        raise ValueError(
+            f"the checkpoint's optimizer has {len(saved)} param groups, this one "
+            f"{len(optimizer.param_groups)}"
+        )
+    for group, values in zip(optimizer.param_groups, saved):
+        for key, value in values.items():
+            group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+
+
+def _refuse_packed(model: ParallelModel | nn.Module) -> None:
+    modules = model.module if isinstance(model, ParallelModel) else model
+    for name, module in modules.named_modules():
+        if getattr(module, PACKED_ATTR, None):
+            raise ValueError(
+                f"{name} holds a packed 'colwise:N' projection whose columns are reordered for this TP size; "
+                "save its full_state_dict() instead of a resharding checkpoint"
+            )
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()

@@ -1,0 +1,44 @@
+"""``export(dir, out.safetensors)``: a distributed checkpoint as one single-process weights file.
+
+DCP already knows every tensor's global shape, so reading each ``model.<name>`` whole in one process
+(no process group) merges the shards of any layout; nothing is merged by hand. The file holds the
+single-process state dict (tied names each with their own copy), with the resolved spec and the step
+in its metadata, and loads with ``build_model(spec).load_state_dict(safetensors.torch.load_file(out))``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+from brickwork.parallel.checkpoint import META_FILE, is_complete
+
+
+def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write the model weights of the complete checkpoint in ``directory`` to the safetensors file ``out``.
+
+    Runs in one process (call it on one rank only, or outside any process group). The metadata holds
+    ``spec`` (JSON) and ``step``. Raises FileNotFoundError for an interrupted or missing checkpoint.
+    """
+    folder, out = Path(directory), Path(out)
+    if not is_complete(folder):
+        raise FileNotFoundError(f"{folder} is not a complete checkpoint (no .complete marker)")
+    stored = FileSystemReader(folder).read_metadata().state_dict_metadata
+    state = {
+        key: torch.empty(tuple(md.size), dtype=md.properties.dtype)
+        for key, md in stored.items()
+        if key.startswith("model.") and isinstance(md, TensorStorageMetadata)
+    }
+    dcp.load(state, checkpoint_id=folder, no_dist=True)
+    meta = json.loads((folder / META_FILE).read_text())
+    weights = {key[len("model.") :]: tensor.contiguous() for key, tensor in state.items()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(weights, out, metadata={"spec": json.dumps(meta.get("spec")), "step": str(meta["step"])})
+    return out

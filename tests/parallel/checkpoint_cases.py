@@ -1,0 +1,99 @@
+"""What spawned ranks run in the checkpoint tests: train and save under one layout, load and go on
+under another, and a save killed just before its marker."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from parallel_cases import SEQ, VOCAB, build
+
+import brickwork.parallel.checkpoint as checkpoint_module
+from brickwork.parallel import load_checkpoint, parallelize, save_checkpoint
+
+TOTAL_STEPS, SAVE_AT = 4, 2
+
+
+def batches() -> tuple[torch.Tensor, torch.Tensor]:
+    """[TOTAL_STEPS, 4, SEQ] token ids and next-token labels, the same in every process."""
+    g = torch.Generator().manual_seed(99)
+    ids = torch.randint(0, VOCAB, (TOTAL_STEPS, 4, SEQ), generator=g)
+    return ids, torch.roll(ids, -1, dims=2)
+
+
+def make_optimizer(params: Any, name: str) -> torch.optim.Optimizer:
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-2, betas=(0.8, 0.9))
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def uninterrupted(kind: str, opt_name: str) -> list[float]:
+    """One process, TOTAL_STEPS steps without a break: the losses a resumed run must reproduce."""
+    model = build(kind)
+    opt = make_optimizer(model.parameters(), opt_name)
+    ids, labels = batches()
+    losses = []
+    for step in range(TOTAL_STEPS):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(ids[step]).flatten(0, 1), labels[step].flatten())
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def train_and_save(root: str, cases: list[tuple[str, str, dict[str, Any], str]]) -> dict[str, Any]:
+    """Train SAVE_AT steps under each layout, save to root/key; report losses and the logits then."""
+    ids, labels = batches()
+    out = {}
+    for key, kind, layout, opt_name in cases:
+        pm = parallelize(build(kind), layout)
+        opt = make_optimizer(pm.parameters(), opt_name)
+        losses = [pm.train_step(ids[s], labels[s], opt) for s in range(SAVE_AT)]
+        save_checkpoint(Path(root) / key, pm, opt, SAVE_AT, extra={"key": key})
+        out[key] = {"losses": losses, "logits": pm(ids[0]).detach()}
+    return out
+
+
+def load_and_resume(root: str, cases: list[tuple[str, str, dict[str, Any], str]]) -> dict[str, Any]:
+    """Build each model from another seed, load root/key under this layout, train to TOTAL_STEPS."""
+    ids, labels = batches()
+    out = {}
+    for key, kind, layout, opt_name in cases:
+        pm = parallelize(build(kind, seed=7), layout)
+        opt = make_optimizer(pm.parameters(), opt_name)
+        meta = load_checkpoint(Path(root) / key, pm, opt)
+        losses = [pm.train_step(ids[s], labels[s], opt) for s in range(meta["step"], TOTAL_STEPS)]
+        out[key] = {"losses": losses, "meta": meta}
+    return out
+
+
+def resume_in_one_process(folder: Path, kind: str, opt_name: str) -> tuple[list[float], dict[str, Any]]:
+    """The same, on a plain model without any process group."""
+    model = build(kind, seed=7)
+    opt = make_optimizer(model.parameters(), opt_name)
+    meta = load_checkpoint(folder, model, opt)
+    ids, labels = batches()
+    losses = []
+    for step in range(meta["step"], TOTAL_STEPS):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(ids[step]).flatten(0, 1), labels[step].flatten())
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, meta
+
+
+def save_killed_before_marker(folder: str, kind: str, layout: dict[str, Any]) -> None:
+    """Save over ``folder``; rank 0 dies (os._exit, no cleanup) right before writing the marker."""
+    pm = parallelize(build(kind), layout)
+    opt = make_optimizer(pm.parameters(), "sgd")
+    ids, labels = batches()
+    pm.train_step(ids[0], labels[0], opt)
+    if dist.get_rank() == 0:
+        checkpoint_module._write_marker = lambda path: os._exit(1)
+    save_checkpoint(folder, pm, opt, 1)
