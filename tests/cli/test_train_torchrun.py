@@ -61,3 +61,12 @@ def test_tensor_parallel_run_matches_one_process_and_resumes(single, workdir):
     out = check_ok(run_cli(["train", "--resume", str(cut)], workdir, nproc=2))
     assert out.count(f"resuming {cut} from step 3 of 6") == 1
     assert curve(cut) == curve(workdir / "tp2")
+
+
+@pytest.mark.timeout(300)
+def test_pipeline_parallel_run_matches_one_process(single, workdir):
+    out = check_ok(
+        run_cli(["train", *SMALL, "train.out_dir=pp2", "dist.pipeline_parallel_size=2"], workdir, nproc=2)
+    )
+    assert "2 processes (cpu): dp=1 tp=1 pp=2" in out
+    assert_same_curve(workdir / "pp2", single)
