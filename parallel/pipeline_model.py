@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -130,7 +130,9 @@ class PipelineParallelModel(ParallelModel):
         self._ties = self._tie_groups(shared)
         self._duplicates = [param for param, _, counted in self._ties if not counted]
         self._scale = 1.0
-        self.schedule = self._schedule(config.microbatches, self._microbatch_loss)
+        # The train step's PipelineStages (one per local stage) and the schedule that drives them.
+        self.pipeline_stages = self._pipeline_stages()
+        self.schedule = self._schedule(self.pipeline_stages, config.microbatches, self._microbatch_loss)
         self._forward_schedules: dict[tuple[int, ...], object] = {}
 
     def _pipeline_stages(self) -> list[PipelineStage]:
@@ -140,8 +142,7 @@ class PipelineParallelModel(ParallelModel):
             for stage, root in zip(self.stages, self.roots)
         ]
 
-    def _schedule(self, microbatches: int, loss_fn) -> object:
-        stages = self._pipeline_stages()
+    def _schedule(self, stages: list[PipelineStage], microbatches: int, loss_fn: Callable) -> object:
         name = self.config.pipeline_schedule
         if name == "interleaved_1f1b":
             return ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn, scale_grads=False)

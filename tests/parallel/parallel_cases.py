@@ -160,6 +160,7 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
             "sharded_numel": sum(p.numel() for p in sharded),
             "optimizer_state_numel": state_numel,
             "stages": [stage.stage_index for stage in getattr(pm, "stages", [])],
+            "stage_layers": [[int(i) for i in stage.layers._modules] for stage in getattr(pm, "stages", [])],
             "seconds": time.perf_counter() - start,
         }
     return out

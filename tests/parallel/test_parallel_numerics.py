@@ -44,6 +44,9 @@ EXTRA_2 = {
     "gpt/dp2-bf16": ("gpt", {**DP2, "mixed_precision": "bf16"}),
     "llama/zero3-adamw": ("llama", {**DP2, "zero_stage": 3, "optimizer": "adamw"}),
     "llama/zero1-adamw": ("llama", {**DP2, "zero_stage": 1, "optimizer": "adamw"}),
+    # Uneven rows by device speed (3 and 1 of 4): the loss weighting keeps the even split's result.
+    "gpt/dp2-uneven-rows": ("gpt", {**DP2, "device_weights": [3, 1]}),
+    "llama/zero3-uneven-rows": ("llama", {**DP2, "zero_stage": 3, "device_weights": [1, 3]}),
 }
 BASIC_4 = {
     "dp2-tp2": {**DP2, **TP2},

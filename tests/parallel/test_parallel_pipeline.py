@@ -34,6 +34,8 @@ CASES = {
         "llama/pp2-1f1b": ("llama", {**PP2, "pipeline_schedule": "1f1b"}),
         "gpt4/pp2-interleaved": ("gpt4", {**PP2, **INTERLEAVED, "forward": True}),
         "llama4/pp2-interleaved-m4": ("llama4", {**PP2, **INTERLEAVED, "num_microbatches": 4}),
+        "gpt4/pp2-device-weights-3-1": ("gpt4", {**PP2, "device_weights": [3, 1]}),
+        "llama4/pp2-pipeline-layers-1-3": ("llama4", {**PP2, "pipeline_layers": [1, 3]}),
         "gpt/pp2-gpipe-m4-clip-ac": (
             "gpt",
             {
@@ -129,3 +131,12 @@ def test_a_batch_that_does_not_split_into_microbatches_raises_on_every_rank() ->
     layout = {**PP2, "pipeline_schedule": "gpipe", "num_microbatches": 4}
     for messages in spawn(bad_batches, 2, "gpt", layout, [6], timeout=120):
         assert "6 rows of the batch of 6 are not divisible by num_microbatches=4" in messages[0]
+
+
+@pytest.mark.timeout(480)
+def test_stage_splits_follow_device_weights_and_explicit_layers() -> None:
+    per_rank = results(2)
+    # 4 equal layers, the first stage 3x as fast, the last also carrying the LM head: 3 + 1.
+    assert [r["gpt4/pp2-device-weights-3-1"]["stage_layers"] for r in per_rank] == [[[0, 1, 2]], [[3]]]
+    assert [r["llama4/pp2-pipeline-layers-1-3"]["stage_layers"] for r in per_rank] == [[[0]], [[1, 2, 3]]]
+    assert [r["gpt4/pp2-interleaved"]["stage_layers"] for r in per_rank] == [[[0], [2]], [[1], [3]]]
