@@ -45,10 +45,11 @@ def required_fields(cls: type) -> list[str]:
     ]
 
 
-def to_config(cls: type[C], data: Any, path: str = "", **fixed: Any) -> C:
+def to_config(cls: type[C], data: Any, path: str = "", /, **fixed: Any) -> C:
     """Convert mapping ``data`` into dataclass ``cls``, checking keys, types and values.
 
-    ``fixed`` are values the caller supplies (e.g. a model dim); ``data`` may only repeat them.
+    ``fixed`` are values the caller supplies (e.g. a model dim); ``data`` may only repeat them. The
+    leading parameters are positional-only, so a dataclass may have fields named ``data`` or ``path``.
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"expected a mapping of {_describe_keys(cls, fixed)}, got {_show(data)}", path)
@@ -70,7 +71,7 @@ def to_config(cls: type[C], data: Any, path: str = "", **fixed: Any) -> C:
     return construct(cls, path, **kwargs, **fixed)
 
 
-def construct(cls: type[C], path: str, **kwargs: Any) -> C:
+def construct(cls: type[C], path: str, /, **kwargs: Any) -> C:
     """``cls(**kwargs)`` with its value checks re-raised as ConfigError under ``path``."""
     try:
         return cls(**kwargs)

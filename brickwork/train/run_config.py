@@ -8,7 +8,6 @@ RUN/config.yaml`` repeats the run.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any
 
 from brickwork.errors import ConfigError
 from brickwork.factory import apply_overrides, get_preset, list_presets, load_spec
-from brickwork.factory.convert import check_value, config_to_dict, to_config
+from brickwork.factory.convert import config_to_dict, to_config
 from brickwork.factory.overrides import parse_override, set_dotted
 from brickwork.train.config import DataConfig, TrainConfig
 
@@ -67,17 +66,6 @@ def load_base(spec_arg: str | None) -> tuple[str, dict[str, Any]]:
     return spec_arg, get_preset(spec_arg)
 
 
-def _data_config(values: Any) -> DataConfig:
-    """``to_config`` for the data section; its ``path`` key is checked on its own because the
-    factory's converter takes a ``path`` argument of its own."""
-    if not isinstance(values, Mapping) or "path" not in values:
-        return to_config(DataConfig, values, "data")
-    rest = {k: v for k, v in values.items() if k != "path"}
-    return dataclasses.replace(
-        to_config(DataConfig, rest, "data"), path=check_value(values["path"], str | None, "data.path")
-    )
-
-
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     """``["train.lr=1e-3", ...]`` -> ``{"train.lr": 0.001, ...}`` with values read as YAML."""
     parsed = {}
@@ -113,6 +101,6 @@ def resolve_run(spec_arg: str | None, overrides: list[str]) -> RunConfig:
         name=name,
         spec=model_spec,
         train=to_config(TrainConfig, sections["train"], "train"),
-        data=_data_config(sections["data"]),
+        data=to_config(DataConfig, sections["data"], "data"),
         dist=dict(dist),
     )

@@ -257,3 +257,20 @@ def test_a_spec_must_be_a_mapping() -> None:
         from brickwork.factory import resolve_model_spec
 
         resolve_model_spec(["model"])
+
+
+def test_dataclasses_may_have_fields_named_like_the_converter_arguments() -> None:
+    from dataclasses import dataclass
+
+    from brickwork.factory.convert import to_config
+
+    @dataclass
+    class Section:
+        path: str | None = None
+        data: int = 0
+        cls: str = "x"
+
+    got = to_config(Section, {"path": "a.txt", "data": 3, "cls": "y"}, "data")
+    assert (got.path, got.data, got.cls) == ("a.txt", 3, "y")
+    with pytest.raises(ConfigError, match=r"^data\.pth: .*did you mean 'path'"):
+        to_config(Section, {"pth": "a.txt"}, "data")
