@@ -130,10 +130,12 @@ class PipelineParallelModel(ParallelModel):
         self._ties = self._tie_groups(shared)
         self._duplicates = [param for param, _, counted in self._ties if not counted]
         self._scale = 1.0
-        # The train step's PipelineStages (one per local stage) and the schedule that drives them.
-        self.pipeline_stages = self._pipeline_stages()
-        self.schedule = self._schedule(self.pipeline_stages, config.microbatches, self._microbatch_loss)
+        # PipelineStages infer the shapes they exchange on their first step, so each batch shape gets
+        # its own stages and schedule. The last train step's are kept in pipeline_stages / schedule.
+        self._train_schedules: dict[tuple[int, ...], tuple[list[PipelineStage], object]] = {}
         self._forward_schedules: dict[tuple[int, ...], object] = {}
+        self.pipeline_stages: list[PipelineStage] = []
+        self.schedule: object | None = None
 
     def _pipeline_stages(self) -> list[PipelineStage]:
         group = self._pp_group
@@ -210,6 +212,11 @@ class PipelineParallelModel(ParallelModel):
                 f"each data-parallel rank's {local_ids.shape[0]} rows of the batch of {input_ids.shape[0]} "
                 f"are not divisible by num_microbatches={m}"
             )
+        key = tuple(local_ids.shape)
+        if key not in self._train_schedules:
+            stages = self._pipeline_stages()
+            self._train_schedules[key] = (stages, self._schedule(stages, m, self._microbatch_loss))
+        self.pipeline_stages, self.schedule = self._train_schedules[key]
         optimizer = self.stepped_optimizer(optimizer)
         optimizer.zero_grad(set_to_none=True)
         self._scale = self.config.data_parallel_size / tokens

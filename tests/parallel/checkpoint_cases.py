@@ -59,32 +59,38 @@ def train_and_save(root: str, cases: list[tuple[str, str, dict[str, Any], str]])
     return out
 
 
-def load_and_resume(root: str, cases: list[tuple[str, str, dict[str, Any], str]]) -> dict[str, Any]:
-    """Build each model from another seed, load root/key under this layout, train to TOTAL_STEPS."""
+def load_and_resume(root: str, cases: list[tuple[str, str, str, dict[str, Any], str]]) -> dict[str, Any]:
+    """For each (result key, folder, kind, layout, optimizer): build the model from another seed,
+    load root/folder under this layout and train to TOTAL_STEPS."""
     ids, labels = batches()
     out = {}
-    for key, kind, layout, opt_name in cases:
+    for key, folder, kind, layout, opt_name in cases:
         pm = parallelize(build(kind, seed=7), layout)
         opt = make_optimizer(pm.parameters(), opt_name)
-        meta = load_checkpoint(Path(root) / key, pm, opt)
+        meta = load_checkpoint(Path(root) / folder, pm, opt)
         losses = [pm.train_step(ids[s], labels[s], opt) for s in range(meta["step"], TOTAL_STEPS)]
         out[key] = {"losses": losses, "meta": meta}
     return out
 
 
-def resume_in_one_process(folder: Path, kind: str, opt_name: str) -> tuple[list[float], dict[str, Any]]:
-    """The same, on a plain model without any process group."""
+def resume_in_one_process(
+    folder: Path, kind: str, opt_name: str, stop_at: int = TOTAL_STEPS, save_to: Path | None = None
+) -> tuple[list[float], dict[str, Any]]:
+    """The same on a plain model without any process group, up to ``stop_at``; then saved to
+    ``save_to`` if given."""
     model = build(kind, seed=7)
     opt = make_optimizer(model.parameters(), opt_name)
     meta = load_checkpoint(folder, model, opt)
     ids, labels = batches()
     losses = []
-    for step in range(meta["step"], TOTAL_STEPS):
+    for step in range(meta["step"], stop_at):
         opt.zero_grad()
         loss = F.cross_entropy(model(ids[step]).flatten(0, 1), labels[step].flatten())
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    if save_to is not None:
+        save_checkpoint(save_to, model, opt, stop_at)
     return losses, meta
 
 

@@ -235,3 +235,30 @@ def check_against_reference(per_rank: list[dict], key: str, kind: str, max_grad_
         )
         rank_state = per_rank[-1][key]["state"][name]
         assert torch.equal(rank_state, got["state"][name]), f"{name}: full_state_dict differs between ranks"
+
+
+def varying_batches(kind: str, layout: dict[str, Any], shapes: list[tuple[int, int]]) -> list[float]:
+    """Losses of train steps on batches of the given [B, T] shapes, one after the other."""
+    pm = parallelize(build(kind), layout)
+    opt = optimizer(pm.parameters(), "sgd")
+    g = torch.Generator().manual_seed(5)
+    losses = []
+    for batch, seq in shapes:
+        ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
+        losses.append(pm.train_step(ids, torch.roll(ids, -1, dims=1), opt))
+    return losses
+
+
+def varying_batches_reference(kind: str, shapes: list[tuple[int, int]]) -> list[float]:
+    model = build(kind)
+    opt = optimizer(model.parameters(), "sgd")
+    g = torch.Generator().manual_seed(5)
+    losses = []
+    for batch, seq in shapes:
+        ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(ids).flatten(0, 1), torch.roll(ids, -1, dims=1).flatten())
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses

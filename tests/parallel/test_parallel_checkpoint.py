@@ -30,7 +30,15 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 PP2_TP2 = {"pipeline_parallel_size": 2, "tensor_parallel_size": 2}
 # gpt: tied embedding across the first and last stage, SGD momentum; llama: AdamW (step counts too).
 SAVED = [("gpt", "gpt", PP2_TP2, "sgd"), ("llama", "llama", PP2_TP2, "adamw")]
-RESUMED = [(key, kind, {"data_parallel_size": 2}, opt) for key, kind, _, opt in SAVED]
+DP2 = {"data_parallel_size": 2}
+RESUMED = [
+    case
+    for key, kind, _, opt in SAVED
+    for case in (
+        (f"{key}/dp2", key, kind, DP2, opt),
+        (f"{key}/zero1", key, kind, {**DP2, "zero_stage": 1}, opt),
+    )
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +64,37 @@ def test_resume_under_dp2_and_in_one_process_equals_the_uninterrupted_run(
     close_losses(before[key]["losses"], want[:SAVE_AT])
     folder = root / key
     assert is_complete(folder)
-    resumed = spawn(load_and_resume, 2, str(root), [c for c in RESUMED if c[0] == key], timeout=300)
+    cases = [c for c in RESUMED if c[1] == key]
+    resumed = spawn(load_and_resume, 2, str(root), cases, timeout=300)
     for rank_result in resumed:
-        close_losses(rank_result[key]["losses"], want[SAVE_AT:])
-        meta = rank_result[key]["meta"]
+        for result_key, *_ in cases:
+            close_losses(rank_result[result_key]["losses"], want[SAVE_AT:])
+        meta = rank_result[f"{key}/dp2"]["meta"]
         assert meta["step"] == SAVE_AT and meta["extra"] == {"key": key} and meta["world_size"] == 4
         assert meta["dist"]["pipeline_parallel_size"] == 2 and meta["dist"]["tensor_parallel_size"] == 2
         assert meta["spec"] == build(kind).spec
     losses, _ = resume_in_one_process(folder, kind, opt)
     close_losses(losses, want[SAVE_AT:])
+
+
+@pytest.mark.timeout(600)
+def test_pp2_tp2_then_one_process_then_dp2_tp2_zero3(saved: tuple[Path, dict]) -> None:
+    # (pp2, tp2) -> one plain process for a step, saved again -> (dp2, tp2) with FSDP2 shards.
+    root, _ = saved
+    want = {kind: uninterrupted(kind, opt) for _, kind, _, opt in SAVED}
+    for key, kind, _, opt in SAVED:
+        losses, _ = resume_in_one_process(
+            root / key, kind, opt, stop_at=SAVE_AT + 1, save_to=root / f"{key}-one"
+        )
+        close_losses(losses, want[kind][SAVE_AT : SAVE_AT + 1])
+    layout = {**DP2, "tensor_parallel_size": 2, "zero_stage": 3}
+    cases = [(key, f"{key}-one", kind, layout, opt) for key, kind, _, opt in SAVED]
+    for rank_result in spawn(load_and_resume, 4, str(root), cases, timeout=300):
+        for key, kind, _, _ in SAVED:
+            assert (
+                rank_result[key]["meta"]["step"] == SAVE_AT + 1 and rank_result[key]["meta"]["dist"] is None
+            )
+            close_losses(rank_result[key]["losses"], want[kind][SAVE_AT + 1 :])
 
 
 @pytest.mark.timeout(600)

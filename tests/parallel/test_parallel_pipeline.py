@@ -18,6 +18,8 @@ from parallel_cases import (
     check_against_reference,
     run_layouts,
     single_process,
+    varying_batches,
+    varying_batches_reference,
 )
 
 from brickwork.parallel import RankError, spawn
@@ -36,6 +38,7 @@ CASES = {
         "llama4/pp2-interleaved-m4": ("llama4", {**PP2, **INTERLEAVED, "num_microbatches": 4}),
         "gpt4/pp2-device-weights-3-1": ("gpt4", {**PP2, "device_weights": [3, 1]}),
         "llama4/pp2-pipeline-layers-1-3": ("llama4", {**PP2, "pipeline_layers": [1, 3]}),
+        "gpt/pp2-bf16": ("gpt", {**PP2, "mixed_precision": "bf16"}),
         "gpt/pp2-gpipe-m4-clip-ac": (
             "gpt",
             {
@@ -65,7 +68,12 @@ CASES = {
         ),
     },
 }
-ALL = [(size, key) for size, cases in CASES.items() for key in cases]
+ALL = [
+    (size, key)
+    for size, cases in CASES.items()
+    for key, (_, lay) in cases.items()
+    if "mixed_precision" not in lay
+]
 
 
 @functools.cache
@@ -140,3 +148,20 @@ def test_stage_splits_follow_device_weights_and_explicit_layers() -> None:
     assert [r["gpt4/pp2-device-weights-3-1"]["stage_layers"] for r in per_rank] == [[[0, 1, 2]], [[3]]]
     assert [r["llama4/pp2-pipeline-layers-1-3"]["stage_layers"] for r in per_rank] == [[[0]], [[1, 2, 3]]]
     assert [r["gpt4/pp2-interleaved"]["stage_layers"] for r in per_rank] == [[[0], [2]], [[1], [3]]]
+
+
+@pytest.mark.timeout(480)
+def test_bf16_pipeline_stays_close_to_fp32() -> None:
+    for loss, want in zip(
+        results(2)[0]["gpt/pp2-bf16"]["losses"], single_process("gpt")["losses"], strict=True
+    ):
+        assert abs(loss - want) <= 2e-2 * want
+
+
+@pytest.mark.timeout(240)
+def test_batches_of_changing_shape_go_through_the_pipeline() -> None:
+    shapes = [(4, 8), (2, 8), (4, 6)]  # new microbatch shapes get their own stages and schedule
+    want = varying_batches_reference("gpt", shapes)
+    for losses in spawn(varying_batches, 2, "gpt", PP2, shapes, timeout=180):
+        for loss, ref in zip(losses, want, strict=True):
+            assert abs(loss - ref) <= 1e-5 * ref
