@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
 from brickwork.parallel.parallel_model import ParallelModel
+from brickwork.parallel.pipeline_model import PipelineParallelModel
 from brickwork.parallel.styles import PACKED_ATTR
 
 COMPLETE_MARKER = ".complete"
@@ -139,7 +140,10 @@ def load_checkpoint(
 def _model_state(model: ParallelModel | nn.Module) -> dict[str, torch.Tensor]:
     """The model's state dict, by single-process names: DTensors where sharded, sharing storage with
     the parameters (so DCP loads in place)."""
-    modules = getattr(model, "stages", None) or [model.module if isinstance(model, ParallelModel) else model]
+    if isinstance(model, PipelineParallelModel):
+        modules = list(model.stages)
+    else:
+        modules = [model.module if isinstance(model, ParallelModel) else model]
     out: dict[str, torch.Tensor] = {}
     for module in modules:
         out.update(module.state_dict())

@@ -49,7 +49,10 @@ def parallelize(
     module: that is how a model brickwork did not build is sharded (``divide`` names attributes such
     as head counts to divide by the TP size). Every check runs before the first collective, so a bad dist
     dict raises the same ConfigError on every rank. Rank 0 may pass the real model while the other
-    ranks pass it built on the meta device (see parallel/materialize.py).
+    ranks pass it built on the meta device (see parallel/materialize.py), except under a pipeline.
+
+    With ``pipeline_parallel_size`` > 1 the result is a PipelineParallelModel (parallel/pipeline_model.py)
+    whose ranks each hold their pipeline stages; the contract is the same.
     """
     if not dist.is_initialized():
         build_mesh(dist_config)

@@ -54,9 +54,11 @@ def parallelize_pipeline(
     plan: Mapping[str, str] | None,
     divide: Mapping[str, Sequence[str]] | None,
 ) -> PipelineParallelModel:
-    """The pipeline path of ``parallelize`` (checks on the dist dict and plans are done by then)."""
-    counts = stage_layer_counts(model, config)
-    shared = shared_parameters(model, counts)
+    """The pipeline path of ``parallelize`` (checks on the dist dict and plans are done by then).
+
+    The meta-device check comes first and is collective, so a rank that passed a meta model does
+    not fail alone; the stage checks after it give the same answer on every rank.
+    """
     mesh = build_mesh(config)
     device = torch.device(
         mesh.device_type, torch.cuda.current_device() if mesh.device_type == "cuda" else None
@@ -67,6 +69,8 @@ def parallelize_pipeline(
             "the real model and keeps only its stages",
             "pipeline_parallel_size",
         )
+    counts = stage_layer_counts(model, config)
+    shared = shared_parameters(model, counts)
     pp, pp_rank = config.pipeline_parallel_size, mesh["pp"].get_local_rank()
     stage_ids = [pp_rank + k * pp for k in range(config.virtual_pipeline_size)]
     stages = build_stage_modules(model, counts, stage_ids)

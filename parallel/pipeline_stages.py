@@ -69,13 +69,13 @@ def stage_layer_counts(model: nn.Module, config: ParallelConfig) -> tuple[int, .
             )
         return tuple(config.pipeline_layers)
     seq_len = getattr(model, "max_seq_len", None) or getattr(model, "seq_len", None) or 1024
-    embed_names, head_names = outer_modules(model)
+    # An embedding lookup does no matmul: only the head adds to its stage's cost.
+    _, head_names = outer_modules(model)
     head_cost = sum(module_cost(getattr(model, name), seq_len) for name in head_names)
     weights = None
     if config.device_weights is not None and config.pipeline_parallel_size > 1:
         pp = config.pipeline_parallel_size
         weights = [config.device_weights[s % pp] for s in range(stages)]
-    del embed_names  # an embedding lookup does no matmul: the first stage carries no extra cost
     return split_stages(layer_costs(list(layers), seq_len), stages, weights, last_extra=head_cost)
 
 

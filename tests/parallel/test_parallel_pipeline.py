@@ -132,6 +132,10 @@ def test_bad_pipeline_layouts_raise_on_every_rank_without_hanging() -> None:
             assert expected in message
     outcomes = spawn(bad_layout_uncaught, 2, *BAD[1], timeout=120, raise_errors=False)
     assert all(isinstance(o, RankError) and o.type_name == "ConfigError" for o in outcomes)
+    # Rank 1 on the meta device, rank 0 real: refused on both, neither left waiting.
+    meta = [("meta", "gpt", {**PP2, "meta_init": True})]
+    outcomes = spawn(run_layouts, 2, meta, timeout=120, raise_errors=False)
+    assert all(isinstance(o, RankError) and "meta device is not supported" in o.message for o in outcomes)
 
 
 @pytest.mark.timeout(240)
