@@ -170,7 +170,9 @@ def instantiate_model(config: ModelConfig) -> nn.Module:
         Encoder, "", vocab_size=f.vocab_size, layers=layers["encoder"], position=position,
         type_vocab_size=f.type_vocab_size, embedding_norm=norm.build() if f.embedding_norm else None,
         final_norm=final_norm("encoder"),
-        mlm_head=MaskedLMHead(dim, f.vocab_size, norm.build()) if f.head == "mlm" else None,
+        mlm_head=(
+            MaskedLMHead(dim, f.vocab_size, norm.build(), f.head_activation) if f.head == "mlm" else None
+        ),
         pooler=f.pooler, dropout=f.dropout, tie_embeddings=f.tie_embeddings,
     )  # fmt: skip
 

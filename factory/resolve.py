@@ -38,7 +38,7 @@ NO_POSITION = "none"
 KEY_ORDER = (
     "model", "vocab_size", "dim_model", "max_seq_len", "image_size", "patch_size", "channels",
     "num_classes", "class_token", "pool", "position", "dropout", "tie_embeddings", "type_vocab_size",
-    "embedding_norm", "final_norm", "head", "pooler", "init", "encoder", "decoder",
+    "embedding_norm", "final_norm", "head", "head_activation", "pooler", "init", "encoder", "decoder",
 )  # fmt: skip
 
 
@@ -165,7 +165,9 @@ def resolve_model_spec(spec: Any) -> ModelConfig:
     resolved["position"] = positions_spec(position, hooks)
     resolved["init"] = init.to_spec()
     resolved.update(stack_specs)
-    ordered = {k: resolved[k] for k in KEY_ORDER if k in resolved}
+    # KEY_ORDER fixes the layout of dumped specs; a key it does not list still goes last, never lost.
+    rank = {key: i for i, key in enumerate(KEY_ORDER)}
+    ordered = dict(sorted(resolved.items(), key=lambda item: rank.get(item[0], len(rank))))
     return ModelConfig(kind, fields, max_seq_len, position, init, stacks, ordered)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from brickwork.components.feedforward.activations import check_activation
 from brickwork.errors import ConfigError
 
 ChoiceSpec = dict[str, Any] | str
@@ -134,11 +135,13 @@ class EncoderSpec(TokenModelSpec):
     type_vocab_size: int = 0
     embedding_norm: bool = False
     head: Literal["none", "mlm"] = "none"
+    head_activation: str = "gelu"
     pooler: bool = False
     encoder: dict[str, Any]
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_activation(self.head_activation, "head_activation")
         if self.type_vocab_size < 0:
             raise ConfigError(f"must be >= 0, got {self.type_vocab_size}", "type_vocab_size")
 

@@ -61,8 +61,6 @@ class Bert(Family):
         cfg.expect("position_embedding_type", "absolute", "absolute", "only absolute positions are mapped")
         dim = cfg.require("hidden_size")
         activation = cfg.activation("hidden_act", "gelu")
-        if variant.head == "mlm" and activation != "gelu":
-            raise unsupported(self.name, "hf_config.hidden_act", "brickwork's MLM head uses exact GELU only")
         eps = float(cfg.get("layer_norm_eps", 1e-12))
         # hidden_dropout_prob drops the embeddings and both branch outputs; brickwork's MLP drops its
         # hidden activations instead (see docs/interop.md).
@@ -83,6 +81,7 @@ class Bert(Family):
             dropout=hidden_dropout,
             eps=eps,
             head="mlm" if variant.head == "mlm" else None,
+            head_activation=activation,  # HF's MLM head transform uses the feedforward's hidden_act
             pooler=variant.pooler,
             tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
             num_layers=cfg.require("num_hidden_layers"),
@@ -141,6 +140,10 @@ class Bert(Family):
         mlm = spec.get("head") == "mlm"
         if mlm and spec.get("pooler"):
             raise unsupported(self.name, "pooler", "HF's BertForMaskedLM has no pooler")
+        if mlm and spec.get("head_activation", "gelu") != ff["activation"]:
+            raise unsupported(
+                self.name, "head_activation", "HF BERT uses one hidden_act for the MLM head and the MLP"
+            )
         config = {
             "vocab_size": spec["vocab_size"],
             "hidden_size": spec["dim_model"],

@@ -111,6 +111,7 @@ def test_variants_with_pooler_and_untied_heads() -> None:
         ("gpt_neox", dict(use_parallel_residual=False, rotary_pct=1.0, attention_bias=False)),
         ("gpt2", dict(scale_attn_by_inverse_layer_idx=True, activation_function="relu")),
         ("gpt2", dict(scale_attn_weights=False)),
+        ("bert", dict(hidden_act="relu")),  # the MLM head's transform uses hidden_act too
         ("llama", dict(attention_bias=True, mlp_bias=True, head_dim=8, hidden_act="gelu")),
         ("llama", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0})),
         ("llama", dict(rope_parameters={"rope_type": "llama3", "factor": 8.0, "rope_theta": 1000.0,

@@ -4,6 +4,7 @@ import pytest
 from hf_models import CONFIGS, hf_model
 
 from brickwork.errors import ConfigError
+from brickwork.factory import build_model, from_hf, to_hf
 from brickwork.factory.hf import hf_to_spec
 
 ARCHITECTURE = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
@@ -23,7 +24,7 @@ def _config(family: str, **changes) -> dict:
         ("gpt2", {"activation_function": "quick_gelu"}, "activation_function"),
         ("bert", {"is_decoder": True}, "is_decoder"),
         ("bert", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
-        ("bert", {"hidden_act": "relu"}, "hidden_act"),
+        ("bert", {"hidden_act": "tanh"}, "hidden_act"),
         ("llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}},
          "rope_type"),
         ("llama", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "rope_type"),
@@ -80,3 +81,10 @@ def test_legacy_rope_keys_are_read() -> None:
     spec = hf_to_spec(config, "LlamaForCausalLM")
     assert spec["position"] == {"name": "rotary", "base": 2500.0, "fraction": 1.0,
                                 "scaling": {"type": "linear", "factor": 3.0}}  # fmt: skip
+
+
+def test_to_hf_refuses_an_mlm_head_activation_hf_cannot_express() -> None:
+    spec = from_hf(hf_model("bert")).spec
+    spec = {**spec, "head_activation": "relu"}  # the MLP stays gelu: HF has one hidden_act for both
+    with pytest.raises(ConfigError, match="head_activation"):
+        to_hf(build_model(spec))
