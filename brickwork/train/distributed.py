@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
 import torch.distributed as dist
 
 from brickwork.errors import ConfigError
+from brickwork.parallel import ParallelConfig, build_mesh
 from brickwork.train.local import LocalEngine, resolve_device
 from brickwork.train.parallel_engine import ParallelEngine
 from brickwork.train.run_config import RunConfig
-
-SIZE_KEYS = ("data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size")
 
 
 def world_size() -> int:
@@ -21,27 +19,24 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def requested_processes(dist: dict) -> int:
-    """dp x tp x pp of a dist dict. Sizes default to 1, except that a missing data-parallel size takes
-    up the processes the others leave (as in LiBai), so a bare ``torchrun`` run is data parallel."""
-    sizes = []
-    for key in SIZE_KEYS:
-        value = dist.get(key, 1)
-        if key == "data_parallel_size" and key not in dist:
-            others = dist.get("tensor_parallel_size", 1) * dist.get("pipeline_parallel_size", 1)
-            if isinstance(others, int) and others > 0 and world_size() % others == 0:
-                value = world_size() // others
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"must be a positive integer, got {value!r}", f"dist.{key}")
-        sizes.append(value)
-    return math.prod(sizes)
+def check_world(dist_dict: dict) -> ParallelConfig:
+    """The dist dict validated by ``brickwork.parallel`` for the processes that were launched.
 
-
-def check_world(dist: dict) -> None:
-    """The dist dict must ask for exactly the processes that were launched."""
-    wanted, have = requested_processes(dist), world_size()
+    A missing ``data_parallel_size`` takes up the processes the other sizes leave (as in LiBai), so
+    a bare ``torchrun`` run is data parallel. Sizes that do not multiply to the world size get a
+    one-line ConfigError saying how to launch; any other problem names its ``dist.<key>``.
+    """
+    have = world_size()
+    try:
+        return ParallelConfig.from_dict(dist_dict, world_size=have)
+    except ConfigError as err:
+        mismatch = err
+    try:
+        wanted = ParallelConfig.from_dict(dist_dict).world_size
+    except ConfigError as err:
+        raise err.at("dist") from None
     if wanted == have:
-        return
+        raise mismatch.at("dist") from None
     if have == 1:
         raise ConfigError(
             f"the dist dict asks for {wanted} processes (data x tensor x pipeline parallel sizes), but this "
@@ -55,31 +50,20 @@ def check_world(dist: dict) -> None:
     )
 
 
-def resolve_dist(dist: dict) -> dict:
+def resolve_dist(dist_dict: dict) -> dict:
     """The dist dict with every key (defaults filled, LiBai spellings translated), for config.yaml."""
-    from brickwork.parallel import ParallelConfig
-
-    try:
-        return ParallelConfig.from_dict(dist, world_size=world_size()).to_dict()
-    except ConfigError as err:
-        raise err.at("dist") from None
+    return check_world(dist_dict).to_dict()
 
 
 def agree_on_rank0(value: str, dist_dict: dict) -> str:
     """Rank 0's ``value`` on every rank (a default run folder named by the clock, say).
 
-    Starts the process group the way ``brickwork.parallel`` would, so it is reused there.
+    Builds the dist dict's device mesh, which starts the process group that ``parallelize`` reuses.
     """
     if world_size() == 1:
         return value
-    from brickwork.parallel import ParallelConfig
-    from brickwork.parallel.mesh import mesh_device_type
-
     if not dist.is_initialized():
-        device_type = mesh_device_type(ParallelConfig.from_dict(dist_dict, world_size=world_size()))
-        if device_type == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+        build_mesh(check_world(dist_dict))
     shared = [value]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]
