@@ -1,4 +1,4 @@
-"""The ``brickwork`` command: ``train``, ``info`` and ``bench``.
+"""The ``brickwork`` command: ``train``, ``export``, ``info`` and ``bench``.
 
 A mistake a user can fix (unknown preset, bad override, missing file, world size not matching the
 dist dict, a run folder with nothing to resume) ends in one line naming the fix, not a traceback;
@@ -23,6 +23,7 @@ examples:
   brickwork train gpt-tiny train.steps=200 train.lr=1e-3 decoder.num_layers=2
   brickwork train my_model.yaml data.path=my.txt train.out_dir=runs/mine
   brickwork train --resume runs/mine                continue from the newest complete checkpoint
+  brickwork train --resume runs/mine dist.data_parallel_size=1     ... in one process
   torchrun --nproc_per_node 2 -m brickwork train dist.tensor_parallel_size=2
 """
 
@@ -51,8 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
         "spec and of the train., data. and dist. sections",
     )
     train.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue a run from its newest complete checkpoint"
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a run from its newest complete checkpoint; dist.* overrides continue it under "
+        "another layout",
     )
+    export = commands.add_parser(
+        "export",
+        parents=[common],
+        help="write a run's newest checkpoint as one single-process safetensors file",
+        description="Write the weights of a run's newest complete checkpoint (or of one checkpoint "
+        "folder), whatever layout saved it, as one safetensors file that build_model + load_state_dict "
+        "accept. The file's metadata holds the model spec (JSON) and the step.",
+    )
+    export.add_argument(
+        "source", metavar="RUN_DIR", help="a run folder or one of its checkpoints/step_* folders"
+    )
+    export.add_argument("out", metavar="OUT", help="the file to write, ending in .safetensors")
     commands.add_parser(
         "info", parents=[common], help="versions, devices, kernel backends, components and presets"
     )
@@ -90,14 +106,27 @@ def run_train(ns: argparse.Namespace) -> int:
     from brickwork.train.trainer import train_new, train_resume
 
     if ns.resume:
-        if ns.args:
-            raise ConfigError(
-                "a resumed run continues exactly as its config.yaml says; give no SPEC or overrides with it",
-                "--resume",
-            )
-        train_resume(ns.resume)
+        train_resume(ns.resume, ns.args)
     else:
         train_new(*split_spec_and_overrides(ns.args))
+    return 0
+
+
+def run_export(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from brickwork.train.checkpoint import export_run
+
+    out = Path(ns.out)
+    if out.suffix != ".safetensors":
+        raise ConfigError(f"must be a file name ending in .safetensors, got {ns.out!r}", "OUT")
+    source = Path(ns.source)
+    if not source.is_dir():
+        raise ConfigError(
+            f"{ns.source!r} is not a folder; give a run folder or a checkpoint in it", "RUN_DIR"
+        )
+    folder = export_run(source, out)
+    print(f"wrote {out}: the weights of {folder}")
     return 0
 
 
@@ -139,7 +168,7 @@ def run_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": run_train, "info": run_info, "bench": run_bench}
+COMMANDS = {"train": run_train, "export": run_export, "info": run_info, "bench": run_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

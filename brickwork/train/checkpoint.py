@@ -1,27 +1,34 @@
-"""Single-process checkpoints in a run folder, each made visible by a ``.complete`` marker written last.
+"""A run's checkpoints: ``brickwork.parallel`` distributed checkpoints, one per saved step, in the run folder.
 
-Layout: ``RUN/checkpoints/step_000200/`` holds ``model.safetensors`` (the full single-process weights,
-whatever the layout the run trained under), one ``trainer_rank{r}.pt`` per process (its optimizer
-state, RNG states and the data position, loaded with ``weights_only=True``) and ``.complete``. A
-folder without the marker is a save that was cut off, and is never resumed from.
+``RUN/checkpoints/step_000200/`` is a checkpoint of ``brickwork.parallel.save_checkpoint`` (weights and
+optimizer state by single-process names through torch.distributed.checkpoint, each rank's RNG, the
+spec and dist dict in ``meta.json``, ``.complete`` last). What the trainer needs beyond that rides in
+its ``extra``: the batch generator's state (the data position) and the last validation loss. The
+learning rate is a function of the step, so the step is the whole schedule state. A folder without
+``.complete`` is a save that was cut off and is never resumed from.
 """
 
 from __future__ import annotations
 
-import os
+import base64
+import contextlib
 import re
 import shutil
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+import torch.distributed as dist
+from torch import nn
 
 from brickwork.errors import ConfigError
+from brickwork.parallel import ParallelModel, export, is_complete, load_checkpoint, save_checkpoint
 
-MARKER = ".complete"
-WEIGHTS_FILE = "model.safetensors"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+# Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
+TRAINER_FORMAT = 1
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -29,39 +36,29 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of every checkpoint whose marker exists, oldest first."""
+    """(step, folder) of every checkpoint whose save finished, oldest first."""
     root = run_dir / "checkpoints"
     if not root.is_dir():
         return []
     found = []
     for folder in root.iterdir():
         match = _STEP_DIR.match(folder.name)
-        if match and (folder / MARKER).is_file():
+        if match and is_complete(folder):
             found.append((int(match.group(1)), folder))
     return sorted(found)
 
 
-def latest_checkpoint(run_dir: Path) -> tuple[int, Path]:
-    """The newest complete checkpoint of ``run_dir``; a one-line ConfigError when there is none."""
+def latest_checkpoint(run_dir: Path, option: str = "--resume") -> tuple[int, Path]:
+    """The newest complete checkpoint of ``run_dir``; a one-line ConfigError naming ``option`` when
+    there is none."""
     found = complete_checkpoints(run_dir)
     if not found:
         raise ConfigError(
-            f"{str(run_dir)!r} has no complete checkpoint (no checkpoints/step_*/{MARKER}); "
+            f"{str(run_dir)!r} has no complete checkpoint (no checkpoints/step_*/.complete); "
             "start a new run instead, or lower train.checkpoint_interval so that runs save one sooner",
-            "--resume",
+            option,
         )
     return found[-1]
-
-
-def mark_complete(folder: Path, step: int) -> None:
-    """Write the marker atomically: a temporary file renamed into place after the data is on disk."""
-    for file in folder.iterdir():
-        if file.is_file():
-            with open(file, "rb") as handle:
-                os.fsync(handle.fileno())
-    temp = folder / f"{MARKER}.tmp"
-    temp.write_text(f"{step}\n")
-    os.replace(temp, folder / MARKER)
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> None:
@@ -72,52 +69,68 @@ def prune_checkpoints(run_dir: Path, keep: int) -> None:
         shutil.rmtree(folder)
 
 
-def start_checkpoint(run_dir: Path, step: int) -> Path:
-    """An empty folder for the checkpoint of ``step`` (a cut-off earlier attempt is cleared)."""
+def save_run_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module | ParallelModel,
+    optimizer: torch.optim.Optimizer,
+    data_state: dict[str, torch.Tensor],
+    val_loss: float,
+) -> Path:
+    """Save the checkpoint of ``step``; every rank calls it. Each rank writes its own shards; rank 0
+    clears a cut-off earlier attempt at the same step first, and writes the metadata and marker."""
     folder = checkpoint_dir(run_dir, step)
-    if folder.exists():
+    if _rank() == 0 and folder.exists():
         shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    # No other rank touches the folder before save_checkpoint's first barrier, which follows this.
+    extra = {"trainer_format": TRAINER_FORMAT, "data": _encode(data_state), "val_loss": val_loss}
+    with _one_process_is_meant():
+        return save_checkpoint(folder, model, optimizer, step, extra=extra)
+
+
+def load_run_checkpoint(
+    folder: Path, model: nn.Module | ParallelModel, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
+    """Load a checkpoint into the model and optimizer as they are laid out now (any layout may have
+    saved it), and restore this rank's RNG. Returns (the checkpoint's meta dict, the batch
+    generator's state, the validation loss at the save)."""
+    with _one_process_is_meant():
+        meta = load_checkpoint(folder, model, optimizer)
+    extra = meta.get("extra") or {}
+    if extra.get("trainer_format") != TRAINER_FORMAT:
+        raise ConfigError(
+            f"{str(folder)!r} was not saved by brickwork train (format {TRAINER_FORMAT}); "
+            "start a new run from its weights instead",
+            "--resume",
+        )
+    return meta, _decode(extra["data"]), float(extra["val_loss"])
+
+
+def export_run(source: Path, out: Path) -> Path:
+    """Write the weights of ``source`` (a run folder's newest complete checkpoint, or one checkpoint
+    folder) to the single-process safetensors file ``out``; returns the checkpoint folder used."""
+    folder = source if is_complete(source) else latest_checkpoint(source, "RUN_DIR")[1]
+    with _one_process_is_meant():
+        export(folder, out)
     return folder
 
 
-def weight_aliases(model: torch.nn.Module) -> dict[str, str]:
-    """Tied parameters: each later name -> the first name of the same tensor (``lm_head.weight`` ->
-    ``token_embedding.weight``). The weights file stores a tied tensor once."""
-    first: dict[int, str] = {}
-    aliases = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in first:
-            aliases[name] = first[id(param)]
-        else:
-            first[id(param)] = name
-    return aliases
+@contextlib.contextmanager
+def _one_process_is_meant() -> Iterator[None]:
+    # Without a process group DCP warns on every call that it assumes one process, which is the intent.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        yield
 
 
-def save_weights(state: dict[str, torch.Tensor], aliases: dict[str, str], path: Path) -> None:
-    """Write full (single-process) weights as safetensors, each tied tensor once."""
-    save_file({k: v.detach().cpu().contiguous() for k, v in state.items() if k not in aliases}, str(path))
+def _encode(state: dict[str, torch.Tensor]) -> dict[str, str]:
+    """Byte tensors (a generator's state) as base64 text: ``extra`` is JSON."""
+    return {k: base64.b64encode(v.cpu().numpy().tobytes()).decode("ascii") for k, v in state.items()}
 
 
-def load_weights(model: torch.nn.Module, path: Path) -> None:
-    """Load a weights file written by :func:`save_weights` into ``model``, strictly."""
-    state = load_file(str(path))
-    for alias, name in weight_aliases(model).items():
-        if name in state:
-            state[alias] = state[name]
-    model.load_state_dict(state, strict=True)
+def _decode(state: dict[str, str]) -> dict[str, torch.Tensor]:
+    return {k: torch.frombuffer(bytearray(base64.b64decode(v)), dtype=torch.uint8) for k, v in state.items()}
 
 
-def trainer_state_path(folder: Path, rank: int) -> Path:
-    return folder / f"trainer_rank{rank}.pt"
-
-
-def load_trainer_state(folder: Path, rank: int) -> dict[str, Any]:
-    """This rank's optimizer, RNG and data state; loaded with ``weights_only=True``."""
-    path = trainer_state_path(folder, rank)
-    if not path.is_file():
-        raise ConfigError(
-            f"{str(folder)!r} holds no state for rank {rank}; resume with the processes it was saved with",
-            "--resume",
-        )
-    return torch.load(path, weights_only=True)
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0

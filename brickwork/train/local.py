@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from brickwork.train.checkpoint import (
-    WEIGHTS_FILE,
-    load_trainer_state,
-    mark_complete,
-    save_weights,
-    start_checkpoint,
-    trainer_state_path,
-    weight_aliases,
-)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -50,6 +38,11 @@ class LocalEngine:
             # Subnormal floats (tiny gradients, Adam's second moments) take a slow microcode path
             # on x86 CPUs; flushing them to zero makes CPU steps many times faster at no cost in loss.
             torch.set_flush_denormal(True)
+
+    @property
+    def checkpoint_model(self) -> torch.nn.Module:
+        """What a checkpoint saves and loads: the model itself."""
+        return self.model
 
     def describe(self) -> str:
         return f"1 process, {self.device.type}" + (", bf16 autocast" if self.dtype is not None else "")
@@ -90,33 +83,6 @@ class LocalEngine:
             total += lm_loss(logits, y).item() * y.numel()
             count += y.numel()
         return total / count
-
-    def rng_state(self) -> dict[str, Any]:
-        state = {"cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            state["cuda"] = torch.cuda.get_rng_state(self.device)
-        return state
-
-    def set_rng_state(self, state: dict[str, Any]) -> None:
-        torch.set_rng_state(state["cpu"])
-        if "cuda" in state and self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["cuda"], self.device)
-
-    def save(self, run_dir: Path, step: int, optimizer: torch.optim.Optimizer, extra: dict[str, Any]) -> None:
-        """Write the checkpoint of ``step``: weights, optimizer, RNG and ``extra`` (the data position)."""
-        folder = start_checkpoint(run_dir, step)
-        save_weights(self.model.state_dict(), weight_aliases(self.model), folder / WEIGHTS_FILE)
-        state = {"step": step, "optimizer": optimizer.state_dict(), "rng": self.rng_state(), **extra}
-        torch.save(state, trainer_state_path(folder, 0))
-        mark_complete(folder, step)
-
-    def load(self, folder: Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """Restore optimizer and RNG from ``folder`` (the weights were loaded before the model moved
-        here); returns the saved state, whose ``data`` entry is the data position."""
-        state = load_trainer_state(folder, 0)
-        optimizer.load_state_dict(state["optimizer"])
-        self.set_rng_state(state["rng"])
-        return state
 
     def sample_model(self) -> torch.nn.Module:
         """The model to generate text from (this process holds all of it)."""

@@ -14,7 +14,8 @@ import torch
 from tqdm import tqdm
 
 from brickwork.data import RandomWindows
-from brickwork.train.checkpoint import prune_checkpoints
+from brickwork.parallel import ParallelModel
+from brickwork.train.checkpoint import prune_checkpoints, save_run_checkpoint
 from brickwork.train.config import TrainConfig
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import learning_rate, set_learning_rate
@@ -31,7 +32,8 @@ class Engine(Protocol):
 
     def evaluate(self, input_ids: torch.Tensor, labels: torch.Tensor, batch_size: int) -> float: ...
 
-    def save(self, run_dir: Path, step: int, optimizer: torch.optim.Optimizer, extra: dict) -> None: ...
+    @property
+    def checkpoint_model(self) -> torch.nn.Module | ParallelModel: ...
 
 
 @dataclass
@@ -110,7 +112,9 @@ def run_loop(
                     file=sys.stdout,
                 )
         if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
-            engine.save(run_dir, done, optimizer, {"data": state.batches.state_dict()})
+            save_run_checkpoint(
+                run_dir, done, engine.checkpoint_model, optimizer, state.batches.state_dict(), val_loss
+            )
             if engine.is_main:
                 prune_checkpoints(run_dir, cfg.keep_checkpoints)
                 plot_losses(log.read(), run_dir / "loss.png", title)

@@ -16,8 +16,8 @@ import torch
 
 from brickwork.data import ByteTokenizer, RandomWindows, fixed_windows, read_corpus, split_tokens
 from brickwork.errors import ConfigError
-from brickwork.factory import build_model, dump_spec
-from brickwork.train.checkpoint import WEIGHTS_FILE, latest_checkpoint, load_weights
+from brickwork.factory import build_model, dump_spec, load_spec
+from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, make_engine, resolve_dist
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
@@ -46,21 +46,43 @@ def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
     return _train(run, run_dir, resume=False)
 
 
-def train_resume(run_dir: str) -> RunResult:
-    """Continue the run in ``run_dir`` from its newest complete checkpoint."""
+def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunResult:
+    """Continue the run in ``run_dir`` from its newest complete checkpoint.
+
+    ``dist_overrides`` (``dist.*`` only) continue it under another layout; config.yaml then records
+    the new dist dict.
+    """
     folder = Path(run_dir)
     config = folder / "config.yaml"
     if not config.is_file():
         raise ConfigError(f"{run_dir!r} is not a run folder: it has no config.yaml", "--resume")
+    overrides = list(dist_overrides or [])
+    for text in overrides:
+        if not text.startswith("dist."):
+            raise ConfigError(
+                "a resumed run continues exactly as its config.yaml says; give no SPEC or overrides "
+                f"other than dist.* ones (the layout to continue under), got {text!r}",
+                "--resume",
+            )
     latest_checkpoint(folder)
-    return _train(resolve_run(str(config), []), folder, resume=True)
+    run = resolve_run(str(config), overrides)
+    relayout = run.dist != (load_spec(config).get("dist") or {})
+    try:
+        check_world(run.dist)
+    except ConfigError as err:
+        raise ConfigError(
+            f"{err.reason}; or continue under another layout with dist.* overrides after --resume "
+            f"{run_dir}, e.g. dist.data_parallel_size=1",
+            err.path,
+        ) from None
+    return _train(run, folder, resume=True, relayout=relayout)
 
 
 def default_out_dir(name: str) -> str:
     return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def _train(run: RunConfig, run_dir: Path, resume: bool) -> RunResult:
+def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) -> RunResult:
     cfg = run.train
     started = time.perf_counter()
     data, source = read_corpus(run.data.path)
@@ -80,8 +102,6 @@ def _train(run: RunConfig, run_dir: Path, resume: bool) -> RunResult:
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is None:
         _check_unclaimed(run_dir)
-    else:
-        load_weights(model, checkpoint[1] / WEIGHTS_FILE)
     params = sum(p.numel() for p in model.parameters())
     engine = make_engine(model, run)
     say = print if engine.is_main else _quiet
@@ -93,12 +113,17 @@ def _train(run: RunConfig, run_dir: Path, resume: bool) -> RunResult:
     log = MetricsLog(run_dir / "metrics.jsonl")
     if checkpoint is not None:
         state.step, folder = checkpoint
-        batches.load_state_dict(engine.load(folder, optimizer)["data"])
+        meta, data_state, state.val_loss = load_run_checkpoint(folder, engine.checkpoint_model, optimizer)
+        batches.load_state_dict(data_state)
+        say(f"resuming {run_dir} from step {state.step} of {cfg.steps}")
+        saved, now = _layout(meta["dist"]), _layout(run.dist)
+        if saved != now:
+            say(f"the checkpoint was saved as {saved}; continuing as {now}")
         if engine.is_main:
             log.truncate_after(state.step)
-            earlier = [r["val_loss"] for r in log.read() if "val_loss" in r]
-            state.val_loss = earlier[-1] if earlier else math.nan
-        say(f"resuming {run_dir} from step {state.step} of {cfg.steps}")
+            if relayout:
+                # The run goes on under the new dist dict; a later --resume with no overrides keeps it.
+                dump_spec(run.to_dict(), run_dir / "config.yaml")
     else:
         if engine.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -127,6 +152,17 @@ def _train(run: RunConfig, run_dir: Path, resume: bool) -> RunResult:
         say(f"sample ({cfg.sample_tokens} bytes, KV-cache decoding, temperature {cfg.sample_temperature}):")
         say(sample)
     return result
+
+
+def _layout(dist_dict: dict | None) -> str:
+    """A resolved dist dict as ``dp=2 tp=1 pp=1 zero_stage=0``; one process (or None, a plain
+    module's save) as ``1 process``."""
+    if dist_dict is None:
+        return "1 process"
+    dp, tp, pp = (dist_dict[f"{k}_parallel_size"] for k in ("data", "tensor", "pipeline"))
+    if dp * tp * pp == 1:
+        return "1 process"
+    return f"dp={dp} tp={tp} pp={pp} zero_stage={dist_dict['zero_stage']}"
 
 
 def _byte_vocab(run: RunConfig) -> dict:

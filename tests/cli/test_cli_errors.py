@@ -9,6 +9,7 @@ import pytest
 from cli_runs import SMALL, run_cli
 
 from brickwork.cli import main
+from brickwork.factory import dump_spec, get_preset
 
 
 def error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
@@ -65,9 +66,27 @@ def test_resume_needs_a_run_folder_with_a_complete_checkpoint(capsys, tmp_path, 
     assert "--resume: 'run' has no complete checkpoint" in err
     err = error_line(capsys, ["train", "--resume", "run", "train.steps=9"])
     assert "give no SPEC or overrides" in err
+    # Only the layout may change on resume: dist.* overrides, and they must fit the processes launched.
+    Path("run/checkpoints/step_000004/.complete").write_text("complete\n")
+    dump_spec({**get_preset("gpt-tiny"), "dist": {"data_parallel_size": 2}}, Path("run/config.yaml"))
+    err = error_line(capsys, ["train", "--resume", "run", "dist.tensor_parallel_size=2"])
+    assert "dist: the dist dict asks for 4 processes" in err
+    assert "or continue under another layout with dist.* overrides after --resume run" in err
     # A new run refuses a folder that holds one.
     err = error_line(capsys, ["train", "train.out_dir=run"])
     assert "train.out_dir: 'run' already holds a run; continue it with --resume run" in err
+
+
+def test_export_needs_a_complete_checkpoint_and_a_safetensors_name(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = error_line(capsys, ["export", "nowhere", "out.safetensors"])
+    assert err.endswith("error: RUN_DIR: 'nowhere' is not a folder; give a run folder or a checkpoint in it")
+    Path("run/checkpoints/step_000003").mkdir(parents=True)
+    err = error_line(capsys, ["export", "run", "out.safetensors"])
+    assert "RUN_DIR: 'run' has no complete checkpoint (no checkpoints/step_*/.complete)" in err
+    err = error_line(capsys, ["export", "run", "out.pt"])
+    assert "OUT: must be a file name ending in .safetensors, got 'out.pt'" in err
+    assert not Path("out.safetensors").exists()
 
 
 def test_errors_from_the_installed_command_are_one_line(tmp_path):

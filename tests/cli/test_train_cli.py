@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -10,11 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from cli_runs import SMALL, check_ok, curve, read_metrics, run_cli
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from brickwork.data import ByteTokenizer, fixed_windows, read_corpus, split_tokens
 from brickwork.factory import build_model, get_preset, load_spec
-from brickwork.train.checkpoint import load_weights
+from brickwork.parallel import export
 
 pytestmark = pytest.mark.slow
 
@@ -57,10 +59,15 @@ def final_val_loss(run_dir: Path) -> float:
     return [r["val_loss"] for r in read_metrics(run_dir) if "val_loss" in r][-1]
 
 
+def exported(checkpoint: Path) -> Path:
+    """A checkpoint's weights as one single-process safetensors file beside it."""
+    return export(checkpoint, checkpoint.parent / f"{checkpoint.name}.safetensors")
+
+
 def held_out_loss(spec: dict, weights: Path, data_path: str | None, seq_len: int, windows: int) -> float:
     """The validation loss recomputed here from the saved weights and the same held-out windows."""
     model = build_model(spec)
-    load_weights(model, weights)
+    model.load_state_dict(load_file(weights), strict=True)
     model.eval()
     data, _ = read_corpus(data_path)
     _, val = split_tokens(ByteTokenizer().encode(data), 0.1, seq_len)
@@ -88,19 +95,38 @@ def test_default_run_writes_a_complete_run_folder(default_run):
     assert (run_dir / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for step in (3, 6):
         folder = run_dir / "checkpoints" / f"step_{step:06d}"
+        # A brickwork.parallel checkpoint: DCP's files, this process's RNG, the metadata, the marker.
         assert sorted(p.name for p in folder.iterdir()) == [
             ".complete",
-            "model.safetensors",
-            "trainer_rank0.pt",
+            ".metadata",
+            "__0_0.distcp",
+            "meta.json",
+            "rng",
         ]
+        assert [p.name for p in (folder / "rng").iterdir()] == ["rank0.pt"]
 
 
 def test_checkpoint_holds_the_weights_that_scored_the_validation_loss(default_run):
     run_dir, _ = default_run
     config = load_spec(run_dir / "config.yaml")
     spec = {k: v for k, v in config.items() if k not in ("train", "data", "dist")}
-    weights = run_dir / "checkpoints" / "step_000006" / "model.safetensors"
+    weights = exported(run_dir / "checkpoints" / "step_000006")
     recomputed = held_out_loss(spec, weights, None, seq_len=32, windows=8)
+    assert recomputed == pytest.approx(final_val_loss(run_dir), abs=1e-5)
+
+
+def test_export_command_writes_the_newest_checkpoint_as_one_file(default_run, workdir):
+    run_dir, _ = default_run
+    out = check_ok(run_cli(["export", str(run_dir), "default.safetensors"], workdir))
+    assert f"wrote default.safetensors: the weights of {run_dir / 'checkpoints' / 'step_000006'}" in out
+    with safe_open(workdir / "default.safetensors", "pt") as handle:
+        metadata = handle.metadata()
+    spec = json.loads(metadata["spec"])
+    assert metadata["step"] == "6"
+    assert spec == {
+        k: v for k, v in load_spec(run_dir / "config.yaml").items() if k not in ("train", "data", "dist")
+    }
+    recomputed = held_out_loss(spec, workdir / "default.safetensors", None, seq_len=32, windows=8)
     assert recomputed == pytest.approx(final_val_loss(run_dir), abs=1e-5)
 
 
@@ -128,7 +154,7 @@ def test_overrides_reach_the_model_the_schedule_and_the_data(override_run, user_
     # Linear decay from lr to min_lr over six steps with no warmup.
     lrs = [r["lr"] for r in read_metrics(run_dir) if "lr" in r]
     assert lrs == pytest.approx([2e-3 - (2e-3 - 3e-4) * s / 5 for s in range(6)])
-    weights = run_dir / "checkpoints" / "step_000006" / "model.safetensors"
+    weights = exported(run_dir / "checkpoints" / "step_000006")
     assert held_out_loss(spec, weights, str(user_text), 32, 8) == pytest.approx(
         final_val_loss(run_dir), abs=1e-5
     )
@@ -147,11 +173,12 @@ def test_resume_continues_the_same_curve(override_run, workdir):
     shutil.copytree(run_dir, cut)
     # The run "died" while saving step 6: its folder exists but has no marker, so step 3 is resumed.
     (cut / "checkpoints" / "step_000006" / ".complete").unlink()
-    (cut / "checkpoints" / "step_000006" / "trainer_rank0.pt").unlink()
+    (cut / "checkpoints" / "step_000006" / "__0_0.distcp").unlink()
     out = check_ok(run_cli(["train", "--resume", str(cut)], workdir))
     assert f"resuming {cut} from step 3 of 6" in out
+    assert "continuing as" not in out  # the same layout
     assert curve(cut) == curve(run_dir)
-    final = "checkpoints/step_000006/model.safetensors"
-    expected, resumed = load_file(run_dir / final), load_file(cut / final)
+    final = Path("checkpoints/step_000006")
+    expected, resumed = load_file(exported(run_dir / final)), load_file(exported(cut / final))
     assert expected.keys() == resumed.keys()
     assert all(torch.equal(expected[k], resumed[k]) for k in expected)
