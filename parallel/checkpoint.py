@@ -15,9 +15,11 @@ A checkpoint is a folder:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,14 @@ from brickwork.parallel.styles import PACKED_ATTR
 
 COMPLETE_MARKER = ".complete"
 META_FILE = "meta.json"
+
+
+@contextlib.contextmanager
+def quiet_single_process() -> Iterator[None]:
+    """Silence DCP's warning that, with no process group, it assumes one process: that is meant here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        yield
 
 
 def is_complete(directory: str | os.PathLike) -> bool:
@@ -66,7 +76,8 @@ def save_checkpoint(
     state = {f"model.{k}": v for k, v in _model_state(model).items()}
     if optimizer is not None:
         state.update(_optimizer_state(model, optimizer))
-    dcp.save(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
+    with quiet_single_process():
+        dcp.save(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
     rng = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state()
@@ -121,7 +132,8 @@ def load_checkpoint(
         raise KeyError(f"{folder} has no weights for {[k[6:] for k in missing]}")
     destinations = _optimizer_destinations(model, optimizer, stored) if optimizer is not None else {}
     state.update({key: tensor for key, (_, _, tensor) in destinations.items()})
-    dcp.load(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
+    with quiet_single_process():
+        dcp.load(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
     for key, (param, name, _) in destinations.items():
         value = state[key]
         if isinstance(value, DTensor) and not isinstance(param, DTensor):

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from brickwork.parallel.checkpoint import META_FILE, is_complete
+from brickwork.parallel.checkpoint import META_FILE, is_complete, quiet_single_process
 
 
 def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -36,7 +36,8 @@ def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
         for key, md in stored.items()
         if key.startswith("model.") and isinstance(md, TensorStorageMetadata)
     }
-    dcp.load(state, checkpoint_id=folder, no_dist=True)
+    with quiet_single_process():
+        dcp.load(state, checkpoint_id=folder, no_dist=True)
     meta = json.loads((folder / META_FILE).read_text())
     weights = {key[len("model.") :]: tensor.contiguous() for key, tensor in state.items()}
     out.parent.mkdir(parents=True, exist_ok=True)

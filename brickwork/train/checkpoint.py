@@ -11,11 +11,8 @@ learning rate is a function of the step, so the step is the whole schedule state
 from __future__ import annotations
 
 import base64
-import contextlib
 import re
 import shutil
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +81,7 @@ def save_run_checkpoint(
         shutil.rmtree(folder)
     # No other rank touches the folder before save_checkpoint's first barrier, which follows this.
     extra = {"trainer_format": TRAINER_FORMAT, "data": _encode(data_state), "val_loss": val_loss}
-    with _one_process_is_meant():
-        return save_checkpoint(folder, model, optimizer, step, extra=extra)
+    return save_checkpoint(folder, model, optimizer, step, extra=extra)
 
 
 def load_run_checkpoint(
@@ -94,8 +90,7 @@ def load_run_checkpoint(
     """Load a checkpoint into the model and optimizer as they are laid out now (any layout may have
     saved it), and restore this rank's RNG. Returns (the checkpoint's meta dict, the batch
     generator's state, the validation loss at the save)."""
-    with _one_process_is_meant():
-        meta = load_checkpoint(folder, model, optimizer)
+    meta = load_checkpoint(folder, model, optimizer)
     extra = meta.get("extra") or {}
     if extra.get("trainer_format") != TRAINER_FORMAT:
         raise ConfigError(
@@ -110,17 +105,8 @@ def export_run(source: Path, out: Path) -> Path:
     """Write the weights of ``source`` (a run folder's newest complete checkpoint, or one checkpoint
     folder) to the single-process safetensors file ``out``; returns the checkpoint folder used."""
     folder = source if is_complete(source) else latest_checkpoint(source, "RUN_DIR")[1]
-    with _one_process_is_meant():
-        export(folder, out)
+    export(folder, out)
     return folder
-
-
-@contextlib.contextmanager
-def _one_process_is_meant() -> Iterator[None]:
-    # Without a process group DCP warns on every call that it assumes one process, which is the intent.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        yield
 
 
 def _encode(state: dict[str, torch.Tensor]) -> dict[str, str]:
