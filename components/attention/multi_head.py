@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from brickwork.checks import check_positive_int
+from brickwork.checks import check_bool, check_positive_int, check_probability
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
 from brickwork.components.attention.kv_cache import KVCache
 from brickwork.components.attention.masks import add_bias
@@ -87,11 +87,9 @@ class MultiHeadAttention(nn.Module):
                 )
             dim_head = dim_model // num_heads
         check_positive_int(dim_head, "dim_head")
-        if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"must be a number in [0, 1), got {dropout!r}", "dropout")
+        check_probability(dropout, "dropout")
         for option, value in (("causal", causal), ("bias", bias), ("fused_qkv", fused_qkv)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"must be true or false, got {value!r}", option)
+            check_bool(value, option)
 
         self.dim_model, self.dim_head = dim_model, dim_head
         # Read in forward, never cached in derived sizes: the parallel layer divides both per rank.
