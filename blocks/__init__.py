@@ -5,5 +5,16 @@ from brickwork.blocks.decoder_lm import DecoderLM
 from brickwork.blocks.encoder import Encoder
 from brickwork.blocks.encoder_decoder import EncoderDecoder
 from brickwork.blocks.heads import MaskedLMHead, Pooler
+from brickwork.blocks.image_encoder import ImageEncoder, PatchEmbedding
 
-__all__ = ["DecoderBlock", "DecoderLM", "Encoder", "EncoderBlock", "EncoderDecoder", "MaskedLMHead", "Pooler"]
+__all__ = [
+    "DecoderBlock",
+    "DecoderLM",
+    "Encoder",
+    "EncoderBlock",
+    "EncoderDecoder",
+    "ImageEncoder",
+    "MaskedLMHead",
+    "PatchEmbedding",
+    "Pooler",
+]

@@ -1,5 +1,6 @@
 """The factory: specs (dict / YAML / JSON) -> checked typed configs -> blocks and whole models."""
 
+from brickwork.blocks import ImageEncoder, PatchEmbedding
 from brickwork.errors import ConfigError
 from brickwork.factory.build import build_block, build_model
 from brickwork.factory.hf import from_hf, load_hf_checkpoint, to_hf
@@ -9,7 +10,6 @@ from brickwork.factory.presets import get_preset, list_presets
 from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
 from brickwork.factory.spec_io import dump_spec, format_spec, load_spec, parse_spec
 from brickwork.factory.summary import summary
-from brickwork.factory.vision import ImageEncoder, PatchEmbedding
 from brickwork.factory.xformers import from_xformers_config
 
 __all__ = [

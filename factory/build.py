@@ -14,7 +14,16 @@ from typing import Any
 
 from torch import nn
 
-from brickwork.blocks import DecoderBlock, DecoderLM, Encoder, EncoderBlock, EncoderDecoder, MaskedLMHead
+from brickwork.blocks import (
+    DecoderBlock,
+    DecoderLM,
+    Encoder,
+    EncoderBlock,
+    EncoderDecoder,
+    ImageEncoder,
+    MaskedLMHead,
+    PatchEmbedding,
+)
 from brickwork.components.attention import MultiHeadAttention
 from brickwork.components.residual import DeepNormResidual, deepnorm_init_
 from brickwork.errors import ConfigError, join_path
@@ -24,7 +33,6 @@ from brickwork.factory.resolve import ModelConfig, resolve_block_spec, resolve_m
 from brickwork.factory.resolve_block import AttentionConfig, BlockConfig, position_kind
 from brickwork.factory.schema import ImageEncoderSpec
 from brickwork.factory.spec_io import load_spec
-from brickwork.factory.vision import ImageEncoder, PatchEmbedding
 
 SpecSource = Mapping[str, Any] | str | os.PathLike[str]
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from brickwork.blocks import EncoderBlock
+from brickwork.blocks.block import EncoderBlock
 
 
 class PatchEmbedding(nn.Module):
