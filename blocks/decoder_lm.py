@@ -81,8 +81,8 @@ class DecoderLM(nn.Module):
         """
         offset = cache[0].length if cache else 0
         h = self.embed(input_ids, offset=offset)
-        full = input_ids.new_empty(input_ids.shape[0], offset + input_ids.shape[1])
-        mask = padding_mask("attention_mask", attention_mask, full)
+        keys = (input_ids.shape[0], offset + input_ids.shape[1])
+        mask = padding_mask("attention_mask", attention_mask, keys)
         for i, layer in enumerate(self.layers):
             h = layer(h, attn_mask=mask, cache=cache[i] if cache else None)
         return self.head(h)

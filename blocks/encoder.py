@@ -81,7 +81,7 @@ class Encoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        mask = padding_mask("attention_mask", attention_mask, input_ids)
+        mask = padding_mask("attention_mask", attention_mask, input_ids.shape)
         h = self.embed(input_ids, token_type_ids)
         for layer in self.layers:
             h = layer(h, attn_mask=mask)

@@ -56,7 +56,7 @@ class EncoderDecoder(nn.Module):
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """[B, S] -> encoder output [B, S, d]."""
-        mask = padding_mask("src_mask", src_mask, src_ids)
+        mask = padding_mask("src_mask", src_mask, src_ids.shape)
         h = self._embed("src_ids", src_ids)
         for layer in self.encoder_layers:
             h = layer(h, attn_mask=mask)
@@ -66,9 +66,7 @@ class EncoderDecoder(nn.Module):
         self, tgt_ids: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """[B, T] target ids and encoder output [B, S, d] -> logits [B, T, vocab]."""
-        memory_mask = None
-        if src_mask is not None:
-            memory_mask = src_mask.to(torch.bool)[:, None, None, :]
+        memory_mask = padding_mask("src_mask", src_mask, memory.shape[:2])
         h = self._embed("tgt_ids", tgt_ids)
         for layer in self.decoder_layers:
             h = layer(h, memory=memory, memory_mask=memory_mask)

@@ -17,10 +17,13 @@ def check_token_ids(name: str, ids: torch.Tensor, max_seq_len: int | None = None
         raise ValueError(f"{name} has sequence length {ids.shape[1]}, longer than max_seq_len={max_seq_len}")
 
 
-def padding_mask(name: str, mask: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor | None:
-    """A [B, T] mask with 1 = real token, 0 = padding -> boolean [B, 1, 1, T] (True = may attend)."""
+def padding_mask(name: str, mask: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor | None:
+    """A [B, T] mask with 1 = real token, 0 = padding -> boolean [B, 1, 1, T] (True = may attend).
+
+    ``shape`` is the (B, T) the mask must have: the keys it masks.
+    """
     if mask is None:
         return None
-    if mask.shape != ids.shape:
-        raise ValueError(f"{name} must have the shape of the ids {tuple(ids.shape)}, got {tuple(mask.shape)}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have the shape of the ids {tuple(shape)}, got {tuple(mask.shape)}")
     return mask.to(torch.bool)[:, None, None, :]

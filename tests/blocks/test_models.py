@@ -148,6 +148,8 @@ def test_encoder_decoder_masks_source_padding() -> None:
         a, b = model(src, tgt, src_mask), model(other, tgt, src_mask)
     assert a.shape == (2, 5, VOCAB)
     torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match=r"src_mask must have the shape of the ids \(2, 7\)"):
+        model.decode(tgt, model.encode(src), src_mask[:, :5])
     with pytest.raises(ValueError, match="cross_attention"):
         EncoderDecoder(VOCAB, enc, [DecoderBlock(MultiHeadAttention(DIM, HEADS), MLP(DIM, 64))])
 
