@@ -17,15 +17,23 @@ from brickwork.parallel.parallel_model import ParallelModel, parallelize
 from brickwork.parallel.pipeline_model import PipelineParallelModel
 from brickwork.parallel.plan_by_name import parallelize_module_by_plan
 from brickwork.parallel.tensor_parallel import PlanEntry, apply_tensor_parallel, component_plan, name_plan
+from brickwork.parallel.tensor_parallel_layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+)
 
 __all__ = [
     "MESH_DIMS",
+    "ColumnParallelLinear",
     "ParallelConfig",
     "ParallelModel",
     "PipelineParallelModel",
     "PlanEntry",
     "RankError",
+    "RowParallelLinear",
     "SpawnError",
+    "VocabParallelEmbedding",
     "apply_tensor_parallel",
     "build_mesh",
     "clip_grad_norm",

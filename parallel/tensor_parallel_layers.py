@@ -1,0 +1,185 @@
+"""Megatron-style tensor-parallel layers for hand-written parallel code, on DTensor.
+
+The same layer runs on one process and under any mesh: with ``mesh=None`` (or a tensor-parallel
+dim of size 1) it is exactly the plain torch layer; under a mesh its parameters are DTensors sharded
+over the mesh's ``"tp"`` dim (or the only dim of a 1-D mesh), and the collectives are DTensor
+redistributions, so autograd inserts the matching ones in backward.
+
+- :class:`ColumnParallelLinear` splits the output features: each rank computes its columns of
+  ``x @ W.T``; ``gather_output=True`` all-gathers them into the full output.
+- :class:`RowParallelLinear` splits the input features: each rank multiplies its slice of the input
+  by its rows of ``W.T`` and the partial sums are all-reduced. ``input_is_parallel=True`` takes the
+  already split input (a ColumnParallelLinear's output), so a column/row pair communicates once.
+- :class:`VocabParallelEmbedding` splits the vocabulary: each rank looks up the ids it holds, the
+  others contribute zeros, and the partial rows are all-reduced.
+
+Parameters are initialised as the plain torch layer would be from the same RNG state on every
+rank, then each rank keeps its shard, so a model seeded alike on one process and on many holds the
+same weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_tensor
+
+
+def tensor_parallel_mesh(mesh: DeviceMesh | None) -> DeviceMesh | None:
+    """The 1-D tensor-parallel mesh of ``mesh``: its ``"tp"`` dim, or itself if 1-D; None for one process."""
+    if mesh is None:
+        return None
+    if mesh.ndim == 1:
+        tp_mesh = mesh
+    elif mesh.mesh_dim_names is not None and "tp" in mesh.mesh_dim_names:
+        tp_mesh = mesh["tp"]
+    else:
+        raise ValueError(
+            f"a {mesh.ndim}-D mesh needs a dim named 'tp' for tensor parallel layers; "
+            f"it has {mesh.mesh_dim_names}"
+        )
+    return tp_mesh if tp_mesh.size() > 1 else None
+
+
+def _shard_parameter(
+    parameter: nn.Parameter | None, mesh: DeviceMesh | None, placement: Placement
+) -> nn.Parameter | None:
+    if parameter is None or mesh is None:
+        return parameter
+    return nn.Parameter(distribute_tensor(parameter.detach(), mesh, [placement]))
+
+
+class ColumnParallelLinear(nn.Module):
+    """``y = x @ W.T + b`` with ``W`` [out, in] split by rows (output features) over the tp ranks.
+
+    Input: x [..., in], the same on every tp rank. Output: [..., out] with ``gather_output=True``,
+    else this rank's [..., out / tp] slice (in rank order).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        gather_output: bool = False,
+        mesh: DeviceMesh | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        full = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.in_features, self.out_features = in_features, out_features
+        self.gather_output = gather_output
+        self.mesh = tensor_parallel_mesh(mesh)
+        self.weight = _shard_parameter(full.weight, self.mesh, Shard(0))
+        self.bias = _shard_parameter(full.bias, self.mesh, Shard(0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mesh is None:
+            return F.linear(x, self.weight, self.bias)
+        y = F.linear(DTensor.from_local(x, self.mesh, [Replicate()], run_check=False), self.weight, self.bias)
+        if self.gather_output:
+            y = y.redistribute(self.mesh, [Replicate()])
+        return y.to_local()
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"gather_output={self.gather_output}"
+        )
+
+
+class RowParallelLinear(nn.Module):
+    """``y = x @ W.T + b`` with ``W`` [out, in] split by columns (input features) over the tp ranks.
+
+    Input: this rank's [..., in / tp] slice with ``input_is_parallel=True`` (e.g. a
+    ColumnParallelLinear's output), else the full [..., in]. Output: the full [..., out] on every rank.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        input_is_parallel: bool = True,
+        mesh: DeviceMesh | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        full = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.in_features, self.out_features = in_features, out_features
+        self.input_is_parallel = input_is_parallel
+        self.mesh = tensor_parallel_mesh(mesh)
+        self.weight = _shard_parameter(full.weight, self.mesh, Shard(1))
+        self.bias = _shard_parameter(full.bias, self.mesh, Replicate())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mesh is None:
+            return F.linear(x, self.weight, self.bias)
+        if self.input_is_parallel:
+            x = DTensor.from_local(x, self.mesh, [Shard(-1)], run_check=False)
+        else:
+            x = DTensor.from_local(x, self.mesh, [Replicate()], run_check=False).redistribute(
+                self.mesh, [Shard(-1)]
+            )
+        # The bias is added once, after the all-reduce of the partial products, not on every rank.
+        y = F.linear(x, self.weight).redistribute(self.mesh, [Replicate()])
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to_local()
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"input_is_parallel={self.input_is_parallel}"
+        )
+
+
+class VocabParallelEmbedding(nn.Module):
+    """An embedding table [num_embeddings, dim] split by vocabulary rows over the tp ranks.
+
+    Input: ids [...] (any shape), the same on every tp rank. Output: [..., dim] on every rank.
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        *,
+        mesh: DeviceMesh | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        full = nn.Embedding(num_embeddings, embedding_dim, device=device, dtype=dtype)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.mesh = tensor_parallel_mesh(mesh)
+        self.weight = _shard_parameter(full.weight, self.mesh, Shard(0))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.mesh is None:
+            return F.embedding(ids, self.weight)
+        ids = DTensor.from_local(ids, self.mesh, [Replicate()], run_check=False)
+        return F.embedding(ids, self.weight).redistribute(self.mesh, [Replicate()]).to_local()
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+def full_weight(parameter: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly sharded) parameter, on every rank: [out, in] or [vocab, dim]."""
+    return parameter.full_tensor() if isinstance(parameter, DTensor) else parameter.detach()
+
+
+__all__ = [
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+    "VocabParallelEmbedding",
+    "full_weight",
+    "tensor_parallel_mesh",
+]
