@@ -1,0 +1,46 @@
+"""A foreign model's tensor-parallel plan: styles by module pattern, attributes to divide, head counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from brickwork.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """``plan``: module-name glob -> style; ``divide``: module glob -> integer attributes divided by tp.
+
+    ``heads``: head counts that must divide by the TP size ({"num_key_value_heads": 4}) when no
+    module attribute carries them, so a split that would cut a head in two is refused by name.
+    """
+
+    plan: Mapping[str, str]
+    divide: Mapping[str, list[str]] = field(default_factory=dict)
+    heads: Mapping[str, int] = field(default_factory=dict)
+
+    def check(self, tp: int) -> None:
+        """ConfigError naming the head count that ``tp`` does not divide."""
+        for name, count in self.heads.items():
+            if count % tp:
+                raise ConfigError(
+                    f"{name}={count} is not divisible by tensor_parallel_size={tp}: a head would be split",
+                    "tensor_parallel_size",
+                )
+
+
+def prefix(model: nn.Module, attribute: str) -> str:
+    """``"<attribute>."`` when ``model`` (a task head) holds its base model as ``attribute``, else ``""``."""
+    return f"{attribute}." if isinstance(getattr(model, attribute, None), nn.Module) else ""
+
+
+def with_head(model: nn.Module, plan: dict[str, str], *names: str) -> dict[str, str]:
+    """``plan`` plus a colwise (vocabulary-split) LM head, when the model has one under one of ``names``."""
+    for name in names:
+        if isinstance(getattr(model, name, None), nn.Linear):
+            plan[name] = "colwise"
+            break
+    return plan

@@ -1,0 +1,57 @@
+"""Plans for unmodified HF models: picked by model type, complete, checked, and exact at tp=2."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hf_plan_cases import FAMILIES, build, tp2_rank, train
+from torch import nn
+
+from brickwork.errors import ConfigError
+from brickwork.parallel import spawn
+from brickwork.parallel.plans import plan_for
+from brickwork.parallel.tensor_parallel import check_tensor_parallel, name_plan
+
+pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("head", [True, False], ids=["task-head", "base"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_linear_in_the_blocks_is_split(family: str, head: bool) -> None:
+    model = build(family, head=head)
+    plan = plan_for(model)
+    entries = {entry.path: entry.style for entry in name_plan(model, plan.plan)}
+    check_tensor_parallel(model, name_plan(model, plan.plan), 2)
+    plan.check(2)
+    linears = [
+        name for name, m in model.named_modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"
+    ]
+    assert linears and all(name in entries for name in linears), sorted(set(linears) - set(entries))
+    assert list(entries.values()).count("vocab") == 1
+
+
+def test_a_split_through_a_head_is_refused() -> None:
+    with pytest.raises(ConfigError, match="num_key_value_heads=2 is not divisible by tensor_parallel_size=4"):
+        plan_for(build("llama")).check(4)
+
+
+def test_models_without_a_plan_get_none() -> None:
+    assert plan_for(nn.Linear(2, 2)) is None
+
+
+@pytest.fixture(scope="module")
+def tp2_results() -> list[dict]:
+    return spawn(tp2_rank, 2, timeout=200)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tp2_trains_like_one_process(family: str, tp2_results: list[dict]) -> None:
+    ref_losses, ref_logits, ref_state = train(build(family))
+    for losses, logits, state in (rank[family] for rank in tp2_results):
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-5)
+        assert state.keys() == ref_state.keys()
+        for name, value in ref_state.items():
+            torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
