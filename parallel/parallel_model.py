@@ -184,7 +184,9 @@ class ParallelState:
         shards = {id(d.module._model[0]): d.module for d in self.ddps if isinstance(d.module, LocalShards)}
         for module in self.modules:
             local = shards.get(id(module))
-            out.update(local.by_name if local is not None else module.named_parameters(remove_duplicate=False))
+            out.update(
+                local.by_name if local is not None else module.named_parameters(remove_duplicate=False)
+            )
         return out
 
     def parameters(self) -> list[torch.Tensor]:

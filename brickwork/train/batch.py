@@ -54,7 +54,9 @@ def share_batch(batch: object | None, state: ParallelState | None, device: torch
     group = state.batch_group if state is not None else None
     if group is None:
         if batch is None:
-            raise ValueError("batch is None, but this rank has no tensor/pipeline-parallel peer to take it from")
+            raise ValueError(
+                "batch is None, but this rank has no tensor/pipeline-parallel peer to take it from"
+            )
         return {k: v.to(device) for k, v in check_batch(batch).items()}
     own = check_batch(batch) if batch is not None else None
     ranks = dist.get_process_group_ranks(group)
@@ -92,5 +94,7 @@ def split_batch(batch: Batch, parts: int) -> list[Batch]:
         raise ValueError(f"every tensor of a batch must have the same number of rows, got {sorted(rows)}")
     (count,) = rows
     if count % parts:
-        raise ValueError(f"a batch of {count} rows does not split into grad_accum_steps={parts} micro-batches")
+        raise ValueError(
+            f"a batch of {count} rows does not split into grad_accum_steps={parts} micro-batches"
+        )
     return [{k: v.chunk(parts)[i] for k, v in batch.items()} for i in range(parts)]

@@ -51,7 +51,11 @@ class TrainStep:
         precision: str = "fp32",
         grad_clip: float | None = None,
     ) -> None:
-        if isinstance(grad_accum_steps, bool) or not isinstance(grad_accum_steps, int) or grad_accum_steps < 1:
+        if (
+            isinstance(grad_accum_steps, bool)
+            or not isinstance(grad_accum_steps, int)
+            or grad_accum_steps < 1
+        ):
             raise ValueError(f"grad_accum_steps must be an integer >= 1, got {grad_accum_steps!r}")
         if grad_clip is not None and not (isinstance(grad_clip, int | float) and grad_clip > 0):
             raise ValueError(f"grad_clip must be a positive number or None, got {grad_clip!r}")
@@ -239,7 +243,9 @@ def loss_context(state: ParallelState | None) -> contextlib.AbstractContextManag
     return contextlib.nullcontext()
 
 
-def _reduce(values: torch.Tensor, state: ParallelState | None, data_parallel_only: bool = False) -> torch.Tensor:
+def _reduce(
+    values: torch.Tensor, state: ParallelState | None, data_parallel_only: bool = False
+) -> torch.Tensor:
     """Sum ``values`` over data parallel (and, for a step's loss under a pipeline, over the stages:
     only the last one computed it)."""
     if state is None:

@@ -69,10 +69,7 @@ CASES = {
     },
 }
 ALL = [
-    (size, key)
-    for size, cases in CASES.items()
-    for key, (_, lay) in cases.items()
-    if "precision" not in lay
+    (size, key) for size, cases in CASES.items() for key, (_, lay) in cases.items() if "precision" not in lay
 ]
 
 
