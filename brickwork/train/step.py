@@ -78,6 +78,7 @@ class TrainStep:
         batch = share_batch(batch, self.state, self.device)
         for param in self.params:
             param.grad = None
+        self._divisor = self._loss_divisor(batch)
         with loss_context(self.state):
             if isinstance(self.model, PipelinedModel):
                 loss_sum, count = self._pipeline_backward(batch)
@@ -90,6 +91,18 @@ class TrainStep:
         self._apply(float(totals[1]))
         return float(totals[0] / totals[1])
 
+    def _loss_divisor(self, batch: Batch) -> float:
+        """What backward divides the summed loss by, to keep fp16 gradients in range: the labels per
+        data-parallel rank, averaged over the ranks (the same on all, so DDP's average stays exact);
+        the exact mean's factor is applied to the gradients afterwards."""
+        labels = batch.get("labels")
+        size = labels.numel() if labels is not None else next(iter(batch.values())).shape[0]
+        if self.state is None or self.state.config.data_parallel_size == 1:
+            return float(size)
+        total = torch.tensor([float(size)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(total, group=self.state.dp_group)
+        return float(total) / self.state.config.data_parallel_size
+
     def _backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         count = torch.zeros((), dtype=torch.long, device=self.device)
@@ -101,6 +114,7 @@ class TrainStep:
                 self.state.set_gradient_sync(i == len(micro_batches) - 1)
             with self.precision.autocast():
                 part, part_count = self.task(self.model, micro)
+            part_count = torch.as_tensor(part_count, device=self.device)
             objective = part
             if self.moe:
                 aux = sum(m.aux_loss_weight * m.aux_loss for m in self.moe)
@@ -109,7 +123,7 @@ class TrainStep:
                 aux_total += aux.detach().double()
                 for total, module in zip(expert_counts, self.moe):
                     total += module.expert_counts
-            self.precision.scale(objective.float()).backward()
+            self.precision.scale(objective.float() / self._divisor).backward()
             loss_sum += part.detach().double()
             count += part_count.detach().to(count.dtype)
         if self.moe:
@@ -136,7 +150,7 @@ class TrainStep:
             part, part_count = task.loss(output, labels)
             sums.append(part.detach().double())
             counts.append(part_count)
-            return self.precision.scale(part.float())
+            return self.precision.scale(part.float() / self._divisor)
 
         microbatches = model.state.config.microbatches * self.grad_accum_steps
         with self.precision.autocast():
@@ -156,7 +170,8 @@ class TrainStep:
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         dp = self.state.config.data_parallel_size if self.state is not None else 1
-        factor = dp / global_count  # DDP and FSDP average over dp; the mean is over the global batch
+        # DDP and FSDP average over dp; the mean is over every scored position of the global batch.
+        factor = dp * self._divisor / global_count
         with torch.no_grad():
             for param in self.params:
                 if param.grad is not None:
@@ -201,7 +216,8 @@ def evaluate(model: nn.Module, batches: Iterable[Batch | None], task: str | Task
                     part, count = task.loss(model(batch[task.pipeline_input]), batch["labels"])
                 else:
                     part, count = task(model, batch)
-                totals += torch.stack([part.double().reshape(()), count.double().reshape(())])
+                count = torch.as_tensor(count, device=device)
+                totals += torch.stack([part.detach().double().reshape(()), count.double().reshape(())])
     finally:
         model.train(was_training)
     # A pipelined model's output is already on every rank: only data parallel holds other shares.
