@@ -27,8 +27,8 @@ def check_pipeline_model(model: nn.Module) -> nn.ModuleList:
     layers = getattr(model, "layers", None)
     if not (callable(getattr(model, "embed", None)) and callable(getattr(model, "head", None))):
         raise ConfigError(
-            f"pipeline parallel splits a model whose forward is head(layers(embed(x))); {type(model).__name__} "
-            "lacks embed or head (encoder-decoder and HF models are not pipelined: see the task x layout "
+            "pipeline parallel splits a model whose forward is head(layers(embed(x))); "
+            f"{type(model).__name__} lacks embed or head (encoder-decoder and HF models are not pipelined: see the task x layout "
             "table of docs/training.md)",
             "pipeline_parallel_size",
         )
@@ -39,8 +39,8 @@ def check_pipeline_model(model: nn.Module) -> nn.ModuleList:
         )
     if any(True for _ in model.parameters(recurse=False)):
         raise ConfigError(
-            f"pipeline parallel needs every parameter inside a child module, but {type(model).__name__} holds "
-            f"{[n for n, _ in model.named_parameters(recurse=False)]} itself (e.g. a ViT class token)",
+            "pipeline parallel needs every parameter inside a child module, but "
+            f"{type(model).__name__} holds {[n for n, _ in model.named_parameters(recurse=False)]} itself (e.g. a ViT class token)",
             "pipeline_parallel_size",
         )
     return layers
