@@ -28,8 +28,8 @@ def check_pipeline_model(model: nn.Module) -> nn.ModuleList:
     if not (callable(getattr(model, "embed", None)) and callable(getattr(model, "head", None))):
         raise ConfigError(
             "pipeline parallel splits a model whose forward is head(layers(embed(x))); "
-            f"{type(model).__name__} lacks embed or head (encoder-decoder and HF models are not pipelined: see the task x layout "
-            "table of docs/training.md)",
+            f"{type(model).__name__} lacks embed or head (encoder-decoder and HF models are not "
+            "pipelined: see the task x layout table of docs/training.md)",
             "pipeline_parallel_size",
         )
     if not isinstance(layers, nn.ModuleList):
@@ -40,7 +40,8 @@ def check_pipeline_model(model: nn.Module) -> nn.ModuleList:
     if any(True for _ in model.parameters(recurse=False)):
         raise ConfigError(
             "pipeline parallel needs every parameter inside a child module, but "
-            f"{type(model).__name__} holds {[n for n, _ in model.named_parameters(recurse=False)]} itself (e.g. a ViT class token)",
+            f"{type(model).__name__} holds {[n for n, _ in model.named_parameters(recurse=False)]} "
+            "itself (e.g. a ViT class token)",
             "pipeline_parallel_size",
         )
     return layers
