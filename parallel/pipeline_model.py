@@ -193,8 +193,9 @@ class PipelinedModel(nn.Module):
         self.has_first = any(s.is_first for s in stages)
         self.last = next((s for s in stages if s.is_last), None)
         # PipelineStages infer the shapes they exchange on their first step, so each input shape gets
-        # its own stages and schedule.
+        # its own stages and schedule; the last train step's stages stay in ``pipeline_stages``.
         self._schedules: dict[tuple, Any] = {}
+        self.pipeline_stages: list[PipelineStage] = []
 
     @property
     def state(self) -> PipelineState:
@@ -246,8 +247,9 @@ class PipelinedModel(nn.Module):
             )
         key = ("train", tuple(inputs.shape), inputs.dtype, microbatches)
         if key not in self._schedules:
-            self._schedules[key] = self._schedule(self._pipeline_stages(), microbatches)
-        schedule = self._schedules[key]
+            stages = self._pipeline_stages()
+            self._schedules[key] = (stages, self._schedule(stages, microbatches))
+        self.pipeline_stages, schedule = self._schedules[key]
         self._loss_fn = loss_fn
         args = (inputs.to(self.state.device),) if self.has_first else ()
         kwargs = {"target": target.to(self.state.device)} if self.last is not None else {}
