@@ -35,6 +35,11 @@ EXTRA_2 = {
     ),
     "decoder/pp2-accum2": ("decoder", {**LAYOUTS_2["pp2"], "grad_accum_steps": 2}),
     "mlm/tp2-clip": ("mlm", {**LAYOUTS_2["tp2"], "grad_clip": 0.05}),
+    "seq2seq/dp2-full-ac": ("seq2seq", {**DP2, "activation_checkpointing": "full"}),
+    "seq2seq/zero3-selective-ac": (
+        "seq2seq",
+        {**DP2, "zero_stage": 3, "activation_checkpointing": "selective"},
+    ),
     "moe/dp2": ("decoder", {**DP2, "moe": True}),
     "moe/zero3": ("decoder", {**DP2, "zero_stage": 3, "moe": True}),
 }
