@@ -27,7 +27,7 @@ from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data_parallel import LocalShards, ZeroOptimizers, apply_ddp, apply_fsdp
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import materialize, take_source, uses_meta_init
-from brickwork.parallel.mesh import build_mesh, mesh_device_type
+from brickwork.parallel.mesh import build_mesh
 from brickwork.parallel.styles import PACKED_ATTR, unpack_full
 from brickwork.parallel.tensor_parallel import (
     apply_tensor_parallel,
@@ -285,4 +285,4 @@ def gather_full_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["ParallelState", "full_state_dict", "mesh_device_type", "parallel_state", "parallelize"]
+__all__ = ["ParallelState", "full_state_dict", "parallel_state", "parallelize"]

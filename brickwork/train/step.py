@@ -206,12 +206,13 @@ def evaluate(model: nn.Module, batches: Iterable[Batch | None], task: str | Task
     was_training = model.training
     model.eval()
     totals = torch.zeros(2, dtype=torch.float64, device=device)
+    if isinstance(model, PipelinedModel):
+        check_pipeline_task(task, [])
     try:
         with loss_context(state):
             for batch in batches:
                 batch = share_batch(batch, state, device)
                 if isinstance(model, PipelinedModel):
-                    check_pipeline_task(task, [])
                     task.check(batch)
                     part, count = task.loss(model(batch[task.pipeline_input]), batch["labels"])
                 else:
