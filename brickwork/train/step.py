@@ -38,7 +38,8 @@ class TrainStep:
     dict with HF's key names (tensor/pipeline-parallel peers may pass None to receive it). Returns
     the mean loss over the whole global batch, identical on every rank. After each call,
     ``metrics`` holds ``skipped`` (an fp16 overflow), ``grad_norm`` (when clipping), ``loss_scale``
-    (fp16), and for MoE models ``aux_loss`` and ``expert_counts`` (per MoE layer, summed over dp).
+    (fp16), and for MoE models ``aux_loss`` (the weighted load-balancing loss added, summed over the
+    MoE layers) and ``expert_counts`` (per MoE layer, summed over dp).
     """
 
     def __init__(

@@ -65,3 +65,18 @@ def test_every_preset_trains_on_its_embedded_data(preset: str, tmp_path: Path, m
     assert len(val) == 2 and all(math.isfinite(v) for v in val)
     assert val[1] < val[0], f"{preset}: validation loss {val[0]:.3f} -> {val[1]:.3f}"
     assert (tmp_path / "run" / "checkpoints" / "step_000008" / ".complete").is_file()
+
+
+@pytest.mark.timeout(240)
+def test_moe_runs_log_the_aux_loss_and_expert_counts(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    moe = "{name: moe, num_experts: 4, top_k: 1, hidden_dim: 32, aux_loss_weight: 0.05}"
+    moe = f"decoder.block.feedforward={moe}"
+    assert main(["train", "gpt-tiny", *PRESETS["gpt-tiny"], moe, *RUN, "train.out_dir=run"]) == 0
+    records = [r for r in read_metrics(tmp_path / "run") if "loss" in r]
+    assert len(records) == 8
+    for record in records:
+        (counts,) = record["expert_counts"]  # one MoE layer
+        assert len(counts) == 4 and sum(counts) == 8 * 32  # every token of the batch routed once
+        # The weighted Switch loss: at least the weight, which it equals when routing is balanced.
+        assert 0.05 * (1 - 1e-6) <= record["aux_loss"] <= 0.05 * 4
