@@ -42,6 +42,9 @@ EXTRA_2 = {
     ),
     "moe/dp2": ("decoder", {**DP2, "moe": True}),
     "moe/zero3": ("decoder", {**DP2, "zero_stage": 3, "moe": True}),
+    "moe/pp2": ("decoder", {**LAYOUTS_2["pp2"], "moe": True}),
+    "callable/pp2": ("decoder", {**LAYOUTS_2["pp2"], "callable": True}),
+    "callable/tp2": ("decoder", {**LAYOUTS_2["tp2"], "callable": True}),
 }
 CASES_2 = [(f"{f}/{name}", f, lay) for f in FAMILIES for name, lay in LAYOUTS_2.items()]
 CASES_2 += [(key, family, lay) for key, (family, lay) in EXTRA_2.items()]
@@ -49,7 +52,7 @@ CASES_4 = [(f"{f}/dp2-tp2", f, {**DP2, "tensor_parallel_size": 2}) for f in FAMI
 SUPPORTED_2 = [
     key
     for key, family, _ in CASES_2
-    if (family, key.split("/")[1]) not in REFUSED and not key.startswith("moe")
+    if (family, key.split("/")[1]) not in REFUSED and not key.startswith(("moe", "callable/pp2"))
 ]
 
 
@@ -83,6 +86,19 @@ def test_unsupported_pairs_are_refused_naming_the_limitation(family: str, layout
     for rank_result in results(2):
         error = rank_result["layouts"][f"{family}/{layout}"].get("error", "no error")
         assert "pipeline" in error and REFUSED[(family, layout)] in error
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("callable/pp2", "a callable task cannot run under pipeline parallel"),
+        ("moe/pp2", "MoE load-balancing loss (aux_loss_weight > 0) is not supported under pipeline parallel"),
+    ],
+)
+def test_what_a_pipeline_cannot_split_is_refused(key: str, words: str) -> None:
+    for rank_result in results(2):
+        assert words in rank_result["layouts"][key].get("error", "no error")
 
 
 @pytest.mark.timeout(600)

@@ -13,7 +13,7 @@ from torch import nn
 
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import full_state_dict, parallel_state, parallelize, split_rows
-from brickwork.train import TrainStep
+from brickwork.train import TASKS, TrainStep
 
 VOCAB, DIM, SEQ, ROWS, STEPS = 48, 32, 8, 4, 3
 IMAGE, PATCH, CLASSES = 8, 4, 5
@@ -194,19 +194,24 @@ def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
 def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
     """On every rank: for each (key, family, dist dict + test keys), parallelize, take STEPS TrainSteps.
 
-    Test keys: ``grad_accum_steps``, ``grad_clip``, ``moe``. A case that raises records its message.
+    Test keys: ``grad_accum_steps``, ``grad_clip``, ``moe``, ``callable`` (the task as a user's
+    function). A case that raises records its message.
     """
     out: dict[str, Any] = {}
     for key, family, layout in cases:
         layout = dict(layout)
         options = {k: layout.pop(k) for k in ("grad_accum_steps", "grad_clip") if k in layout}
         moe = layout.pop("moe", False)
+        as_callable = layout.pop("callable", False)
         try:
             model = build(family, moe=moe)
             plan = {"plan": GPT2_PLAN, "divide": GPT2_DIVIDE} if family == "gpt2-hf" else {}
             model = parallelize(model, layout, **plan)
             opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-            step = TrainStep(model, opt, TASK[family], **options)
+            task = TASKS[TASK[family]]
+            step = TrainStep(
+                model, opt, (lambda m, b, t=task: t(m, b)) if as_callable else task.name, **options
+            )
             losses, counts = [], []
             for batch in global_batches(family):
                 losses.append(step(share(model, batch)))
