@@ -101,8 +101,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     model = build_model(_task_spec(run, task))
     run.spec = model.spec
     _check_fits(run, task)
-    check_world(run.dist)
-    run.dist = resolve_dist(run.dist)
+    run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
     # Every process decides about the folder before any of them writes to it.
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is None:
