@@ -26,7 +26,8 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from brickwork.factory import build_model, get_preset
-from brickwork.parallel import parallelize, spawn
+from brickwork.parallel import parallel_state, parallelize, spawn
+from brickwork.train import TrainStep
 
 LAYERS, DIM, HEADS, VOCAB, BATCH, SEQ = 2, 64, 4, 128, 4, 16
 MODEL_PLAN = {
@@ -109,11 +110,15 @@ def measure(layout: dict[str, Any]) -> dict[str, Any]:
     tp = layout.get("tensor_parallel_size", 1) > 1
     pm = parallelize(model, layout, plan=MODEL_PLAN if tp else None)
     opt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+    step = TrainStep(pm, opt, "causal_lm")
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
-    labels = torch.roll(ids, -1, dims=1)
-    pm.train_step(ids, labels, opt)
+    dp_mesh = parallel_state(pm).mesh["dp"]
+    rows = BATCH // dp_mesh.size()
+    ids = ids[dp_mesh.get_local_rank() * rows :][:rows]  # this data-parallel rank's share
+    batch = {"input_ids": ids, "labels": torch.roll(ids, -1, dims=1)}
+    step(batch)
     with CollectiveBytes() as counter:
-        pm.train_step(ids, labels, opt)
+        step(batch)
     states = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
     return {
         "calls": dict(counter.calls),

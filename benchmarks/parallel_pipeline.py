@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import parallelize, spawn
+from brickwork.train import TrainStep
 
 LAYERS, DIM, HEADS, VOCAB, SEQ, ROWS, MICROBATCHES, STEPS = 8, 256, 8, 256, 128, 2, 8, 3
 
@@ -100,8 +101,9 @@ def measure(schedule: str, virtual: int) -> dict[str, Any]:
     pm = parallelize(build_model(spec()), layout)
     opt = torch.optim.SGD(pm.parameters(), lr=1e-3)
     ids = torch.randint(0, VOCAB, (ROWS * MICROBATCHES, SEQ), generator=torch.Generator().manual_seed(0))
-    labels = torch.roll(ids, -1, dims=1)
-    pm.train_step(ids, labels, opt)
+    batch = {"input_ids": ids, "labels": torch.roll(ids, -1, dims=1)}
+    step = TrainStep(pm, opt, "causal_lm")
+    step(batch)
     probe = Probe(list(pm.parameters()))
     for stage in pm.pipeline_stages:
         probe.wrap(stage)
@@ -111,7 +113,7 @@ def measure(schedule: str, virtual: int) -> dict[str, Any]:
         dist.barrier()
         start = time.perf_counter()
         with torch.autograd.graph.saved_tensors_hooks(probe.pack, probe.unpack):
-            pm.train_step(ids, labels, opt)
+            step(batch)
         bubbles.append(1.0 - probe.busy / (time.perf_counter() - start))
     return {
         "bubble": statistics.median(bubbles),

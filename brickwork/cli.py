@@ -21,6 +21,8 @@ TRAIN_EPILOG = """\
 examples:
   brickwork train                                   the gpt-tiny preset on the embedded corpus
   brickwork train gpt-tiny train.steps=200 train.lr=1e-3 decoder.num_layers=2
+  brickwork train t5-small encoder.num_layers=2 decoder.num_layers=2 train.grad_accum_steps=2
+  brickwork train vit image_size=32 patch_size=8 encoder.num_layers=2 train.precision=bf16
   brickwork train my_model.yaml data.path=my.txt train.out_dir=runs/mine
   brickwork train --resume runs/mine                continue from the newest complete checkpoint
   brickwork train --resume runs/mine dist.data_parallel_size=1     ... in one process
@@ -39,8 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train",
         parents=[common],
-        help="train a decoder LM from a preset or spec file",
-        description="Train a spec-built decoder LM on the embedded corpus or a text file.",
+        help="train any preset or spec file on small embedded data",
+        description="Train a spec-built model on the task its kind implies: a decoder LM (causal LM) or an "
+        "encoder with an MLM head (masked LM) on the embedded corpus or a text file, an encoder-decoder on "
+        "T5 span corruption of it, an image encoder on a generated image set.",
         epilog=TRAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

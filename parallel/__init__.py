@@ -2,8 +2,8 @@
 parallel and ZeRO, and checkpoints that reshard across layouts.
 
 Built on torch's own engine: DeviceMesh, DTensor ``parallelize_module``, ``torch.distributed.pipelining``,
-DDP, ``ZeroRedundancyOptimizer``, FSDP2 ``fully_shard``, ``loss_parallel`` and
-``torch.distributed.checkpoint``. See docs/parallel.md.
+DDP, ``ZeroRedundancyOptimizer``, FSDP2 ``fully_shard`` and ``torch.distributed.checkpoint``. The
+layout knows no loss: training is ``brickwork.train.TrainStep``. See docs/parallel.md.
 """
 
 from brickwork.parallel.balance import split_rows, split_stages
@@ -13,8 +13,8 @@ from brickwork.parallel.export import export
 from brickwork.parallel.grad_norm import clip_grad_norm
 from brickwork.parallel.launch import RankError, SpawnError, spawn
 from brickwork.parallel.mesh import MESH_DIMS, build_mesh
-from brickwork.parallel.parallel_model import ParallelModel, parallelize
-from brickwork.parallel.pipeline_model import PipelineParallelModel
+from brickwork.parallel.parallel_model import ParallelState, full_state_dict, parallel_state, parallelize
+from brickwork.parallel.pipeline_model import PipelinedModel
 from brickwork.parallel.plan_by_name import parallelize_module_by_plan
 from brickwork.parallel.tensor_parallel import PlanEntry, apply_tensor_parallel, component_plan, name_plan
 from brickwork.parallel.tensor_parallel_layers import (
@@ -27,8 +27,8 @@ __all__ = [
     "MESH_DIMS",
     "ColumnParallelLinear",
     "ParallelConfig",
-    "ParallelModel",
-    "PipelineParallelModel",
+    "ParallelState",
+    "PipelinedModel",
     "PlanEntry",
     "RankError",
     "RowParallelLinear",
@@ -39,9 +39,11 @@ __all__ = [
     "clip_grad_norm",
     "component_plan",
     "export",
+    "full_state_dict",
     "is_complete",
     "load_checkpoint",
     "name_plan",
+    "parallel_state",
     "parallelize",
     "parallelize_module_by_plan",
     "save_checkpoint",

@@ -33,17 +33,24 @@ def _save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
     return CheckpointPolicy.MUST_SAVE if op in _SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def layer_stacks(model: nn.Module) -> list[nn.ModuleList]:
+    """The model's stacks of layers: its ModuleList children (``layers``; an encoder-decoder's
+    ``encoder_layers`` and ``decoder_layers``), per docs/architecture.md's module tree."""
+    return [child for child in model.children() if isinstance(child, nn.ModuleList)]
+
+
 def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
-    """Checkpoint each module of ``model.layers`` in place; ``mode`` is none, full or selective."""
+    """Checkpoint each layer of every stack of ``model`` in place; ``mode`` is none, full or selective."""
     if mode == "none":
         return
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList):
+    stacks = layer_stacks(model)
+    if not stacks:
         raise ConfigError(
-            f"activation checkpointing needs a `layers` ModuleList; {type(model).__name__} has none",
+            f"activation checkpointing needs the model's layers in a ModuleList child (such as `layers`); "
+            f"{type(model).__name__} has none",
             "activation_checkpointing",
         )
-    for layer in layers:
+    for layer in (layer for stack in stacks for layer in stack):
         layer.forward = partial(_checkpointed, layer.forward, mode)
 
 

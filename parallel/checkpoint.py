@@ -31,8 +31,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
-from brickwork.parallel.parallel_model import ParallelModel
-from brickwork.parallel.pipeline_model import PipelineParallelModel
+from brickwork.parallel.parallel_model import parallel_state
 from brickwork.parallel.styles import PACKED_ATTR
 
 COMPLETE_MARKER = ".complete"
@@ -54,7 +53,7 @@ def is_complete(directory: str | os.PathLike) -> bool:
 
 def save_checkpoint(
     directory: str | os.PathLike,
-    model: ParallelModel | nn.Module,
+    model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
     step: int,
     *,
@@ -62,7 +61,7 @@ def save_checkpoint(
 ) -> Path:
     """Save model, optimizer state, step, RNG, spec and dist dict into ``directory``; every rank calls it.
 
-    ``model`` is a ParallelModel or, in a single process, a plain module. ``extra`` must be JSON
+    ``model`` is what ``parallelize`` returned or, in a single process, a plain module. ``extra`` must be JSON
     data. An existing checkpoint in ``directory`` loses its marker first, so a save interrupted
     while overwriting it is not mistaken for complete. Returns the folder.
     """
@@ -86,7 +85,7 @@ def save_checkpoint(
         "step": step,
         "world_size": world,
         "spec": getattr(model, "spec", None),
-        "dist": model.config.to_dict() if isinstance(model, ParallelModel) else None,
+        "dist": _dist_dict(model),
         "param_groups": _hyperparameters(optimizer) if optimizer is not None else None,
         "extra": dict(extra or {}),
     }
@@ -107,7 +106,7 @@ def _write_marker(folder: Path) -> None:
 
 def load_checkpoint(
     directory: str | os.PathLike,
-    model: ParallelModel | nn.Module,
+    model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> dict[str, Any]:
     """Load a complete checkpoint into ``model`` (and ``optimizer``), under this run's layout.
@@ -149,30 +148,29 @@ def load_checkpoint(
     return meta
 
 
-def _model_state(model: ParallelModel | nn.Module) -> dict[str, torch.Tensor]:
+def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's state dict, by single-process names: DTensors where sharded, sharing storage with
     the parameters (so DCP loads in place)."""
-    if isinstance(model, PipelineParallelModel):
-        modules = list(model.stages)
-    else:
-        modules = [model.module if isinstance(model, ParallelModel) else model]
-    out: dict[str, torch.Tensor] = {}
-    for module in modules:
-        out.update(module.state_dict())
-    return out
+    state = parallel_state(model)
+    return state.local_state_dict() if state is not None else model.state_dict()
 
 
-def _trainable(model: ParallelModel | nn.Module) -> dict[str, torch.Tensor]:
-    if isinstance(model, ParallelModel):
-        return model.named_trainable()
+def _dist_dict(model: nn.Module) -> dict[str, Any] | None:
+    state = parallel_state(model)
+    return state.config.to_dict() if state is not None else None
+
+
+def _trainable(model: nn.Module) -> dict[str, torch.Tensor]:
+    state = parallel_state(model)
+    if state is not None:
+        return state.trainable()
     return dict(model.named_parameters(remove_duplicate=False))
 
 
-def _local_optimizer(
-    model: ParallelModel | nn.Module, optimizer: torch.optim.Optimizer
-) -> torch.optim.Optimizer:
+def _local_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     # Under ZeRO-1 this rank's state lives in its part of the ZeroRedundancyOptimizer.
-    stepped = model.stepped_optimizer(optimizer) if isinstance(model, ParallelModel) else optimizer
+    state = parallel_state(model)
+    stepped = state.stepped_optimizer(optimizer) if state is not None else optimizer
     return getattr(stepped, "optim", stepped)
 
 
@@ -186,7 +184,7 @@ def _as_global(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     )
 
 
-def _optimizer_state(model: ParallelModel | nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     local = _local_optimizer(model, optimizer)
     out = {}
     for name, param in _trainable(model).items():
@@ -197,7 +195,7 @@ def _optimizer_state(model: ParallelModel | nn.Module, optimizer: torch.optim.Op
 
 
 def _optimizer_destinations(
-    model: ParallelModel | nn.Module, optimizer: torch.optim.Optimizer, stored: Mapping[str, Any]
+    model: nn.Module, optimizer: torch.optim.Optimizer, stored: Mapping[str, Any]
 ) -> dict[str, tuple[torch.Tensor, str, torch.Tensor]]:
     """For each optimizer state tensor in the checkpoint that this rank's optimizer holds: its
     parameter, state key, and an empty tensor laid out like the parameter to load it into."""
@@ -249,14 +247,15 @@ def _restore_hyperparameters(optimizer: torch.optim.Optimizer, saved: list[dict[
             group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
 
 
-def _refuse_packed(model: ParallelModel | nn.Module) -> None:
-    modules = model.module if isinstance(model, ParallelModel) else model
-    for name, module in modules.named_modules():
-        if getattr(module, PACKED_ATTR, None):
-            raise ValueError(
-                f"{name} holds a packed 'colwise:N' projection whose columns are reordered for this TP size; "
-                "save its full_state_dict() instead of a resharding checkpoint"
-            )
+def _refuse_packed(model: nn.Module) -> None:
+    state = parallel_state(model)
+    for module in state.modules if state is not None else [model]:
+        for name, sub in module.named_modules():
+            if getattr(sub, PACKED_ATTR, None):
+                raise ValueError(
+                    f"{name} holds a packed 'colwise:N' projection whose columns are reordered for this TP "
+                    "size; save its full_state_dict() instead of a resharding checkpoint"
+                )
 
 
 def _rank_and_world() -> tuple[int, int]:

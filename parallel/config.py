@@ -35,7 +35,6 @@ class ParallelConfig:
     cpu_offload: bool = False
     activation_checkpointing: str = "none"
     mixed_precision: str = "fp32"
-    max_grad_norm: float | None = None
     num_microbatches: int | None = None
     pipeline_schedule: str = "1f1b"
     virtual_pipeline_size: int = 1
@@ -68,12 +67,6 @@ class ParallelConfig:
             )
         if self.sequence_parallel and self.tensor_parallel_size == 1:
             raise ConfigError("sequence_parallel needs tensor_parallel_size > 1", "sequence_parallel")
-        if self.max_grad_norm is not None and not (
-            isinstance(self.max_grad_norm, int | float) and self.max_grad_norm > 0
-        ):
-            raise ConfigError(
-                f"must be a positive number or null, got {self.max_grad_norm!r}", "max_grad_norm"
-            )
         for key in ("num_microbatches", "pipeline_num_layers"):
             if getattr(self, key) is not None:
                 _check_positive_int(key, getattr(self, key))

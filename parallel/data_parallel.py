@@ -24,13 +24,14 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from brickwork.parallel.activation_checkpointing import layer_stacks
 from brickwork.parallel.config import ParallelConfig
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def apply_fsdp(module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh) -> None:
-    """ZeRO-2/3: shard each of the model's ``layers`` and then the rest, in place, over ``dp_mesh``.
+    """ZeRO-2/3: shard each layer of the model's stacks and then the rest, in place, over ``dp_mesh``.
 
     One FSDP unit per layer lets the all-gather of layer i+1 overlap the compute of layer i and
     frees each layer's full parameters after use (ZeRO-3). Mixed precision casts the parameters for
@@ -45,8 +46,9 @@ def apply_fsdp(module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh) -
     options: dict[str, Any] = dict(
         mesh=dp_mesh, reshard_after_forward=config.zero_stage == 3, mp_policy=mixed, offload_policy=offload
     )
-    for layer in getattr(module, "layers", None) or []:
-        fully_shard(layer, **options)
+    for stack in layer_stacks(module):
+        for layer in stack:
+            fully_shard(layer, **options)
     fully_shard(module, **options)
 
 

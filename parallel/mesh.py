@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,11 +28,16 @@ def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
     The mesh is laid out row-major over the ranks, so tensor parallel is innermost, then data, then
     pipeline (LiBai's grouping): with 8 ranks and dp=2, tp=4 the TP groups are [0..3] and [4..7]; with
     pp=dp=tp=2, stage 0 holds ranks 0-3, TP pairs [0,1], [2,3] and DP pairs [0,2], [1,3]. Starts the
-    default process group from the torchrun environment if it is not up yet.
+    default process group from the torchrun environment if it is not up yet; a plain ``python``
+    process (no ``RANK`` in the environment) is a world of one.
     """
     if not dist.is_initialized():
         config = ParallelConfig.from_dict(dist_config)
-        dist.init_process_group("nccl" if mesh_device_type(config) == "cuda" else "gloo")
+        backend = "nccl" if mesh_device_type(config) == "cuda" else "gloo"
+        if "RANK" in os.environ:
+            dist.init_process_group(backend)
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
     device_type = mesh_device_type(config)
     if device_type == "cuda":

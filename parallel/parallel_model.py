@@ -1,28 +1,33 @@
-"""``parallelize(model, dist)`` and the ParallelModel it returns (the contract of DESIGN.md)."""
+"""``parallelize(model, dist)``: the layout applied to the model in place (the contract of DESIGN.md).
+
+Tensor parallel, activation checkpointing and FSDP2 change the model's own modules. DDP, which is a
+wrapper in torch, is attached the way torch's composable ``replicate`` attaches it: a forward pre-
+and post-hook on the model call the DDP reducer, so the model stays the object the user holds and
+keeps its parameter names. What a train step needs from the layout (the dp group, gradient sync on
+or off, pending gradient reductions, the gradient norm over every mesh dim, the ZeRO-1 optimizer)
+is the model's :class:`ParallelState`, read with :func:`parallel_state`. Nothing here knows a loss.
+"""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.parallel import loss_parallel
 from torch.nn.parallel import DistributedDataParallel
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
-from brickwork.parallel.balance import split_rows
 from brickwork.parallel.config import ParallelConfig
-from brickwork.parallel.data_parallel import DTYPES, LocalShards, ZeroOptimizers, apply_ddp, apply_fsdp
+from brickwork.parallel.data_parallel import LocalShards, ZeroOptimizers, apply_ddp, apply_fsdp
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import materialize, take_source, uses_meta_init
-from brickwork.parallel.mesh import build_mesh, mesh_device_type
+from brickwork.parallel.mesh import build_mesh
 from brickwork.parallel.styles import PACKED_ATTR, unpack_full
 from brickwork.parallel.tensor_parallel import (
     apply_tensor_parallel,
@@ -32,7 +37,7 @@ from brickwork.parallel.tensor_parallel import (
     name_plan,
 )
 
-IGNORE_INDEX = -100
+STATE_ATTR = "_brickwork_parallel_state"
 
 
 def parallelize(
@@ -41,22 +46,23 @@ def parallelize(
     *,
     plan: Mapping[str, str] | None = None,
     divide: Mapping[str, Sequence[str]] | None = None,
-) -> ParallelModel:
-    """Lay ``model`` out over all ranks as the dist dict says; every rank calls it with the same model.
+) -> nn.Module:
+    """Lay ``model`` out over all ranks as the dist dict says, in place; every rank calls it.
 
-    Tensor parallel follows the components' own ``tp_plan()`` declarations, plus ``plan`` (glob
-    pattern -> style), whose entries are added and win over a component's entry for the same
-    module: that is how a model brickwork did not build is sharded (``divide`` names attributes such
-    as head counts to divide by the TP size). Every check runs before the first collective, so a bad dist
-    dict raises the same ConfigError on every rank. Rank 0 may pass the real model while the other
-    ranks pass it built on the meta device (see parallel/materialize.py), except under a pipeline.
-
-    With ``pipeline_parallel_size`` > 1 the result is a PipelineParallelModel (parallel/pipeline_model.py)
-    whose ranks each hold their pipeline stages; the contract is the same.
+    Returns ``model`` itself, whose ``.parameters()`` are now this rank's (shards under TP/FSDP), or
+    with ``pipeline_parallel_size`` > 1 a :class:`~brickwork.parallel.pipeline_model.PipelinedModel`
+    holding this rank's stages and the schedule. Tensor parallel follows the components' own
+    ``tp_plan()`` declarations, plus ``plan`` (glob pattern -> style), whose entries win over a
+    component's entry for the same module: that is how a model brickwork did not build is sharded
+    (``divide`` names attributes such as head counts to divide by the TP size). Every check runs
+    before the first collective, so a bad dist dict raises the same ConfigError on every rank. Rank 0
+    may pass the real model while the others pass it built on the meta device (parallel/materialize.py),
+    except under a pipeline. In a plain ``python`` process this is a world of one.
     """
-    if not dist.is_initialized():
-        build_mesh(dist_config)
+    mesh = build_mesh(dist_config)
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
+    if parallel_state(model) is not None:
+        raise ValueError(f"this {type(model).__name__} is already parallelized; build a fresh model")
     entries = merge_plans(component_plan(model), name_plan(model, plan) if plan else [])
     tp = config.tensor_parallel_size
     if tp > 1:
@@ -67,16 +73,11 @@ def parallelize(
             )
         check_tensor_parallel(model, entries, tp)
     if config.pipeline_parallel_size > 1:
-        # Imported here: the pipeline model builds on this module's ParallelModel.
+        # Imported here: the pipeline module builds on this one's ParallelState.
         from brickwork.parallel.pipeline_model import parallelize_pipeline
 
-        pipelined = parallelize_pipeline(model, config, plan, divide)
-        pipelined.spec = getattr(model, "spec", None)
-        return pipelined
-    mesh = build_mesh(config)
-    device = torch.device(
-        mesh.device_type, torch.cuda.current_device() if mesh.device_type == "cuda" else None
-    )
+        return parallelize_pipeline(model, config, mesh, plan, divide)
+    device = mesh_device(mesh)
     meta = uses_meta_init(model, device)
     source = take_source(model, device) if meta else {}
     if not meta:
@@ -86,7 +87,7 @@ def parallelize(
             model, entries, mesh["tp"], sequence_parallel=config.sequence_parallel, divide=divide
         )
     apply_activation_checkpointing(model, config.activation_checkpointing)
-    root: nn.Module = model
+    ddp = None
     if config.zero_stage >= 2:
         apply_fsdp(model, config, mesh["dp"])
         if meta:
@@ -95,124 +96,174 @@ def parallelize(
         if meta:
             materialize(model, source, device)
         if config.data_parallel_size > 1:
-            root = apply_ddp(model, mesh["dp"])
-    parallel_model = ParallelModel(model, root, config, mesh)
-    parallel_model.spec = getattr(model, "spec", None)
-    return parallel_model
+            ddp = attach_ddp(model, mesh["dp"])
+    state = ParallelState(config, mesh, [model], [ddp] if ddp is not None else [])
+    setattr(model, STATE_ATTR, state)
+    if ddp is not None and isinstance(ddp.module, LocalShards):
+        # The optimizer must step the shards DDP reduces, not the DTensor views the modules hold.
+        model.__class__ = type(type(model).__name__, (TrainableParameters, type(model)), {})
+    return model
 
 
-class ParallelModel:
-    """A model laid out over a (pp, dp, tp) mesh, with a train step that equals one process's.
+def mesh_device(mesh: DeviceMesh) -> torch.device:
+    """The device this rank computes on."""
+    index = torch.cuda.current_device() if mesh.device_type == "cuda" else None
+    return torch.device(mesh.device_type, index)
 
-    ``module`` is the parallelized model itself (its parameter names are the single-process ones);
-    calling the ParallelModel runs the forward on the full batch and returns full logits.
+
+def attach_ddp(module: nn.Module, dp_mesh: DeviceMesh, accumulates: bool = False) -> DistributedDataParallel:
+    """DDP over ``dp_mesh`` driven by hooks on ``module`` itself (torch ``replicate``'s way), so
+    ``module`` needs no wrapper. Returns the DDP object, which holds the reducer."""
+    ddp = apply_ddp(module, dp_mesh, accumulates=accumulates)
+
+    def before(_: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        DistributedDataParallel._active_ddp_module = ddp
+        return ddp._pre_forward(*args, **kwargs)
+
+    def after(_: nn.Module, args: tuple, output: Any) -> Any:
+        DistributedDataParallel._active_ddp_module = None
+        return ddp._post_forward(output)
+
+    module.register_forward_pre_hook(before, with_kwargs=True)
+    module.register_forward_hook(after)
+    return ddp
+
+
+class TrainableParameters:
+    """Mixed into a parallelized model's class where the tensors the optimizer steps are not the
+    modules' own (DDP + TP: local shards behind DTensor views): ``named_parameters`` yields those,
+    under the single-process names."""
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        seen: set[int] = set()
+        for name, tensor in parallel_state(self).trainable().items():
+            if remove_duplicate and id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            yield (f"{prefix}.{name}" if prefix else name), tensor
+
+
+def parallel_state(model: nn.Module) -> ParallelState | None:
+    """The layout ``parallelize`` applied to ``model``, or None for a plain single-process module."""
+    return getattr(model, STATE_ATTR, None)
+
+
+class ParallelState:
+    """What training needs to know about a parallelized model, and nothing about losses.
+
+    ``modules`` are the model (or this rank's pipeline stages), whose state dicts use the
+    single-process names; ``ddps`` are the DDP objects attached to them (none under FSDP or dp=1).
     """
 
-    def __init__(self, module: nn.Module, root: nn.Module, config: ParallelConfig, mesh: DeviceMesh) -> None:
-        self.module = module
-        self.root = root
+    def __init__(
+        self,
+        config: ParallelConfig,
+        mesh: DeviceMesh,
+        modules: Sequence[nn.Module],
+        ddps: Sequence[DistributedDataParallel],
+    ) -> None:
         self.config = config
         self.mesh = mesh
-        # Under DDP + TP the trainable tensors are the local shards DDP holds (data_parallel.LocalShards).
-        self._params = list(root.parameters())
+        self.device = mesh_device(mesh)
+        self.modules = list(modules)
+        self.ddps = list(ddps)
+        self.dp_group = mesh["dp"].get_group()
         self._zero = ZeroOptimizers(mesh["dp"]) if config.zero_stage == 1 else None
-        self.spec: dict[str, Any] | None = None  # the model's resolved spec, kept for checkpoints
+        self.batch_group, self.batch_source = _batch_group(mesh)
 
-    def parameters(self) -> Iterator[nn.Parameter]:
-        """This rank's parameters (shards under TP/FSDP). Build the optimizer from them."""
-        return iter(self._params)
+    @property
+    def is_pipeline(self) -> bool:
+        return self.config.pipeline_parallel_size > 1
 
-    def named_trainable(self) -> dict[str, torch.Tensor]:
-        """Each of the model's parameter names (tied names too) -> the tensor the optimizer holds for it:
-        the parameter itself, or under DDP + TP its local shard (data_parallel.LocalShards)."""
-        inner = self.root.module if isinstance(self.root, DistributedDataParallel) else self.root
-        if isinstance(inner, LocalShards):
-            return dict(inner.by_name)
-        return dict(self.module.named_parameters(remove_duplicate=False))
+    def trainable(self) -> dict[str, torch.Tensor]:
+        """Each parameter name (tied names too) -> the tensor the optimizer holds for it: the
+        parameter, or under DDP + TP its local shard (data_parallel.LocalShards)."""
+        out: dict[str, torch.Tensor] = {}
+        shards = {id(d.module._model[0]): d.module for d in self.ddps if isinstance(d.module, LocalShards)}
+        for module in self.modules:
+            local = shards.get(id(module))
+            out.update(
+                local.by_name if local is not None else module.named_parameters(remove_duplicate=False)
+            )
+        return out
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The tensors the optimizer steps, each once."""
+        return list({id(t): t for t in self.trainable().values()}.values())
+
+    def local_state_dict(self) -> dict[str, torch.Tensor]:
+        """This rank's state by single-process names: DTensors where sharded, sharing storage."""
+        out: dict[str, torch.Tensor] = {}
+        for module in self.modules:
+            out.update(module.state_dict())
+        return out
 
     def stepped_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """The optimizer ``train_step`` really steps for ``optimizer``: under ZeRO-1 its
-        ZeroRedundancyOptimizer (each rank holding 1/dp of the state), otherwise ``optimizer``."""
+        """The optimizer that really steps for ``optimizer``: under ZeRO-1 its ZeroRedundancyOptimizer
+        (each rank holding 1/dp of the state), otherwise ``optimizer``."""
         return self._zero.get(optimizer) if self._zero is not None else optimizer
 
-    def __call__(self, input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """Forward on the whole batch [B, T] -> full logits [B, T, vocab] (gathered over TP)."""
-        with self._autocast():
-            logits = _logits(self.root(input_ids.to(self.mesh.device_type), **kwargs))
-        return logits.full_tensor() if isinstance(logits, DTensor) else logits
+    def set_gradient_sync(self, enabled: bool) -> None:
+        """Whether the next backward reduces gradients over dp (off for all but the last micro-step
+        of gradient accumulation): DDP's ``no_sync`` switch, FSDP's ``set_requires_gradient_sync``."""
+        for ddp in self.ddps:
+            ddp.require_backward_grad_sync = enabled
+        for module in self.modules:
+            if isinstance(module, FSDPModule):
+                module.set_requires_gradient_sync(enabled)
 
-    def train_step(
-        self, input_ids: torch.Tensor, labels: torch.Tensor, optimizer: torch.optim.Optimizer
-    ) -> float:
-        """One optimizer step on the global batch; returns its mean token cross-entropy on every rank.
+    def finish_gradients(self) -> None:
+        """Carry out reductions still pending after backward (a Partial gradient under sequence
+        parallel); the pipeline adds the sum of a tied weight's gradient over its stages."""
+        settle_gradients(self.parameters())
 
-        input_ids, labels: [B, T] (labels already aligned; -100 is ignored). Each data-parallel rank
-        trains on its contiguous B/dp rows (or rows in proportion to ``device_weights``); the loss
-        is scaled by dp / (tokens of the global batch), so the dp-averaged gradients are those of the
-        mean over every token of the global batch, however the rows are split.
-        """
-        dp = self.config.data_parallel_size
-        local_ids, local_labels, tokens = self._local_batch(input_ids, labels)
-        optimizer = self.stepped_optimizer(optimizer)
-        optimizer.zero_grad(set_to_none=True)
-        with self._autocast():
-            logits = _logits(self.root(local_ids))
-        parallel_loss = isinstance(logits, DTensor)
-        with loss_parallel() if parallel_loss else contextlib.nullcontext():
-            loss_sum = F.cross_entropy(
-                logits.flatten(0, 1).float(),
-                local_labels.flatten(),
-                reduction="sum",
-                ignore_index=IGNORE_INDEX,
-            )
-            # DDP and FSDP average gradients over dp, so each rank's share is scaled up by dp.
-            (loss_sum * (dp / tokens)).backward()
-        settle_gradients(self._params)
-        if self.config.max_grad_norm is not None:
-            clip_grad_norm(self._params, self.config.max_grad_norm)
-        optimizer.step()
-        total = (loss_sum.to_local() if parallel_loss else loss_sum).detach().double().reshape(1)
-        dist.all_reduce(total, group=self.mesh["dp"].get_group())
-        return float(total) / tokens
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """Scale the gradients so the full gradient's 2-norm is at most ``max_norm``; returns the norm."""
+        return clip_grad_norm(self.parameters(), max_norm)
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The full weights on every rank (CPU), keyed like the single-process model's state_dict."""
-        return gather_full_state(self.module)
 
-    def _local_batch(
-        self, input_ids: torch.Tensor, labels: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """This data-parallel rank's rows of the global batch (on the mesh's device), and the number
-        of tokens to learn from in the whole global batch. ValueError, naming the numbers, for a
-        batch that does not split (every rank sees the same batch, so every rank raises)."""
-        if input_ids.dim() != 2 or labels.shape != input_ids.shape:
-            raise ValueError(
-                f"input_ids and labels must both be [B, T], got {tuple(input_ids.shape)} and "
-                f"{tuple(labels.shape)}"
-            )
-        batch, seq = input_ids.shape
-        dp, tp = self.config.data_parallel_size, self.config.tensor_parallel_size
-        if self.config.sequence_parallel and seq % tp:
-            raise ValueError(
-                f"sequence length {seq} is not divisible by tensor_parallel_size={tp} (sequence_parallel on)"
-            )
-        # device_weights with pipeline_parallel_size 1 are per data-parallel rank: uneven rows.
-        weights = self.config.device_weights if self.config.pipeline_parallel_size == 1 else None
-        rows = split_rows(batch, weights, dp)
-        rank = self.mesh["dp"].get_local_rank()
-        start = sum(rows[:rank])
-        tokens = int((labels != IGNORE_INDEX).sum())
-        if tokens == 0:
-            raise ValueError("labels hold no token to learn from (all are -100)")
-        device = self.mesh.device_type
-        local = slice(start, start + rows[rank])
-        return input_ids[local].to(device), labels[local].to(device), tokens
+def _batch_group(mesh: DeviceMesh) -> tuple[dist.ProcessGroup | None, int]:
+    """The group of this rank's tensor- and pipeline-parallel peers (one data-parallel index) and its
+    first global rank, which the others take the batch from; (None, rank) when it is this rank alone.
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        # FSDP casts parameters itself (MixedPrecisionPolicy); DDP and plain TP compute under autocast.
-        if self.config.mixed_precision == "fp32" or self.config.zero_stage >= 2:
-            return contextlib.nullcontext()
-        return torch.autocast(self.mesh.device_type, dtype=DTYPES[self.config.mixed_precision])
+    ``new_group`` is collective, so every rank creates every group, in the same order.
+    """
+    grid = mesh.mesh  # [pp, dp, tp] global ranks
+    me = dist.get_rank()
+    if grid.shape[0] * grid.shape[2] == 1:
+        return None, me
+    found: tuple[dist.ProcessGroup | None, int] = (None, me)
+    for dp_index in range(grid.shape[1]):
+        ranks = [int(r) for r in grid[:, dp_index, :].flatten()]
+        group = dist.new_group(ranks)
+        if me in ranks:
+            found = (group, ranks[0])
+    return found
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full weights with the single-process model's names, as CPU tensors, on every rank.
+
+    DTensors are gathered, packed columns put back, pipeline stages merged (the vocabulary is the
+    model's own: nothing is padded). Collective: every rank calls it. A plain module gives its own.
+    """
+    state = parallel_state(model)
+    if state is None:
+        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    local: dict[str, torch.Tensor] = {}
+    for module in state.modules:
+        local.update(gather_full_state(module))
+    if not state.is_pipeline:
+        return local
+    parts: list[dict[str, torch.Tensor] | None] = [None] * state.config.pipeline_parallel_size
+    dist.all_gather_object(parts, local, group=state.mesh["pp"].get_group())
+    merged: dict[str, torch.Tensor] = {}
+    for part in parts:
+        merged.update(part or {})
+    order = getattr(model, "key_order", list(merged))
+    return {name: merged[name] for name in order if name in merged}
 
 
 def gather_full_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -234,14 +285,4 @@ def gather_full_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def _logits(output: Any) -> torch.Tensor:
-    """The logits of a model's output: a tensor, or an object/dict with ``logits`` (HF models)."""
-    if isinstance(output, torch.Tensor):
-        return output
-    logits = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", None)
-    if not isinstance(logits, torch.Tensor):
-        raise TypeError(f"the model returned {type(output).__name__}, not logits or an object with .logits")
-    return logits
-
-
-__all__ = ["ParallelModel", "mesh_device_type", "parallelize"]
+__all__ = ["ParallelState", "full_state_dict", "parallel_state", "parallelize"]

@@ -27,8 +27,9 @@ def check_pipeline_model(model: nn.Module) -> nn.ModuleList:
     layers = getattr(model, "layers", None)
     if not (callable(getattr(model, "embed", None)) and callable(getattr(model, "head", None))):
         raise ConfigError(
-            f"pipeline parallel needs a model with embed(ids), layers and head(h); {type(model).__name__} "
-            "lacks embed or head",
+            "pipeline parallel splits a model whose forward is head(layers(embed(x))); "
+            f"{type(model).__name__} lacks embed or head (encoder-decoder and HF models are not "
+            "pipelined: see the task x layout table of docs/training.md)",
             "pipeline_parallel_size",
         )
     if not isinstance(layers, nn.ModuleList):
@@ -38,7 +39,10 @@ def check_pipeline_model(model: nn.Module) -> nn.ModuleList:
         )
     if any(True for _ in model.parameters(recurse=False)):
         raise ConfigError(
-            "pipeline parallel needs every parameter inside a child module", "pipeline_parallel_size"
+            "pipeline parallel needs every parameter inside a child module, but "
+            f"{type(model).__name__} holds {[n for n, _ in model.named_parameters(recurse=False)]} "
+            "itself (e.g. a ViT class token)",
+            "pipeline_parallel_size",
         )
     return layers
 

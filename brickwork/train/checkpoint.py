@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from brickwork.errors import ConfigError
-from brickwork.parallel import ParallelModel, export, is_complete, load_checkpoint, save_checkpoint
+from brickwork.parallel import export, is_complete, load_checkpoint, save_checkpoint
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
@@ -69,7 +69,7 @@ def prune_checkpoints(run_dir: Path, keep: int) -> None:
 def save_run_checkpoint(
     run_dir: Path,
     step: int,
-    model: nn.Module | ParallelModel,
+    model: nn.Module,
     optimizer: torch.optim.Optimizer,
     data_state: dict[str, torch.Tensor],
     val_loss: float,
@@ -85,7 +85,7 @@ def save_run_checkpoint(
 
 
 def load_run_checkpoint(
-    folder: Path, model: nn.Module | ParallelModel, optimizer: torch.optim.Optimizer
+    folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
     """Load a checkpoint into the model and optimizer as they are laid out now (any layout may have
     saved it), and restore this rank's RNG. Returns (the checkpoint's meta dict, the batch

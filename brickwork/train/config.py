@@ -5,12 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from brickwork.errors import ConfigError
+from brickwork.train.precision import PRECISIONS
 
 SCHEDULES = ("cosine", "linear", "constant")
 OPTIMIZERS = ("adamw", "sgd")
 DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("fp32", "bf16")
-POSITIVE = ("steps", "batch_size", "seq_len", "eval_interval", "eval_batches", "checkpoint_interval")
+POSITIVE = (
+    "steps",
+    "batch_size",
+    "grad_accum_steps",
+    "seq_len",
+    "eval_interval",
+    "eval_batches",
+    "checkpoint_interval",
+)
 NON_NEGATIVE = ("warmup_steps", "sample_tokens", "keep_checkpoints", "seed")
 
 
@@ -21,11 +29,15 @@ class TrainConfig:
     The learning rate warms up linearly over ``warmup_steps`` and then follows ``schedule`` from
     ``lr`` down to ``min_lr`` at ``steps``; ``warmup_steps=None`` means 5% of the steps, and the
     resolved config records the number. ``grad_clip`` is the max global gradient norm (0 = off).
-    ``sample_tokens=None`` fills ``seq_len`` after the prompt.
+    ``sample_tokens=None`` fills ``seq_len`` after the prompt. ``batch_size`` rows make one optimizer
+    step: split over the data-parallel ranks, then into ``grad_accum_steps`` micro-batches. ``precision``
+    is the train step's policy (fp32, bf16, bf16-mixed, fp16; see brickwork/train/precision.py).
+    ``seq_len`` is the window of bytes for text tasks; image tasks take the model's image size.
     """
 
     steps: int = 600
     batch_size: int = 16
+    grad_accum_steps: int = 1
     seq_len: int = 128
     lr: float = 3e-3
     min_lr: float = 3e-4

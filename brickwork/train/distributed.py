@@ -1,17 +1,13 @@
-"""Pick the engine for this process: one device, or the parallel layer under ``torchrun``."""
+"""The world of this process (one process, or the ranks ``torchrun`` started) against the dist dict."""
 
 from __future__ import annotations
 
 import os
 
-import torch
 import torch.distributed as dist
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, build_mesh
-from brickwork.train.local import LocalEngine, resolve_device
-from brickwork.train.parallel_engine import ParallelEngine
-from brickwork.train.run_config import RunConfig
 
 
 def world_size() -> int:
@@ -67,11 +63,3 @@ def agree_on_rank0(value: str, dist_dict: dict) -> str:
     shared = [value]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]
-
-
-def make_engine(model: torch.nn.Module, run: RunConfig) -> LocalEngine | ParallelEngine:
-    """A LocalEngine in a single process; a ParallelEngine under torchrun."""
-    check_world(run.dist)
-    if world_size() == 1:
-        return LocalEngine(model, resolve_device(run.train.device), run.train.precision, run.train.grad_clip)
-    return ParallelEngine(model, run)

@@ -8,43 +8,40 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import torch
+from torch import nn
 from tqdm import tqdm
 
-from brickwork.data import RandomWindows
-from brickwork.parallel import ParallelModel
+from brickwork.data.task_batches import TaskBatches
+from brickwork.parallel import parallel_state, split_rows
 from brickwork.train.checkpoint import prune_checkpoints, save_run_checkpoint
 from brickwork.train.config import TrainConfig
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import learning_rate, set_learning_rate
-
-
-class Engine(Protocol):
-    """What the loop needs from a single-process or a parallel runner."""
-
-    is_main: bool
-
-    def train_step(
-        self, input_ids: torch.Tensor, labels: torch.Tensor, optimizer: torch.optim.Optimizer
-    ) -> float: ...
-
-    def evaluate(self, input_ids: torch.Tensor, labels: torch.Tensor, batch_size: int) -> float: ...
-
-    @property
-    def checkpoint_model(self) -> torch.nn.Module | ParallelModel: ...
+from brickwork.train.step import TrainStep, evaluate
 
 
 @dataclass
 class LoopState:
-    """Where a run stands: the next step to take and the batches still to draw."""
+    """Where a run stands: the next step to take, the batches still to draw, the fixed validation set."""
 
     step: int
-    batches: RandomWindows
-    val_inputs: torch.Tensor
-    val_labels: torch.Tensor
+    batches: TaskBatches
+    val_batches: list[dict[str, torch.Tensor]]
     val_loss: float = math.nan
+
+
+def local_share(batch: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    """This data-parallel rank's contiguous rows of a global batch (by ``device_weights`` when they
+    weigh data-parallel ranks); tensor/pipeline-parallel peers take the same rows."""
+    layout = parallel_state(model)
+    config = layout.config
+    weights = config.device_weights if config.pipeline_parallel_size == 1 else None
+    rows = split_rows(next(iter(batch.values())).shape[0], weights, config.data_parallel_size)
+    rank = layout.mesh["dp"].get_local_rank()
+    start = sum(rows[:rank])
+    return {k: v[start : start + rows[rank]] for k, v in batch.items()}
 
 
 class NonFiniteLoss(ValueError):
@@ -52,73 +49,82 @@ class NonFiniteLoss(ValueError):
 
 
 def run_loop(
-    engine: Engine,
+    model: nn.Module,
+    step: TrainStep,
+    task: str,
     optimizer: torch.optim.Optimizer,
     cfg: TrainConfig,
     state: LoopState,
     run_dir: Path,
     title: str,
+    is_main: bool,
 ) -> float:
     """Train from ``state.step`` to ``cfg.steps``; returns the final validation loss.
 
-    Only the main process writes files and prints. Evaluation and checkpointing happen after the
-    steps that are multiples of their intervals and after the last step.
+    Every rank runs it. Only the main process writes files and prints. Evaluation and checkpointing
+    happen after the steps that are multiples of their intervals and after the last step.
     """
     log = MetricsLog(run_dir / "metrics.jsonl")
+    val_batches = [local_share(b, model) for b in state.val_batches]
     val_loss = state.val_loss
     if state.step == 0:
-        val_loss = engine.evaluate(state.val_inputs, state.val_labels, cfg.batch_size)
-        _record(engine, log, {"step": 0, "val_loss": val_loss})
-        if engine.is_main:
+        val_loss = evaluate(model, val_batches, task)
+        _record(is_main, log, {"step": 0, "val_loss": val_loss})
+        if is_main:
             print(f"step {0:>{len(str(cfg.steps))}}/{cfg.steps}  val loss {val_loss:.4f} before training")
-    tokens_per_step = cfg.batch_size * cfg.seq_len
+    image = task == "image_classification"
+    items_per_step = cfg.batch_size if image else cfg.batch_size * cfg.seq_len
+    rate_name = "images_per_s" if image else "tokens_per_s"
+    rate_unit = "img/s" if image else "tok/s"
     recent: deque[float] = deque(maxlen=20)
     bar = tqdm(
         total=cfg.steps,
         initial=state.step,
         # A bar redrawn with carriage returns only garbles logs; without a terminal the
         # evaluation lines alone report progress.
-        disable=not (engine.is_main and sys.stdout.isatty()),
+        disable=not (is_main and sys.stdout.isatty()),
         unit="step",
         file=sys.stdout,
         dynamic_ncols=True,
         mininterval=0.5,
         bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}{postfix}]",
     )
-    for step in range(state.step, cfg.steps):
-        lr = learning_rate(step, cfg)
+    for index in range(state.step, cfg.steps):
+        lr = learning_rate(index, cfg)
         set_learning_rate(optimizer, lr)
-        inputs, labels = state.batches.next_batch()
+        batch = local_share(state.batches.next_batch(), model)
         started = time.perf_counter()
-        loss = engine.train_step(inputs, labels, optimizer)
+        loss = step(batch)
         recent.append(time.perf_counter() - started)
-        done = step + 1
-        if not math.isfinite(loss):
+        done = index + 1
+        if not math.isfinite(loss) and not step.metrics.get("skipped"):
             bar.close()
             raise NonFiniteLoss(
                 f"the training loss became {loss} at step {done}; lower train.lr (now {cfg.lr}) "
                 f"or set train.grad_clip (now {cfg.grad_clip})"
             )
-        tokens_per_s = tokens_per_step * len(recent) / sum(recent)
-        _record(engine, log, {"step": done, "loss": loss, "lr": lr, "tokens_per_s": round(tokens_per_s, 1)})
+        rate = items_per_step * len(recent) / sum(recent)
+        record = {"step": done, "loss": loss, "lr": lr, rate_name: round(rate, 1)}
+        record.update({k: v for k, v in step.metrics.items() if k != "skipped" or v})
+        _record(is_main, log, record)
+        if step.metrics.get("skipped") and is_main:
+            bar.write(f"step {done}: fp16 gradients overflowed; the step was skipped", file=sys.stdout)
         if done % cfg.eval_interval == 0 or done == cfg.steps:
-            val_loss = engine.evaluate(state.val_inputs, state.val_labels, cfg.batch_size)
-            _record(engine, log, {"step": done, "val_loss": val_loss})
-            if engine.is_main:
+            val_loss = evaluate(model, val_batches, task)
+            _record(is_main, log, {"step": done, "val_loss": val_loss})
+            if is_main:
                 eta = _clock(sum(recent) / len(recent) * (cfg.steps - done))
                 bar.write(
                     f"step {done:>{len(str(cfg.steps))}}/{cfg.steps}  train loss {loss:.4f}  "
-                    f"val loss {val_loss:.4f}  {tokens_per_s:,.0f} tok/s  ETA {eta}",
+                    f"val loss {val_loss:.4f}  {rate:,.0f} {rate_unit}  ETA {eta}",
                     file=sys.stdout,
                 )
         if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
-            save_run_checkpoint(
-                run_dir, done, engine.checkpoint_model, optimizer, state.batches.state_dict(), val_loss
-            )
-            if engine.is_main:
+            save_run_checkpoint(run_dir, done, model, optimizer, state.batches.state_dict(), val_loss)
+            if is_main:
                 prune_checkpoints(run_dir, cfg.keep_checkpoints)
                 plot_losses(log.read(), run_dir / "loss.png", title)
-        bar.set_postfix_str(f"loss {loss:.3f}, val {val_loss:.3f}, {tokens_per_s:,.0f} tok/s", refresh=False)
+        bar.set_postfix_str(f"loss {loss:.3f}, val {val_loss:.3f}, {rate:,.0f} {rate_unit}", refresh=False)
         bar.update(1)
         state.step = done
     bar.close()
@@ -130,6 +136,6 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{secs:02d}"
 
 
-def _record(engine: Engine, log: MetricsLog, record: dict) -> None:
-    if engine.is_main:
+def _record(is_main: bool, log: MetricsLog, record: dict) -> None:
+    if is_main:
         log.append(record)

@@ -13,18 +13,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
-from brickwork.data import ByteTokenizer, RandomWindows, fixed_windows, read_corpus, split_tokens
+from brickwork.data import ByteTokenizer, fixed_windows, read_corpus, split_tokens
+from brickwork.data.task_batches import VOCAB_SIZES, TaskBatches, image_batches, text_batches
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
+from brickwork.parallel import full_state_dict, parallel_state, parallelize
 from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
-from brickwork.train.distributed import agree_on_rank0, check_world, make_engine, resolve_dist
+from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
 from brickwork.train.run_config import RunConfig, resolve_run
+from brickwork.train.step import TrainStep
 
 TOKENIZER = ByteTokenizer()
+# The task each model kind trains on, with the embedded data made for it (brickwork/data/task_batches.py).
+TASK_OF_MODEL = {
+    "decoder_lm": "causal_lm",
+    "encoder": "masked_lm",
+    "encoder_decoder": "seq2seq",
+    "image_encoder": "image_classification",
+}
 
 
 @dataclass
@@ -85,64 +96,73 @@ def default_out_dir(name: str) -> str:
 def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) -> RunResult:
     cfg = run.train
     started = time.perf_counter()
-    data, source = read_corpus(run.data.path)
-    train_tokens, val_tokens = split_tokens(TOKENIZER.encode(data), run.data.val_fraction, cfg.seq_len)
-    kind = run.spec.get("model")
-    if kind != "decoder_lm":
-        raise ConfigError(
-            f"brickwork train trains decoder_lm models, got {kind!r}", "model", choices=["decoder_lm"]
-        )
+    task = _task(run)
     torch.manual_seed(cfg.seed)
-    model = build_model(_byte_vocab(run))
+    model = build_model(_task_spec(run, task))
     run.spec = model.spec
-    _check_fits(run)
-    check_world(run.dist)
-    run.dist = resolve_dist(run.dist)
+    _check_fits(run, task)
+    run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
     # Every process decides about the folder before any of them writes to it.
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is None:
         _check_unclaimed(run_dir)
     params = sum(p.numel() for p in model.parameters())
-    engine = make_engine(model, run)
-    say = print if engine.is_main else _quiet
+    model = parallelize(model, _layout_dict(run))
+    layout = parallel_state(model)
+    if layout.device.type == "cpu":
+        # Subnormal floats (tiny gradients, Adam's second moments) take a slow microcode path on x86
+        # CPUs; flushing them to zero makes CPU steps many times faster at no cost in loss.
+        torch.set_flush_denormal(True)
+    is_main = dist.get_rank() == 0
+    say = print if is_main else _quiet
+    # Every rank has checked the run folder before rank 0 writes into it.
+    dist.barrier()
 
-    batches = RandomWindows(train_tokens, cfg.batch_size, cfg.seq_len, seed=cfg.seed)
-    val_inputs, val_labels = fixed_windows(val_tokens, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
-    optimizer = build_optimizer(engine.parameters(), cfg)
-    state = LoopState(0, batches, val_inputs, val_labels)
+    batches, val_batches, source = _data(run, task)
+    optimizer = build_optimizer(model.parameters(), cfg)
+    step = TrainStep(
+        model,
+        optimizer,
+        task,
+        grad_accum_steps=cfg.grad_accum_steps,
+        precision=cfg.precision,
+        grad_clip=cfg.grad_clip if cfg.grad_clip > 0 else None,
+    )
+    state = LoopState(0, batches, val_batches)
     log = MetricsLog(run_dir / "metrics.jsonl")
     if checkpoint is not None:
         state.step, folder = checkpoint
-        meta, data_state, state.val_loss = load_run_checkpoint(folder, engine.checkpoint_model, optimizer)
+        meta, data_state, state.val_loss = load_run_checkpoint(folder, model, optimizer)
         batches.load_state_dict(data_state)
         say(f"resuming {run_dir} from step {state.step} of {cfg.steps}")
         saved, now = _layout(meta["dist"]), _layout(run.dist)
         if saved != now:
             say(f"the checkpoint was saved as {saved}; continuing as {now}")
-        if engine.is_main:
+        if is_main:
             log.truncate_after(state.step)
             if relayout:
                 # The run goes on under the new dist dict; a later --resume with no overrides keeps it.
                 dump_spec(run.to_dict(), run_dir / "config.yaml")
     else:
-        if engine.is_main:
+        if is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             dump_spec(run.to_dict(), run_dir / "config.yaml")
         say(f"run folder {run_dir}")
-    say(f"model {run.name}: {params:,} parameters; data: {source}, {val_tokens.numel():,} bytes held out")
-    say(f"{cfg.steps} steps of {cfg.batch_size} x {cfg.seq_len} tokens on {engine.describe()}")
+    say(f"model {run.name}: {params:,} parameters, task {task}; data: {source}")
+    say(f"{cfg.steps} steps of {_step_size(run, task)} on {_describe(layout, cfg.precision)}")
 
     title = f"{run.name}: {run_dir.name}"
-    final = run_loop(engine, optimizer, cfg, state, run_dir, title)
-    sample_model = engine.sample_model()
-    engine.close()
-    if not engine.is_main:
+    final = run_loop(model, step, task, optimizer, cfg, state, run_dir, title, is_main)
+    sample_model = _sample_model(run, model) if task == "causal_lm" else None
+    dist.barrier()
+    dist.destroy_process_group()
+    if not is_main:
         return RunResult(run_dir, math.nan, final, time.perf_counter() - started, "")
     records = log.read()
     if not plot_losses(records, run_dir / "loss.png", title):
         say("no loss.png: drawing it needs matplotlib (pip install 'brickwork[bench]')")
     first = next((r["val_loss"] for r in records if "val_loss" in r), math.nan)
-    sample = _sample(sample_model, cfg)
+    sample = _sample(sample_model, cfg) if sample_model is not None else ""
     result = RunResult(run_dir, first, final, time.perf_counter() - started, sample)
     say(
         f"validation loss {result.first_val_loss:.3f} -> {result.final_val_loss:.3f} "
@@ -152,6 +172,103 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
         say(f"sample ({cfg.sample_tokens} bytes, KV-cache decoding, temperature {cfg.sample_temperature}):")
         say(sample)
     return result
+
+
+def _task(run: RunConfig) -> str:
+    kind = run.spec.get("model")
+    if kind not in TASK_OF_MODEL:
+        raise ConfigError(
+            f"brickwork train has no task for model {kind!r}", "model", choices=list(TASK_OF_MODEL)
+        )
+    if kind == "encoder" and run.spec.get("head") != "mlm":
+        raise ConfigError(
+            f"an encoder trains as a masked LM, which needs head: mlm, got {run.spec.get('head')!r}", "head"
+        )
+    if kind == "image_encoder" and not run.spec.get("num_classes"):
+        raise ConfigError(
+            "an image encoder trains as a classifier, which needs num_classes > 0", "num_classes"
+        )
+    return TASK_OF_MODEL[kind]
+
+
+def _task_spec(run: RunConfig, task: str) -> dict:
+    """The spec with ``vocab_size`` set to the byte-level data's (bytes, plus the mask token or the
+    T5 sentinels), saying so if it changes."""
+    spec = dict(run.spec)
+    if task not in VOCAB_SIZES:
+        return spec
+    want, vocab = VOCAB_SIZES[task], spec.get("vocab_size")
+    if vocab != want:
+        if vocab is not None and int(os.environ.get("RANK", "0")) == 0:
+            print(f"vocab_size {vocab} -> {want}: the training data is byte-level")
+        spec["vocab_size"] = want
+    return spec
+
+
+def _layout_dict(run: RunConfig) -> dict:
+    """The dist dict for ``parallelize``: the device from ``train.device``, and FSDP's bf16 policy
+    for ``train.precision=bf16-mixed`` under ZeRO-2/3."""
+    out = dict(run.dist)
+    if run.train.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("cuda, but no CUDA device is usable here; use train.device=cpu", "train.device")
+    if run.train.device != "auto":
+        out["device_type"] = run.train.device
+    if run.train.precision == "bf16-mixed" and out.get("zero_stage", 0) >= 2:
+        out["mixed_precision"] = "bf16"
+    return out
+
+
+def _data(run: RunConfig, task: str) -> tuple[TaskBatches, list[dict], str]:
+    """(training batches, validation batches, where the data comes from) for ``task``."""
+    cfg = run.train
+    if task == "image_classification":
+        patch = run.spec["patch_size"]
+        size, channels = run.spec["image_size"], run.spec.get("channels", 3)
+        train = image_batches(size, channels, run.spec["num_classes"], cfg.batch_size, cfg.seed)
+        val = train.validation(cfg.eval_batches)
+        return train, val, f"generated {size}x{size} images ({patch}x{patch} patches), 10 classes"
+    data, source = read_corpus(run.data.path)
+    train_tokens, val_tokens = split_tokens(TOKENIZER.encode(data), run.data.val_fraction, cfg.seq_len)
+    train = text_batches(task, train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
+    if task == "causal_lm":
+        inputs, labels = fixed_windows(val_tokens, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
+        val = [
+            {"input_ids": x, "labels": y}
+            for x, y in zip(inputs.split(cfg.batch_size), labels.split(cfg.batch_size))
+        ]
+    else:
+        val = text_batches(task, val_tokens, cfg.batch_size, cfg.seq_len, cfg.seed).validation(
+            cfg.eval_batches
+        )
+    return train, val, f"{source}, {val_tokens.numel():,} bytes held out"
+
+
+def _step_size(run: RunConfig, task: str) -> str:
+    cfg = run.train
+    unit = "images" if task == "image_classification" else f"x {cfg.seq_len} tokens"
+    accum = f" ({cfg.grad_accum_steps} accumulated micro-batches)" if cfg.grad_accum_steps > 1 else ""
+    return f"{cfg.batch_size} {unit}{accum}"
+
+
+def _describe(layout, precision: str) -> str:
+    c = layout.config
+    where = f"{layout.device.type}" + (f", {precision}" if precision != "fp32" else "")
+    if dist.get_world_size() == 1:
+        return f"1 process, {where}"
+    return (
+        f"{dist.get_world_size()} processes ({where}): dp={c.data_parallel_size} "
+        f"tp={c.tensor_parallel_size} pp={c.pipeline_parallel_size} zero_stage={c.zero_stage}"
+    )
+
+
+def _sample_model(run: RunConfig, model: torch.nn.Module) -> torch.nn.Module | None:
+    """On rank 0, a single-process copy of the trained decoder to sample from (gathering is collective)."""
+    full = full_state_dict(model)
+    if dist.get_rank() != 0:
+        return None
+    single = build_model(run.spec)
+    single.load_state_dict(full, strict=True)
+    return single
 
 
 def _layout(dist_dict: dict | None) -> str:
@@ -165,19 +282,10 @@ def _layout(dist_dict: dict | None) -> str:
     return f"dp={dp} tp={tp} pp={pp} zero_stage={dist_dict['zero_stage']}"
 
 
-def _byte_vocab(run: RunConfig) -> dict:
-    """The spec with ``vocab_size`` set to the byte-level tokenizer's 256 ids, saying so if it changes."""
-    spec = dict(run.spec)
-    vocab = spec.get("vocab_size")
-    if vocab != TOKENIZER.vocab_size:
-        if vocab is not None and int(os.environ.get("RANK", "0")) == 0:
-            print(f"vocab_size {vocab} -> {TOKENIZER.vocab_size}: the training data is byte-level")
-        spec["vocab_size"] = TOKENIZER.vocab_size
-    return spec
-
-
-def _check_fits(run: RunConfig) -> None:
+def _check_fits(run: RunConfig, task: str) -> None:
     """The model's positions must cover the training and sampling lengths."""
+    if task == "image_classification":
+        return
     limit = run.spec.get("max_seq_len")
     cfg = run.train
     if limit is not None and cfg.seq_len > limit:
@@ -185,6 +293,8 @@ def _check_fits(run: RunConfig) -> None:
             f"{cfg.seq_len} is longer than max_seq_len={limit}; lower it or raise max_seq_len",
             "train.seq_len",
         )
+    if task != "causal_lm":
+        return
     prompt = len(TOKENIZER.encode(cfg.sample_prompt))
     room = max(0, cfg.seq_len - prompt)
     if cfg.sample_tokens > room:

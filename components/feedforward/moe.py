@@ -27,7 +27,13 @@ class MixtureOfExperts(Feedforward):
     After each forward, ``aux_loss`` holds the load-balancing loss
     ``num_experts * sum_i f_i * P_i``: ``f_i`` is the fraction of the ``N * top_k`` token-to-expert
     assignments that went to expert ``i``, ``P_i`` the router probability of ``i`` averaged over the
-    ``N`` tokens. It is 1 for perfectly balanced routing; add it (times a small weight) to the loss.
+    ``N`` tokens. It is 1 for perfectly balanced routing. ``aux_loss_weight`` is its coefficient
+    in the training objective (``brickwork.train`` adds ``aux_loss_weight * aux_loss``; 0 = off), and
+    ``expert_counts`` ``[num_experts]`` holds how many assignments each expert got.
+
+    Every expert runs on every forward, on zero rows when no token chose it, so its parameters always
+    take part in backward (with zero gradient): data parallel and ZeRO then reduce the same
+    parameters on every rank, whatever the routing.
     """
 
     @dataclass
@@ -41,6 +47,7 @@ class MixtureOfExperts(Feedforward):
         dropout: float = 0.0
         bias: bool = True
         normalize_top_k: bool = True
+        aux_loss_weight: float = 0.01
 
         def __post_init__(self) -> None:
             check_positive_int(self.dim_model, "dim_model")
@@ -63,6 +70,10 @@ class MixtureOfExperts(Feedforward):
             check_probability(self.dropout, "dropout")
             check_bool(self.bias, "bias")
             check_bool(self.normalize_top_k, "normalize_top_k")
+            if isinstance(self.aux_loss_weight, bool) or not isinstance(self.aux_loss_weight, int | float):
+                raise ConfigError(f"must be a number, got {self.aux_loss_weight!r}", "aux_loss_weight")
+            if self.aux_loss_weight < 0:
+                raise ConfigError(f"must be >= 0, got {self.aux_loss_weight!r}", "aux_loss_weight")
 
     def __init__(
         self,
@@ -75,17 +86,28 @@ class MixtureOfExperts(Feedforward):
         dropout: float = 0.0,
         bias: bool = True,
         normalize_top_k: bool = True,
+        aux_loss_weight: float = 0.01,
     ) -> None:
         """``expert`` is one of mlp, glu, swiglu, geglu, built with ``hidden_dim``, ``dropout``,
         ``bias`` and, where given, ``activation`` (else the expert's default)."""
         super().__init__()
         self.Config(
-            dim_model, num_experts, top_k, hidden_dim, expert, activation, dropout, bias, normalize_top_k
+            dim_model,
+            num_experts,
+            top_k,
+            hidden_dim,
+            expert,
+            activation,
+            dropout,
+            bias,
+            normalize_top_k,
+            aux_loss_weight,
         )
         self.dim_model = dim_model
         self.num_experts = num_experts
         self.top_k = top_k
         self.normalize_top_k = normalize_top_k
+        self.aux_loss_weight = float(aux_loss_weight)
         self.router = nn.Linear(dim_model, num_experts, bias=False)
         options: dict[str, object] = {"hidden_dim": hidden_dim, "dropout": dropout, "bias": bias}
         if activation is not None:
@@ -95,6 +117,7 @@ class MixtureOfExperts(Feedforward):
             for _ in range(num_experts)
         )
         self.aux_loss: torch.Tensor | None = None
+        self.expert_counts: torch.Tensor | None = None
 
     def route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens ``[N, d]`` -> (probs ``[N, E]``, weights ``[N, k]``, expert ids ``[N, k]``).
@@ -116,11 +139,10 @@ class MixtureOfExperts(Feedforward):
         out = torch.zeros_like(tokens)
         for e, expert in enumerate(self.experts):
             token_idx, slot = torch.nonzero(chosen == e, as_tuple=True)
-            if token_idx.numel() == 0:
-                continue
             y = expert(tokens[token_idx]) * weights[token_idx, slot, None].to(tokens.dtype)
             out = out.index_add(0, token_idx, y)
-        assigned = torch.bincount(chosen.flatten(), minlength=self.num_experts).to(probs.dtype)
-        fraction = assigned / chosen.numel()
+        counts = torch.bincount(chosen.flatten(), minlength=self.num_experts)
+        self.expert_counts = counts.detach()
+        fraction = counts.to(probs.dtype) / chosen.numel()
         self.aux_loss = self.num_experts * (fraction * probs.mean(dim=0)).sum()
         return out.reshape(x.shape)

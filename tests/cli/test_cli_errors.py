@@ -35,10 +35,10 @@ def error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
         (["data.path=nope.txt"], "data.path: file 'nope.txt' does not exist"),
         (["dist.data_parallel_size=2"], "asks for 2 processes .* launch it with torchrun --nproc_per_node 2"),
         (["train.seq_len=512"], "train.seq_len: 512 is longer than max_seq_len=256"),
-        (
-            ["bert-base"],
-            "model: brickwork train trains decoder_lm models, got 'encoder'; allowed: decoder_lm",
-        ),
+        (["vit", "num_classes=0"], "num_classes: an image encoder trains as a classifier"),
+        (["bert-base", "head=none"], "head: an encoder trains as a masked LM, which needs head: mlm"),
+        (["train.precision=fp8"], "train.precision: unknown value 'fp8'.*bf16-mixed"),
+        (["train.grad_accum_steps=0"], "train.grad_accum_steps: must be >= 1"),
     ],
 )
 def test_bad_train_arguments(capsys, tmp_path, monkeypatch, args, expected):

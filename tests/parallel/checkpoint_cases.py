@@ -10,10 +10,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from parallel_cases import SEQ, VOCAB, build
+from parallel_cases import SEQ, VOCAB, build, full_logits, lm_batch
 
 import brickwork.parallel.checkpoint as checkpoint_module
 from brickwork.parallel import load_checkpoint, parallelize, save_checkpoint
+from brickwork.train import TrainStep
 
 TOTAL_STEPS, SAVE_AT = 4, 2
 
@@ -51,11 +52,12 @@ def train_and_save(root: str, cases: list[tuple[str, str, dict[str, Any], str]])
     ids, labels = batches()
     out = {}
     for key, kind, layout, opt_name in cases:
-        pm = parallelize(build(kind), layout)
-        opt = make_optimizer(pm.parameters(), opt_name)
-        losses = [pm.train_step(ids[s], labels[s], opt) for s in range(SAVE_AT)]
-        save_checkpoint(Path(root) / key, pm, opt, SAVE_AT, extra={"key": key})
-        out[key] = {"losses": losses, "logits": pm(ids[0]).detach()}
+        model = parallelize(build(kind), layout)
+        opt = make_optimizer(model.parameters(), opt_name)
+        step = TrainStep(model, opt, "causal_lm")
+        losses = [step(lm_batch(model, ids[s], labels[s])) for s in range(SAVE_AT)]
+        save_checkpoint(Path(root) / key, model, opt, SAVE_AT, extra={"key": key})
+        out[key] = {"losses": losses, "logits": full_logits(model, ids[0])}
     return out
 
 
@@ -65,10 +67,11 @@ def load_and_resume(root: str, cases: list[tuple[str, str, str, dict[str, Any], 
     ids, labels = batches()
     out = {}
     for key, folder, kind, layout, opt_name in cases:
-        pm = parallelize(build(kind, seed=7), layout)
-        opt = make_optimizer(pm.parameters(), opt_name)
-        meta = load_checkpoint(Path(root) / folder, pm, opt)
-        losses = [pm.train_step(ids[s], labels[s], opt) for s in range(meta["step"], TOTAL_STEPS)]
+        model = parallelize(build(kind, seed=7), layout)
+        opt = make_optimizer(model.parameters(), opt_name)
+        meta = load_checkpoint(Path(root) / folder, model, opt)
+        step = TrainStep(model, opt, "causal_lm")
+        losses = [step(lm_batch(model, ids[s], labels[s])) for s in range(meta["step"], TOTAL_STEPS)]
         out[key] = {"losses": losses, "meta": meta}
     return out
 
@@ -96,10 +99,10 @@ def resume_in_one_process(
 
 def save_killed_before_marker(folder: str, kind: str, layout: dict[str, Any]) -> None:
     """Save over ``folder``; rank 0 dies (os._exit, no cleanup) right before writing the marker."""
-    pm = parallelize(build(kind), layout)
-    opt = make_optimizer(pm.parameters(), "sgd")
+    model = parallelize(build(kind), layout)
+    opt = make_optimizer(model.parameters(), "sgd")
     ids, labels = batches()
-    pm.train_step(ids[0], labels[0], opt)
+    TrainStep(model, opt, "causal_lm")(lm_batch(model, ids[0], labels[0]))
     if dist.get_rank() == 0:
         checkpoint_module._write_marker = lambda path: os._exit(1)
-    save_checkpoint(folder, pm, opt, 1)
+    save_checkpoint(folder, model, opt, 1)

@@ -17,7 +17,8 @@ from torch.distributed.tensor import DTensor
 
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, get_preset
-from brickwork.parallel import build_mesh, parallelize
+from brickwork.parallel import build_mesh, full_state_dict, parallel_state, parallelize, split_rows
+from brickwork.train import TrainStep
 
 VOCAB, DIM, SEQ, BATCH, STEPS = 64, 32, 8, 4, 3
 
@@ -114,12 +115,36 @@ def local_numel(tensor: torch.Tensor) -> int:
     return tensor.to_local().numel() if isinstance(tensor, DTensor) else tensor.numel()
 
 
+def local_rows(model: nn.Module, tensors: tuple[torch.Tensor, ...], weights: Any = None) -> tuple:
+    """This data-parallel rank's contiguous rows of each global-batch tensor (by ``weights`` if given)."""
+    state = parallel_state(model)
+    dp, rank = state.config.data_parallel_size, state.mesh["dp"].get_local_rank()
+    rows = split_rows(tensors[0].shape[0], weights, dp)
+    start = sum(rows[:rank])
+    return tuple(t[start : start + rows[rank]] for t in tensors)
+
+
+def lm_batch(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor, weights: Any = None) -> dict | None:
+    """This rank's share as a batch dict; pipeline ranks past the first pass None (they receive it)."""
+    state = parallel_state(model)
+    if state.mesh["pp"].get_local_rank() > 0:
+        return None
+    local_ids, local_labels = local_rows(model, (ids, labels), weights)
+    return {"input_ids": local_ids, "labels": local_labels}
+
+
+def full_logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        logits = logits_of(model(ids.to(parallel_state(model).device)))
+    return (logits.full_tensor() if isinstance(logits, DTensor) else logits).detach().cpu()
+
+
 def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """On every rank: for each (key, model kind, dist dict), parallelize, train STEPS steps, report.
 
     The dist dict may carry test-only keys: ``optimizer`` ("sgd" | "adamw"), ``meta_init`` (rank 0
-    builds the model, the others build it on the meta device) and ``forward`` (also report the
-    logits of ``pm(ids[0])`` before training).
+    builds the model, the others build it on the meta device), ``forward`` (also report the logits
+    of ``model(ids[0])`` before training), ``grad_clip`` and ``precision`` (for the TrainStep).
     """
     out = {}
     ids, labels = batches()
@@ -128,6 +153,8 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
         opt_name = layout.pop("optimizer", "sgd")
         meta = layout.pop("meta_init", False)
         forward = layout.pop("forward", kind == "gpt2-hf")
+        clip = layout.pop("grad_clip", None)
+        precision = layout.pop("precision", "fp32")
         start = time.perf_counter()
         if meta and dist.get_rank() != 0:
             with torch.device("meta"):
@@ -135,15 +162,17 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
         else:
             model = build(kind)
         plan = GPT2_PLAN if kind == "gpt2-hf" else None
-        pm = parallelize(model, layout, plan=plan, divide=GPT2_DIVIDE if kind == "gpt2-hf" else None)
-        initial = pm.full_state_dict() if meta else None
-        params = list(pm.parameters())
+        model = parallelize(model, layout, plan=plan, divide=GPT2_DIVIDE if kind == "gpt2-hf" else None)
+        initial = full_state_dict(model) if meta else None
+        params = list(model.parameters())
         opt = optimizer(params, opt_name)
-        first_logits = pm(ids[0]).detach() if forward else None
-        losses = [pm.train_step(ids[s], labels[s], opt) for s in range(STEPS)]
+        first_logits = full_logits(model, ids[0]) if forward else None
+        step = TrainStep(model, opt, "causal_lm", grad_clip=clip, precision=precision)
+        weights = layout.get("device_weights") if layout.get("pipeline_parallel_size", 1) == 1 else None
+        losses = [step(lm_batch(model, ids[s], labels[s], weights)) for s in range(STEPS)]
         state_numel = sum(
             local_numel(v)
-            for state in opt_state(pm.stepped_optimizer(opt)).values()
+            for state in opt_state(parallel_state(model).stepped_optimizer(opt)).values()
             for v in state.values()
             if torch.is_tensor(v) and v.dim()
         )
@@ -152,15 +181,17 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
         ]
         out[key] = {
             "losses": losses,
-            "state": pm.full_state_dict(),
+            "state": full_state_dict(model),
             "initial": initial,
             "logits": first_logits,
             "local_numel": sum(local_numel(p) for p in params),
             "sharded_local_numel": sum(local_numel(p) for p in sharded),
             "sharded_numel": sum(p.numel() for p in sharded),
             "optimizer_state_numel": state_numel,
-            "stages": [stage.stage_index for stage in getattr(pm, "stages", [])],
-            "stage_layers": [[int(i) for i in stage.layers._modules] for stage in getattr(pm, "stages", [])],
+            "stages": [stage.stage_index for stage in getattr(model, "stages", [])],
+            "stage_layers": [
+                [int(i) for i in stage.layers._modules] for stage in getattr(model, "stages", [])
+            ],
             "seconds": time.perf_counter() - start,
         }
     return out
@@ -201,13 +232,13 @@ def bad_layout_uncaught(kind: str, layout: dict[str, Any]) -> None:
 
 def bad_batches(kind: str, layout: dict[str, Any], rows: list[int]) -> list[str]:
     """The ValueError message of a train step on a batch of each of ``rows`` rows, on this rank."""
-    pm = parallelize(build(kind), layout)
-    opt = optimizer(pm.parameters(), "sgd")
+    model = parallelize(build(kind), layout)
+    step = TrainStep(model, optimizer(model.parameters(), "sgd"), "causal_lm")
     messages = []
     for batch in rows:
         ids = torch.zeros(batch, SEQ, dtype=torch.long)
         try:
-            pm.train_step(ids, ids, opt)
+            step({"input_ids": ids, "labels": ids})
         except ValueError as error:
             messages.append(str(error))
         else:
@@ -239,13 +270,13 @@ def check_against_reference(per_rank: list[dict], key: str, kind: str, max_grad_
 
 def varying_batches(kind: str, layout: dict[str, Any], shapes: list[tuple[int, int]]) -> list[float]:
     """Losses of train steps on batches of the given [B, T] shapes, one after the other."""
-    pm = parallelize(build(kind), layout)
-    opt = optimizer(pm.parameters(), "sgd")
+    model = parallelize(build(kind), layout)
+    step = TrainStep(model, optimizer(model.parameters(), "sgd"), "causal_lm")
     g = torch.Generator().manual_seed(5)
     losses = []
     for batch, seq in shapes:
         ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
-        losses.append(pm.train_step(ids, torch.roll(ids, -1, dims=1), opt))
+        losses.append(step(lm_batch(model, ids, torch.roll(ids, -1, dims=1))))
     return losses
 
 

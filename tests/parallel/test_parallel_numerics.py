@@ -34,14 +34,14 @@ EXTRA_2 = {
     ),
     "llama/tp2-sp-selective-ac": ("llama", {**TP2, **SP, "activation_checkpointing": "selective"}),
     "gpt/tp2-sp-full-ac": ("gpt", {**TP2, **SP, "activation_checkpointing": "full"}),
-    "gpt/dp2-clip": ("gpt", {**DP2, "max_grad_norm": 0.05}),
-    "llama/tp2-sp-clip": ("llama", {**TP2, **SP, "max_grad_norm": 0.05}),
-    "gpt/zero3-clip": ("gpt", {**DP2, "zero_stage": 3, "max_grad_norm": 0.05}),
+    "gpt/dp2-clip": ("gpt", {**DP2, "grad_clip": 0.05}),
+    "llama/tp2-sp-clip": ("llama", {**TP2, **SP, "grad_clip": 0.05}),
+    "gpt/zero3-clip": ("gpt", {**DP2, "zero_stage": 3, "grad_clip": 0.05}),
     "gpt2-hf/tp2": ("gpt2-hf", TP2),
     "toy/tp2-sp": ("toy", {**TP2, **SP}),
     "gpt/tp2-meta-init": ("gpt", {**TP2, "meta_init": True}),
     "llama/zero3-meta-init": ("llama", {**DP2, "zero_stage": 3, "meta_init": True}),
-    "gpt/dp2-bf16": ("gpt", {**DP2, "mixed_precision": "bf16"}),
+    "gpt/dp2-bf16": ("gpt", {**DP2, "precision": "bf16"}),
     "llama/zero3-adamw": ("llama", {**DP2, "zero_stage": 3, "optimizer": "adamw"}),
     "llama/zero1-adamw": ("llama", {**DP2, "zero_stage": 1, "optimizer": "adamw"}),
     # Uneven rows by device speed (3 and 1 of 4): the loss weighting keeps the even split's result.
@@ -57,7 +57,7 @@ BASIC_4 = {
 CASES_2 = [(f"{k}/{n}", k, lay) for k in ("gpt", "llama") for n, lay in BASIC_2.items()]
 CASES_2 += [(key, kind, lay) for key, (kind, lay) in EXTRA_2.items()]
 CASES_4 = [(f"{k}/{n}", k, lay) for k in ("gpt", "llama") for n, lay in BASIC_4.items()]
-NUMERIC_2 = [key for key, _, lay in CASES_2 if "mixed_precision" not in lay and "optimizer" not in lay]
+NUMERIC_2 = [key for key, _, lay in CASES_2 if "precision" not in lay and "optimizer" not in lay]
 
 
 @functools.cache
@@ -69,7 +69,7 @@ def results(world_size: int) -> list[dict]:
 @pytest.mark.parametrize("key", NUMERIC_2)
 def test_two_ranks_match_one_process(key: str) -> None:
     kind, layout = next((k, lay) for name, k, lay in CASES_2 if name == key)
-    check_against_reference(results(2), key, kind, layout.get("max_grad_norm"))
+    check_against_reference(results(2), key, kind, layout.get("grad_clip"))
 
 
 @pytest.mark.timeout(480)

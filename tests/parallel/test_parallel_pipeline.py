@@ -38,14 +38,14 @@ CASES = {
         "llama4/pp2-interleaved-m4": ("llama4", {**PP2, **INTERLEAVED, "num_microbatches": 4}),
         "gpt4/pp2-device-weights-3-1": ("gpt4", {**PP2, "device_weights": [3, 1]}),
         "llama4/pp2-pipeline-layers-1-3": ("llama4", {**PP2, "pipeline_layers": [1, 3]}),
-        "gpt/pp2-bf16": ("gpt", {**PP2, "mixed_precision": "bf16"}),
+        "gpt/pp2-bf16": ("gpt", {**PP2, "precision": "bf16"}),
         "gpt/pp2-gpipe-m4-clip-ac": (
             "gpt",
             {
                 **PP2,
                 "pipeline_schedule": "gpipe",
                 "num_microbatches": 4,
-                "max_grad_norm": 0.05,
+                "grad_clip": 0.05,
                 "activation_checkpointing": "full",
             },
         ),
@@ -53,7 +53,7 @@ CASES = {
     4: {
         "gpt/pp2-dp2": ("gpt", {**PP2, **DP2}),
         "llama/pp2-dp2-zero1": ("llama", {**PP2, **DP2, "zero_stage": 1}),
-        "llama/pp2-dp2-zero3-clip": ("llama", {**PP2, **DP2, "zero_stage": 3, "max_grad_norm": 0.05}),
+        "llama/pp2-dp2-zero3-clip": ("llama", {**PP2, **DP2, "zero_stage": 3, "grad_clip": 0.05}),
         "llama/pp2-tp2": ("llama", {**PP2, **TP2, "forward": True}),
         "gpt/pp2-tp2-sp-gpipe": (
             "gpt",
@@ -69,10 +69,7 @@ CASES = {
     },
 }
 ALL = [
-    (size, key)
-    for size, cases in CASES.items()
-    for key, (_, lay) in cases.items()
-    if "mixed_precision" not in lay
+    (size, key) for size, cases in CASES.items() for key, (_, lay) in cases.items() if "precision" not in lay
 ]
 
 
@@ -86,7 +83,7 @@ def results(world_size: int) -> list[dict]:
 @pytest.mark.parametrize(("world_size", "key"), ALL)
 def test_pipeline_layouts_match_one_process(world_size: int, key: str) -> None:
     kind, layout = CASES[world_size][key]
-    check_against_reference(results(world_size), key, kind, layout.get("max_grad_norm"))
+    check_against_reference(results(world_size), key, kind, layout.get("grad_clip"))
 
 
 @pytest.mark.timeout(480)
@@ -142,7 +139,7 @@ def test_bad_pipeline_layouts_raise_on_every_rank_without_hanging() -> None:
 def test_a_batch_that_does_not_split_into_microbatches_raises_on_every_rank() -> None:
     layout = {**PP2, "pipeline_schedule": "gpipe", "num_microbatches": 4}
     for messages in spawn(bad_batches, 2, "gpt", layout, [6], timeout=120):
-        assert "6 rows of the batch of 6 are not divisible by num_microbatches=4" in messages[0]
+        assert "batch of 6 rows does not split into 4 pipeline microbatches" in messages[0]
 
 
 @pytest.mark.timeout(480)

@@ -1,0 +1,276 @@
+"""The one training step and the one evaluation, for a plain module or any layout ``parallelize`` made.
+
+A step: agree on the batch within the tensor/pipeline-parallel group (brickwork/train/batch.py),
+split it into ``grad_accum_steps`` micro-batches, run forward, the task's summed loss and backward on
+each (gradients reduced over data parallel on the last one only), then scale the gradients by
+dp / (count of the whole global batch), so they are those of the mean over every scored position of
+the global batch however it is split over ranks and micro-batches. Then the optimizer step, with
+dynamic loss scaling for fp16 (an overflowed step is skipped) and gradient clipping on the norm of
+the full gradient. Under a pipeline the micro-batches become more pipeline microbatches of one
+schedule (Megatron's way): num_microbatches × grad_accum_steps, reduced over dp once, at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
+
+from brickwork.components.feedforward.moe import MixtureOfExperts
+from brickwork.parallel import ParallelState, PipelinedModel, parallel_state
+from brickwork.train.batch import Batch, share_batch, split_batch
+from brickwork.train.precision import Precision
+from brickwork.train.tasks import Task, TaskFn, get_task
+
+
+class TrainStep:
+    """``step = TrainStep(model, optimizer, task); loss = step(batch)``: one optimizer step.
+
+    ``model`` is a plain module or what ``parallelize`` returned; ``optimizer`` is built on its
+    ``parameters()``. ``task`` is a name (causal_lm, masked_lm, seq2seq, image_classification) or a
+    callable ``(model, batch) -> (loss_sum, count)``. ``batch`` is this data-parallel rank's share, a
+    dict with HF's key names (tensor/pipeline-parallel peers may pass None to receive it). Returns
+    the mean loss over the whole global batch, identical on every rank. After each call,
+    ``metrics`` holds ``skipped`` (an fp16 overflow), ``grad_norm`` (when clipping), ``loss_scale``
+    (fp16), and for MoE models ``aux_loss`` (the weighted load-balancing loss added, summed over the
+    MoE layers) and ``expert_counts`` (per MoE layer, summed over dp).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        task: str | Task | TaskFn,
+        *,
+        grad_accum_steps: int = 1,
+        precision: str = "fp32",
+        grad_clip: float | None = None,
+    ) -> None:
+        if (
+            isinstance(grad_accum_steps, bool)
+            or not isinstance(grad_accum_steps, int)
+            or grad_accum_steps < 1
+        ):
+            raise ValueError(f"grad_accum_steps must be an integer >= 1, got {grad_accum_steps!r}")
+        if grad_clip is not None and not (isinstance(grad_clip, int | float) and grad_clip > 0):
+            raise ValueError(f"grad_clip must be a positive number or None, got {grad_clip!r}")
+        self.model = model
+        self.task = get_task(task)
+        self.state = parallel_state(model)
+        self.device = model_device(model)
+        self.grad_accum_steps = grad_accum_steps
+        self.grad_clip = grad_clip
+        self.precision = Precision(precision, self.device, self.state)
+        self.optimizer = self.state.stepped_optimizer(optimizer) if self.state is not None else optimizer
+        self.params = self.state.parameters() if self.state is not None else list(model.parameters())
+        self.moe = [m for m in model.modules() if isinstance(m, MixtureOfExperts)]
+        if isinstance(model, PipelinedModel):
+            check_pipeline_task(self.task, self.moe)
+        self.metrics: dict[str, Any] = {}
+
+    def __call__(self, batch: Batch | None) -> float:
+        self.model.train()
+        batch = share_batch(batch, self.state, self.device)
+        for param in self.params:
+            param.grad = None
+        self._divisor = self._loss_divisor(batch)
+        with loss_context(self.state):
+            if isinstance(self.model, PipelinedModel):
+                loss_sum, count = self._pipeline_backward(batch)
+            else:
+                loss_sum, count = self._backward(batch)
+        totals = torch.stack([loss_sum.detach().double().reshape(()), count.double().reshape(())])
+        totals = _reduce(totals, self.state)
+        if totals[1] <= 0:
+            raise ValueError("the global batch has no position to learn from (every label is -100)")
+        self._apply(float(totals[1]))
+        return float(totals[0] / totals[1])
+
+    def _loss_divisor(self, batch: Batch) -> float:
+        """What backward divides the summed loss by, to keep fp16 gradients in range: the labels per
+        data-parallel rank, averaged over the ranks (the same on all, so DDP's average stays exact);
+        the exact mean's factor is applied to the gradients afterwards."""
+        labels = batch.get("labels")
+        size = labels.numel() if labels is not None else next(iter(batch.values())).shape[0]
+        if self.state is None or self.state.config.data_parallel_size == 1:
+            return float(size)
+        total = torch.tensor([float(size)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(total, group=self.state.dp_group)
+        return float(total) / self.state.config.data_parallel_size
+
+    def _backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        count = torch.zeros((), dtype=torch.long, device=self.device)
+        aux_total = torch.zeros((), dtype=torch.float64, device=self.device)
+        micro_batches = split_batch(batch, self.grad_accum_steps)
+        expert_counts = [torch.zeros(m.num_experts, dtype=torch.long, device=self.device) for m in self.moe]
+        for i, micro in enumerate(micro_batches):
+            if self.state is not None:
+                self.state.set_gradient_sync(i == len(micro_batches) - 1)
+            with self.precision.autocast():
+                part, part_count = self.task(self.model, micro)
+            part_count = torch.as_tensor(part_count, device=self.device)
+            objective = part
+            if self.moe:
+                aux = sum(m.aux_loss_weight * m.aux_loss for m in self.moe)
+                # The aux loss is a mean over the micro-batch; weighted by its count it joins the sum.
+                objective = part + aux * part_count
+                aux_total += aux.detach().double()
+                for total, module in zip(expert_counts, self.moe):
+                    total += module.expert_counts
+            self.precision.scale(objective.float() / self._divisor).backward()
+            loss_sum += part.detach().double()
+            count += part_count.detach().to(count.dtype)
+        if self.moe:
+            self.metrics["aux_loss"] = float(aux_total) / len(micro_batches)
+            self.metrics["expert_counts"] = [
+                _reduce(c, self.state, data_parallel_only=True).tolist() for c in expert_counts
+            ]
+        return loss_sum, count
+
+    def _pipeline_backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        model: PipelinedModel = self.model
+        task: Task = self.task
+        task.check(batch)
+        extra = [k for k in batch if k not in (task.pipeline_input, "labels")]
+        if extra:
+            raise ValueError(
+                f"under pipeline parallel the stages pass one tensor on, so a {task.name!r} batch holds only "
+                f"{task.pipeline_input!r} and 'labels'; got also {extra} (see docs/training.md)"
+            )
+        sums: list[torch.Tensor] = []
+        counts: list[torch.Tensor] = []
+
+        def loss_fn(output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            part, part_count = task.loss(output, labels)
+            sums.append(part.detach().double())
+            counts.append(part_count)
+            return self.precision.scale(part.float() / self._divisor)
+
+        microbatches = model.state.config.microbatches * self.grad_accum_steps
+        with self.precision.autocast():
+            model.run_schedule(batch[task.pipeline_input], batch["labels"], microbatches, loss_fn)
+        if not sums:  # not the last stage: the loss is summed over the pipeline afterwards
+            zero = torch.zeros((), dtype=torch.float64, device=self.device)
+            return zero, zero
+        # A schedule's first step on a new shape may call the loss once more on placeholder outputs
+        # (shape inference): the real microbatches are the last ones.
+        return torch.stack(sums[-microbatches:]).sum(), torch.stack(counts[-microbatches:]).sum()
+
+    def _apply(self, global_count: float) -> None:
+        """Finish the gradients, unscale, normalise, clip and step (or skip an fp16 overflow)."""
+        if self.state is not None:
+            self.state.finish_gradients()
+        scaler = self.precision.scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
+        dp = self.state.config.data_parallel_size if self.state is not None else 1
+        # DDP and FSDP average over dp; the mean is over every scored position of the global batch.
+        factor = dp * self._divisor / global_count
+        with torch.no_grad():
+            for param in self.params:
+                if param.grad is not None:
+                    param.grad.mul_(factor)
+        if self.grad_clip is not None:
+            norm = (
+                self.state.clip_grad_norm(self.grad_clip)
+                if self.state is not None
+                else torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+            )
+            self.metrics["grad_norm"] = float(norm)
+        if scaler is not None:
+            scale_before = scaler.get_scale()
+            scaler.step(self.optimizer)
+            scaler.update()
+            self.metrics["skipped"] = scaler.get_scale() < scale_before
+            self.metrics["loss_scale"] = scaler.get_scale()
+        else:
+            self.optimizer.step()
+            self.metrics["skipped"] = False
+        for param in self.params:
+            param.grad = None
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: Iterable[Batch | None], task: str | Task | TaskFn) -> float:
+    """The mean loss of ``task`` over ``batches`` (each rank's share, as for TrainStep), without
+    updating and without dropout; the same on every rank."""
+    task = get_task(task)
+    state = parallel_state(model)
+    device = model_device(model)
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(2, dtype=torch.float64, device=device)
+    if isinstance(model, PipelinedModel):
+        check_pipeline_task(task, [])
+    try:
+        with loss_context(state):
+            for batch in batches:
+                batch = share_batch(batch, state, device)
+                if isinstance(model, PipelinedModel):
+                    task.check(batch)
+                    part, count = task.loss(model(batch[task.pipeline_input]), batch["labels"])
+                else:
+                    part, count = task(model, batch)
+                count = torch.as_tensor(count, device=device)
+                totals += torch.stack([part.detach().double().reshape(()), count.double().reshape(())])
+    finally:
+        model.train(was_training)
+    # A pipelined model's output is already on every rank: only data parallel holds other shares.
+    totals = _reduce(totals, state, data_parallel_only=True)
+    if totals[1] <= 0:
+        raise ValueError("evaluate was given no position to score (no batch, or every label is -100)")
+    return float(totals[0] / totals[1])
+
+
+def check_pipeline_task(task: Task | TaskFn, moe: list[MixtureOfExperts]) -> None:
+    """The limits of training through pipeline stages, each a clear error naming it."""
+    if not isinstance(task, Task) or not task.pipeline_input:
+        name = task.name if isinstance(task, Task) else "a callable task"
+        raise ValueError(
+            f"{name} cannot run under pipeline parallel: the schedule needs the task split into the first "
+            "stage's input and a loss on the last stage's output (a built-in task other than seq2seq)"
+        )
+    if any(m.aux_loss_weight > 0 for m in moe):
+        raise ValueError(
+            "the MoE load-balancing loss (aux_loss_weight > 0) is not supported under pipeline parallel: "
+            "it is computed on every stage but the schedule only back-propagates the last stage's loss; "
+            "set aux_loss_weight: 0 in the MoE feedforward spec"
+        )
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where the model computes: its layout's device, else its first parameter's."""
+    state = parallel_state(model)
+    if state is not None:
+        return state.device
+    first = next(model.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
+
+
+def loss_context(state: ParallelState | None) -> contextlib.AbstractContextManager:
+    """torch's ``loss_parallel`` whenever tensor parallel is on (losses on vocab-split logits)."""
+    if state is not None and state.config.tensor_parallel_size > 1:
+        return loss_parallel()
+    return contextlib.nullcontext()
+
+
+def _reduce(
+    values: torch.Tensor, state: ParallelState | None, data_parallel_only: bool = False
+) -> torch.Tensor:
+    """Sum ``values`` over data parallel (and, for a step's loss under a pipeline, over the stages:
+    only the last one computed it)."""
+    if state is None:
+        return values
+    if isinstance(values, DTensor):
+        values = values.to_local()
+    dist.all_reduce(values, group=state.dp_group)
+    if state.is_pipeline and not data_parallel_only:
+        dist.all_reduce(values, group=state.pp_group)
+    return values

@@ -1,0 +1,115 @@
+"""Tasks: how a batch goes into the model and what loss comes out, as ``(loss_sum, count)``.
+
+A task is the only place a loss is defined. Each built-in one also says which batch key the first
+pipeline stage takes, so the same task drives a pipeline: the schedule feeds that input through the
+stages and calls :meth:`Task.loss` on the last stage's output. A user's own task is a callable
+``(model, batch) -> (loss_sum, count)``; it cannot be split over pipeline stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from brickwork.blocks.encoder_decoder import EncoderDecoder
+from brickwork.train.losses import logits_of, vocab_parallel_cross_entropy
+
+Batch = Mapping[str, torch.Tensor]
+LossAndCount = tuple[torch.Tensor, torch.Tensor]
+TaskFn = Callable[[nn.Module, Batch], LossAndCount]
+
+
+class Task:
+    """A built-in task: ``task(model, batch) -> (loss_sum, count)``.
+
+    ``inputs`` are the batch keys the model takes (by HF's names), ``pipeline_input`` the one the
+    first pipeline stage takes; ``labels`` is always the target.
+    """
+
+    name = ""
+    inputs: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()
+    pipeline_input = ""
+
+    def check(self, batch: Batch) -> None:
+        """ValueError naming the keys when the batch lacks one the task needs or has one it ignores."""
+        missing = [k for k in (*self.required, "labels") if k not in batch]
+        unknown = [k for k in batch if k not in (*self.inputs, "labels")]
+        if missing or unknown:
+            raise ValueError(
+                f"task {self.name!r} takes batch keys {[*self.inputs, 'labels']} "
+                f"(required: {[*self.required, 'labels']}); missing {missing}, not understood {unknown}"
+            )
+
+    def forward(self, model: nn.Module, batch: Batch) -> Any:
+        """The model's output on ``batch``."""
+        return model(**{k: batch[k] for k in self.inputs if k in batch})
+
+    def loss(self, output: Any, labels: torch.Tensor) -> LossAndCount:
+        """(summed loss, count) of the model's output against ``labels``."""
+        return vocab_parallel_cross_entropy(logits_of(output), labels)
+
+    def __call__(self, model: nn.Module, batch: Batch) -> LossAndCount:
+        self.check(batch)
+        return self.loss(self.forward(model, batch), batch["labels"])
+
+
+class CausalLM(Task):
+    """Next-token prediction: ``labels`` [B, T] are already shifted (label t scores position t)."""
+
+    name = "causal_lm"
+    inputs = ("input_ids", "attention_mask")
+    required = ("input_ids",)
+    pipeline_input = "input_ids"
+
+
+class MaskedLM(Task):
+    """BERT's masked-token prediction: ``labels`` [B, T] hold the original ids at masked positions."""
+
+    name = "masked_lm"
+    inputs = ("input_ids", "attention_mask", "token_type_ids")
+    required = ("input_ids",)
+    pipeline_input = "input_ids"
+
+
+class Seq2Seq(Task):
+    """T5-style: the encoder reads ``input_ids``, the decoder ``decoder_input_ids``; ``labels`` [B, T]
+    score the decoder positions. brickwork's EncoderDecoder names its inputs src/tgt/src_mask."""
+
+    name = "seq2seq"
+    inputs = ("input_ids", "attention_mask", "decoder_input_ids")
+    required = ("input_ids", "decoder_input_ids")
+
+    def forward(self, model: nn.Module, batch: Batch) -> Any:
+        if isinstance(model, EncoderDecoder):
+            return model(batch["input_ids"], batch["decoder_input_ids"], src_mask=batch.get("attention_mask"))
+        return super().forward(model, batch)
+
+
+class ImageClassification(Task):
+    """``pixel_values`` [B, C, H, W] -> class logits [B, classes]; ``labels`` [B] class ids."""
+
+    name = "image_classification"
+    inputs = ("pixel_values",)
+    required = ("pixel_values",)
+    pipeline_input = "pixel_values"
+
+    def forward(self, model: nn.Module, batch: Batch) -> Any:
+        return model(batch["pixel_values"])
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (CausalLM(), MaskedLM(), Seq2Seq(), ImageClassification())}
+
+
+def get_task(task: str | Task | TaskFn) -> Task | TaskFn:
+    """A task by name, or the callable given; ValueError listing the names otherwise."""
+    if isinstance(task, str):
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)} or pass a callable")
+        return TASKS[task]
+    if not callable(task):
+        raise TypeError(f"a task is a name or a callable (model, batch) -> (loss_sum, count), got {task!r}")
+    return task

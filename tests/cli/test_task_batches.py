@@ -1,0 +1,66 @@
+"""The embedded data of every task: BERT masking, T5 span corruption, generated images, resumable."""
+
+from __future__ import annotations
+
+import torch
+
+from brickwork.data import ByteTokenizer, read_corpus
+from brickwork.data.task_batches import (
+    BYTES,
+    DECODER_START_ID,
+    MASK_ID,
+    SPAN_LENGTH,
+    image_batches,
+    span_count,
+    text_batches,
+)
+
+TOKENS = ByteTokenizer().encode(read_corpus()[0][:20000])
+
+
+def test_masked_lm_scores_fifteen_percent_mostly_masked() -> None:
+    batch = text_batches("masked_lm", TOKENS, 64, 64, seed=0).next_batch()
+    scored = batch["labels"] != -100
+    assert 0.12 < scored.float().mean() < 0.18
+    assert scored.any(dim=1).all()
+    masked = batch["input_ids"][scored] == MASK_ID
+    assert 0.7 < masked.float().mean() < 0.9
+    # Unscored positions are the text itself, and every label is a byte of it.
+    assert (batch["input_ids"][~scored] < BYTES).all() and (batch["labels"][scored] < BYTES).all()
+
+
+def test_span_corruption_puts_back_the_original_window() -> None:
+    seq_len = 40
+    batch = text_batches("seq2seq", TOKENS, 8, seq_len, seed=1).next_batch()
+    spans = span_count(seq_len)
+    assert batch["input_ids"].shape == (8, seq_len - spans * (SPAN_LENGTH - 1))
+    assert batch["labels"].shape == (8, spans * (SPAN_LENGTH + 1))
+    assert (batch["decoder_input_ids"][:, 0] == DECODER_START_ID).all()
+    assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])
+    text = bytes(TOKENS.tolist())
+    for inputs, labels in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
+        filled = {
+            labels[i]: labels[i + 1 : i + 1 + SPAN_LENGTH] for i in range(0, len(labels), SPAN_LENGTH + 1)
+        }
+        assert sorted(filled) == list(range(BYTES, BYTES + spans))
+        window = [b for t in inputs for b in (filled[t] if t >= BYTES else [t])]
+        assert len(window) == seq_len and bytes(window) in text
+
+
+def test_generated_images_are_learnable_classes_and_resume_exactly() -> None:
+    source = image_batches(16, 3, 1000, 32, seed=3)
+    batch = source.next_batch()
+    assert batch["pixel_values"].shape == (32, 3, 16, 16) and batch["pixel_values"].dtype == torch.float32
+    assert batch["labels"].min() >= 0 and batch["labels"].max() < 10  # the first 10 of 1000 classes
+    state = source.state_dict()
+    following = source.next_batch()
+    source.load_state_dict(state)
+    assert all(torch.equal(following[k], v) for k, v in source.next_batch().items())
+    assert all(
+        torch.equal(a["labels"], b["labels"]) for a, b in zip(source.validation(2), source.validation(2))
+    )
+
+
+def test_causal_lm_labels_are_the_next_byte() -> None:
+    batch = text_batches("causal_lm", TOKENS, 4, 16, seed=0).next_batch()
+    assert torch.equal(batch["input_ids"][:, 1:], batch["labels"][:, :-1])

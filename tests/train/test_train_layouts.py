@@ -1,0 +1,136 @@
+"""Every model family trains under every layout as the plain torch loop of train_cases does on one
+process: dp2, tp2, ZeRO-3, pp2 (1F1B) and, on four ranks, dp2 × tp2. One spawned world per world size
+runs all the families; each test checks one case. Pairs a layout does not support must be refused
+with an error naming the limitation (docs/training.md lists them)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from train_cases import FAMILIES, check, reference
+
+from brickwork.parallel import spawn
+
+pytestmark = [pytest.mark.distributed]
+
+DP2 = {"data_parallel_size": 2}
+LAYOUTS_2 = {
+    "dp2": DP2,
+    "tp2": {"tensor_parallel_size": 2},
+    "zero3": {**DP2, "zero_stage": 3},
+    "pp2": {"pipeline_parallel_size": 2, "pipeline_schedule": "1f1b"},
+}
+# (family, layout) -> the words of the error that refuses it.
+REFUSED = {
+    ("seq2seq", "pp2"): "EncoderDecoder",
+    ("vit", "pp2"): "every parameter inside a child module",
+    ("gpt2-hf", "pp2"): "lacks embed or head",
+}
+EXTRA_2 = {
+    "decoder/dp2-accum2": ("decoder", {**DP2, "grad_accum_steps": 2}),
+    "decoder/zero3-accum2-clip": (
+        "decoder",
+        {**DP2, "zero_stage": 3, "grad_accum_steps": 2, "grad_clip": 0.05},
+    ),
+    "decoder/pp2-accum2": ("decoder", {**LAYOUTS_2["pp2"], "grad_accum_steps": 2}),
+    "mlm/tp2-clip": ("mlm", {**LAYOUTS_2["tp2"], "grad_clip": 0.05}),
+    "seq2seq/dp2-full-ac": ("seq2seq", {**DP2, "activation_checkpointing": "full"}),
+    "seq2seq/zero3-selective-ac": (
+        "seq2seq",
+        {**DP2, "zero_stage": 3, "activation_checkpointing": "selective"},
+    ),
+    "moe/dp2": ("decoder", {**DP2, "moe": True}),
+    "moe/zero3": ("decoder", {**DP2, "zero_stage": 3, "moe": True}),
+    "moe/pp2": ("decoder", {**LAYOUTS_2["pp2"], "moe": True}),
+    "callable/pp2": ("decoder", {**LAYOUTS_2["pp2"], "callable": True}),
+    "callable/tp2": ("decoder", {**LAYOUTS_2["tp2"], "callable": True}),
+}
+CASES_2 = [(f"{f}/{name}", f, lay) for f in FAMILIES for name, lay in LAYOUTS_2.items()]
+CASES_2 += [(key, family, lay) for key, (family, lay) in EXTRA_2.items()]
+CASES_4 = [(f"{f}/dp2-tp2", f, {**DP2, "tensor_parallel_size": 2}) for f in FAMILIES]
+SUPPORTED_2 = [
+    key
+    for key, family, _ in CASES_2
+    if (family, key.split("/")[1]) not in REFUSED and not key.startswith(("moe", "callable/pp2"))
+]
+
+
+@functools.cache
+def results(world_size: int) -> list[dict]:
+    cases = CASES_2 if world_size == 2 else CASES_4
+    return spawn(run_world_entry, world_size, cases, world_size == 2, timeout=480)
+
+
+def run_world_entry(cases, extras):
+    from train_cases import run_world
+
+    return run_world(cases, extras)
+
+
+@functools.cache
+def single_process(family: str, grad_clip: float | None = None, moe: bool = False, parts: int = 1) -> dict:
+    return reference(family, grad_clip, moe, parts)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("key", SUPPORTED_2)
+def test_two_ranks_train_like_one_process(key: str) -> None:
+    family, layout = next((f, lay) for k, f, lay in CASES_2 if k == key)
+    check([r["layouts"] for r in results(2)], key, single_process(family, layout.get("grad_clip")))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("family", "layout"), list(REFUSED))
+def test_unsupported_pairs_are_refused_naming_the_limitation(family: str, layout: str) -> None:
+    for rank_result in results(2):
+        error = rank_result["layouts"][f"{family}/{layout}"].get("error", "no error")
+        assert "pipeline" in error and REFUSED[(family, layout)] in error
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("callable/pp2", "a callable task cannot run under pipeline parallel"),
+        ("moe/pp2", "MoE load-balancing loss (aux_loss_weight > 0) is not supported under pipeline parallel"),
+    ],
+)
+def test_what_a_pipeline_cannot_split_is_refused(key: str, words: str) -> None:
+    for rank_result in results(2):
+        assert words in rank_result["layouts"][key].get("error", "no error")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("key", ["moe/dp2", "moe/zero3"])
+def test_moe_with_a_starved_expert_trains_under_data_parallel(key: str) -> None:
+    per_rank = [r["layouts"] for r in results(2)]
+    # The aux loss of each rank's rows, weighted by its positions: the reference computes it per half.
+    check(per_rank, key, single_process("decoder", None, True, 2))
+    first_step = per_rank[0][key]["expert_counts"][0]
+    assert len(first_step) == 2  # one count vector per MoE layer, summed over dp
+    assert all(layer[-1] == 0 for layer in first_step), first_step
+    assert all(sum(layer) == 4 * 8 for layer in first_step)  # every token went to one expert
+
+
+@pytest.mark.timeout(600)
+def test_fp16_overflow_skips_exactly_that_step_on_every_rank() -> None:
+    for rank_result in results(2):
+        record = rank_result["fp16"]["record"]
+        assert [r["skipped"] for r in record] == [False, True, False]
+        assert [r["changed"] for r in record] == [True, False, True]
+        assert record[1]["scale"] == record[0]["scale"] / 2
+
+
+@pytest.mark.timeout(600)
+def test_different_batches_on_tensor_parallel_peers_raise_on_every_rank() -> None:
+    for rank_result in results(2):
+        assert "passed a batch different from rank 0's" in rank_result["mismatch"]
+        assert "tensor/pipeline-parallel group [0, 1]" in rank_result["mismatch"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_dp2_tp2_on_four_ranks_trains_like_one_process(family: str) -> None:
+    check([r["layouts"] for r in results(4)], f"{family}/dp2-tp2", single_process(family))

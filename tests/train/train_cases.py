@@ -1,0 +1,285 @@
+"""Tiny models of every family, their fixed batches, a plain torch training loop written here as the
+reference, and the functions spawned ranks run (they must live in an importable module)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from brickwork.factory import build_model, get_preset
+from brickwork.parallel import full_state_dict, parallel_state, parallelize, split_rows
+from brickwork.train import TASKS, TrainStep
+
+VOCAB, DIM, SEQ, ROWS, STEPS = 48, 32, 8, 4, 3
+IMAGE, PATCH, CLASSES = 8, 4, 5
+FAMILIES = ("decoder", "mlm", "seq2seq", "vit", "gpt2-hf")
+TASK = {
+    "decoder": "causal_lm",
+    "mlm": "masked_lm",
+    "seq2seq": "seq2seq",
+    "vit": "image_classification",
+    "gpt2-hf": "causal_lm",
+}
+GPT2_PLAN = {
+    "transformer.wte": "vocab",
+    "transformer.h.*.attn.c_attn": "colwise:3",
+    "transformer.h.*.attn.c_proj": "rowwise",
+    "transformer.h.*.mlp.c_fc": "colwise",
+    "transformer.h.*.mlp.c_proj": "rowwise",
+    "lm_head": "colwise",
+}
+GPT2_DIVIDE = {"transformer.h.*.attn": ["split_size", "num_heads", "embed_dim"]}
+
+
+def _shrink(block: dict[str, Any]) -> None:
+    block["attention"]["num_heads"] = 4
+    block["feedforward"]["hidden_dim"] = 64
+    # Dropout would draw different random numbers in every layout: off, as in the references.
+    block["attention"]["dropout"] = 0.0
+    block["attention"].get("mechanism", {})["dropout"] = 0.0
+    block["feedforward"]["dropout"] = 0.0
+
+
+def spec(family: str, moe: bool = False) -> dict[str, Any]:
+    """A 2-layer spec of ``family`` (decoder, mlm, seq2seq, vit); ``moe``: a decoder with 4 top-1 experts."""
+    preset = {"decoder": "gpt-tiny", "mlm": "bert-base", "seq2seq": "t5-small", "vit": "vit"}[family]
+    out = copy.deepcopy(get_preset(preset))
+    out["dim_model"] = DIM
+    out["dropout"] = 0.0
+    stacks = (
+        ["decoder"] if family == "decoder" else ["encoder", "decoder"] if family == "seq2seq" else ["encoder"]
+    )
+    for stack in stacks:
+        out[stack]["num_layers"] = 2
+        _shrink(out[stack]["block"])
+    if family == "vit":
+        out.update(image_size=IMAGE, patch_size=PATCH, channels=3, num_classes=CLASSES)
+    else:
+        out.update(vocab_size=VOCAB, max_seq_len=2 * SEQ)
+    if moe:
+        out["decoder"]["block"]["feedforward"] = {
+            "name": "moe",
+            "num_experts": 4,
+            "top_k": 1,
+            "hidden_dim": 32,
+            "aux_loss_weight": 0.1,
+        }
+    return out
+
+
+def build(family: str, seed: int = 0, moe: bool = False) -> nn.Module:
+    torch.manual_seed(seed)
+    if family == "gpt2-hf":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(
+            vocab_size=VOCAB, n_positions=2 * SEQ, n_embd=DIM, n_layer=2, n_head=4, bos_token_id=0,
+            eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        )  # fmt: skip
+        return GPT2LMHeadModel(config)
+    model = build_model(spec(family, moe))
+    if moe:
+        starve_last_expert(model)
+    return model
+
+
+@torch.no_grad()
+def starve_last_expert(model: nn.Module) -> None:
+    """Router row of the last expert := the mean of the first two: its logit is never the largest
+    (it lies between theirs), so at top-1 it gets no token on any rank before training moves it."""
+    for module in model.modules():
+        router = getattr(module, "router", None)
+        if router is not None:
+            router.weight[-1] = (router.weight[0] + router.weight[1]) / 2
+
+
+def global_batches(family: str) -> list[dict[str, torch.Tensor]]:
+    """STEPS global batches of ROWS rows for ``family``, the same in every process."""
+    g = torch.Generator().manual_seed(1234)
+    out = []
+    for _ in range(STEPS):
+        if family == "vit":
+            out.append(
+                {
+                    "pixel_values": torch.randn(ROWS, 3, IMAGE, IMAGE, generator=g),
+                    "labels": torch.randint(0, CLASSES, (ROWS,), generator=g),
+                }
+            )
+            continue
+        ids = torch.randint(0, VOCAB, (ROWS, SEQ), generator=g)
+        if family in ("decoder", "gpt2-hf"):
+            out.append({"input_ids": ids, "labels": torch.roll(ids, -1, dims=1)})
+        elif family == "mlm":
+            scored = torch.rand(ROWS, SEQ, generator=g) < 0.3
+            scored[:, 0] = True
+            out.append({"input_ids": torch.where(scored, 1, ids), "labels": torch.where(scored, ids, -100)})
+        else:
+            target = torch.randint(0, VOCAB, (ROWS, SEQ // 2), generator=g)
+            start = torch.zeros(ROWS, 1, dtype=torch.long)
+            out.append(
+                {
+                    "input_ids": ids,
+                    "decoder_input_ids": torch.cat([start, target[:, :-1]], dim=1),
+                    "labels": target,
+                }
+            )
+    return out
+
+
+def logits_of(output: Any) -> torch.Tensor:
+    return output if isinstance(output, torch.Tensor) else output.logits
+
+
+def forward(model: nn.Module, family: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The reference forward, by each model's own signature."""
+    if family == "vit":
+        return model(batch["pixel_values"])
+    if family == "seq2seq":
+        return model(batch["input_ids"], batch["decoder_input_ids"])
+    return logits_of(model(batch["input_ids"]))
+
+
+def moe_aux(model: nn.Module) -> torch.Tensor:
+    return sum(m.aux_loss_weight * m.aux_loss for m in model.modules() if hasattr(m, "aux_loss_weight"))
+
+
+def reference(
+    family: str, grad_clip: float | None = None, moe: bool = False, aux_parts: int = 1
+) -> dict[str, Any]:
+    """A plain torch loop: mean cross-entropy over the scored positions of each global batch, SGD.
+
+    With ``moe``, the load-balancing loss of each of ``aux_parts`` equal row blocks (what each of that
+    many data-parallel ranks computes) is added, weighted by its share of the scored positions.
+    """
+    model = build(family, moe=moe)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for batch in global_batches(family):
+        opt.zero_grad()
+        labels = batch["labels"]
+        count = (labels != -100).sum()
+        total = torch.zeros(())
+        ce_sum = torch.zeros(())
+        for part in [{k: v.chunk(aux_parts)[i] for k, v in batch.items()} for i in range(aux_parts)]:
+            logits = forward(model, family, part)
+            ce = F.cross_entropy(logits.flatten(0, -2), part["labels"].flatten(), reduction="sum")
+            ce_sum = ce_sum + ce.detach()
+            total = total + ce
+            if moe:
+                total = total + moe_aux(model) * (part["labels"] != -100).sum()
+        (total / count).backward()
+        if grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        losses.append(float(ce_sum / count))
+    return {"losses": losses, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """This data-parallel rank's rows; pipeline ranks past the first pass None and receive them."""
+    state = parallel_state(model)
+    if state.mesh["pp"].get_local_rank() > 0:
+        return None
+    dp, rank = state.config.data_parallel_size, state.mesh["dp"].get_local_rank()
+    rows = split_rows(batch["labels"].shape[0], None, dp)
+    start = sum(rows[:rank])
+    return {k: v[start : start + rows[rank]] for k, v in batch.items()}
+
+
+def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
+    """On every rank: for each (key, family, dist dict + test keys), parallelize, take STEPS TrainSteps.
+
+    Test keys: ``grad_accum_steps``, ``grad_clip``, ``moe``, ``callable`` (the task as a user's
+    function). A case that raises records its message.
+    """
+    out: dict[str, Any] = {}
+    for key, family, layout in cases:
+        layout = dict(layout)
+        options = {k: layout.pop(k) for k in ("grad_accum_steps", "grad_clip") if k in layout}
+        moe = layout.pop("moe", False)
+        as_callable = layout.pop("callable", False)
+        try:
+            model = build(family, moe=moe)
+            plan = {"plan": GPT2_PLAN, "divide": GPT2_DIVIDE} if family == "gpt2-hf" else {}
+            model = parallelize(model, layout, **plan)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            task = TASKS[TASK[family]]
+            step = TrainStep(
+                model, opt, (lambda m, b, t=task: t(m, b)) if as_callable else task.name, **options
+            )
+            losses, counts = [], []
+            for batch in global_batches(family):
+                losses.append(step(share(model, batch)))
+                counts.append(step.metrics.get("expert_counts"))
+            out[key] = {"losses": losses, "state": full_state_dict(model), "expert_counts": counts}
+        except (ValueError, TypeError) as error:
+            out[key] = {"error": f"{type(error).__name__}: {error}"}
+        dist.barrier()
+    return out
+
+
+def check(per_rank: list[dict[str, Any]], key: str, ref: dict[str, Any], tol: float = 1e-5) -> None:
+    got = per_rank[0][key]
+    assert "error" not in got, got.get("error")
+    for other in per_rank[1:]:
+        assert other[key]["losses"] == got["losses"], "ranks returned different losses"
+    for step, (loss, want) in enumerate(zip(got["losses"], ref["losses"], strict=True)):
+        assert abs(loss - want) <= tol * abs(want), f"step {step}: loss {loss} vs the plain loop's {want}"
+    assert got["state"].keys() == ref["state"].keys()
+    for name, want in ref["state"].items():
+        torch.testing.assert_close(
+            got["state"][name], want, rtol=0, atol=tol, msg=f"{name} after {STEPS} steps"
+        )
+
+
+def mismatched_tp_batches(family: str) -> str:
+    """Each rank of a tp2 pair passes its own batch; the message of the error every rank gets."""
+    model = parallelize(build(family), {"tensor_parallel_size": 2})
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), TASK[family])
+    batch = global_batches(family)[dist.get_rank()]
+    try:
+        step(batch)
+    except ValueError as error:
+        return str(error)
+    return "no error"
+
+
+def fp16_overflow(layout: dict[str, Any], overflow_at: int) -> dict[str, Any]:
+    """fp16 steps of the decoder, the step ``overflow_at`` forced to overflow: what each step did."""
+    model = parallelize(build("decoder"), layout)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = {"step": 0}
+
+    def task(module: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits_of(module(batch["input_ids"]))
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), reduction="sum")
+        blow_up = 1e38 if calls["step"] == overflow_at else 1.0
+        return loss * blow_up, batch["labels"].numel()
+
+    step = TrainStep(model, opt, task, precision="fp16")
+    record = []
+    for index, batch in enumerate(global_batches("decoder")):
+        calls["step"] = index
+        before = full_state_dict(model)
+        step(share(model, batch))
+        after = full_state_dict(model)
+        changed = any(not torch.equal(before[k], after[k]) for k in before)
+        record.append(
+            {"skipped": step.metrics["skipped"], "changed": changed, "scale": step.metrics["loss_scale"]}
+        )
+    return {"record": record}
+
+
+def run_world(cases: list[tuple[str, str, dict[str, Any]]], extras: bool) -> dict[str, Any]:
+    """Everything one spawned world checks: the layouts, and with ``extras`` (2 ranks) the fp16
+    overflow under dp2 and the tp2 batch mismatch."""
+    out = {"layouts": train_layouts(cases)}
+    if extras:
+        out["fp16"] = fp16_overflow({"data_parallel_size": 2}, overflow_at=1)
+        out["mismatch"] = mismatched_tp_batches("decoder")
+    return out
