@@ -14,6 +14,7 @@ import torch
 from tqdm import tqdm
 
 from brickwork.data import RandomWindows
+from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import ParallelModel
 from brickwork.train.checkpoint import prune_checkpoints, save_run_checkpoint
 from brickwork.train.config import TrainConfig
@@ -113,7 +114,13 @@ def run_loop(
                 )
         if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
             save_run_checkpoint(
-                run_dir, done, engine.checkpoint_model, optimizer, state.batches.state_dict(), val_loss
+                run_dir,
+                done,
+                engine.checkpoint_model,
+                optimizer,
+                state.batches.state_dict(),
+                val_loss,
+                settings=config_to_dict(cfg),
             )
             if engine.is_main:
                 prune_checkpoints(run_dir, cfg.keep_checkpoints)

@@ -17,12 +17,15 @@ import torch
 from brickwork.data import ByteTokenizer, RandomWindows, fixed_windows, read_corpus, split_tokens
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
+from brickwork.factory.convert import config_to_dict
 from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, make_engine, resolve_dist
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
+from brickwork.train.resume_check import check_resume
 from brickwork.train.run_config import RunConfig, resolve_run
+from brickwork.train.run_lock import RunLock
 
 TOKENIZER = ByteTokenizer()
 
@@ -43,7 +46,8 @@ def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
     run = resolve_run(spec_arg, overrides)
     check_world(run.dist)
     run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
-    return _train(run, run_dir, resume=False)
+    with RunLock(run_dir, "train.out_dir"):
+        return _train(run, run_dir, resume=False)
 
 
 def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunResult:
@@ -75,7 +79,8 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
             f"{run_dir}, e.g. dist.data_parallel_size=1",
             err.path,
         ) from None
-    return _train(run, folder, resume=True, relayout=relayout)
+    with RunLock(folder):
+        return _train(run, folder, resume=True, relayout=relayout)
 
 
 def default_out_dir(name: str) -> str:
@@ -99,7 +104,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     check_world(run.dist)
     run.dist = resolve_dist(run.dist)
     # Every process decides about the folder before any of them writes to it.
-    checkpoint = latest_checkpoint(run_dir) if resume else None
+    checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
     if checkpoint is None:
         _check_unclaimed(run_dir)
     params = sum(p.numel() for p in model.parameters())
@@ -113,6 +118,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     log = MetricsLog(run_dir / "metrics.jsonl")
     if checkpoint is not None:
         state.step, folder = checkpoint
+        for line in check_resume(folder, run.spec, config_to_dict(cfg)):
+            say(line)
         meta, data_state, state.val_loss = load_run_checkpoint(folder, engine.checkpoint_model, optimizer)
         batches.load_state_dict(data_state)
         say(f"resuming {run_dir} from step {state.step} of {cfg.steps}")
