@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
+from brickwork.parallel.agreement import check_agreement
 from brickwork.parallel.balance import split_rows
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data_parallel import DTYPES, LocalShards, ZeroOptimizers, apply_ddp, apply_fsdp
@@ -56,6 +57,7 @@ def parallelize(
     """
     if not dist.is_initialized():
         build_mesh(dist_config)
+    check_agreement(model, dist_config)
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
     entries = merge_plans(component_plan(model), name_plan(model, plan) if plan else [])
     tp = config.tensor_parallel_size

@@ -69,5 +69,5 @@ def test_a_lost_file_or_manifest_is_refused(saved: Path) -> None:
     with pytest.raises(CorruptCheckpointError, match=r"rank0\.pt is missing"):
         load_checkpoint(saved, _model(1))
     (saved / MANIFEST_FILE).unlink()
-    with pytest.raises(CorruptCheckpointError, match="has no manifest.json"):
+    with pytest.raises(CorruptCheckpointError, match=r"has no manifest\.json"):
         load_checkpoint(saved, _model(1))
