@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
@@ -44,10 +45,20 @@ META_FILE = "meta.json"
 
 @contextlib.contextmanager
 def quiet_single_process() -> Iterator[None]:
-    """Silence DCP's warning that, with no process group, it assumes one process: that is meant here."""
+    """Silence DCP's warning that, with no process group, it assumes one process: that is meant here.
+
+    DCP also wraps a Ctrl-C that lands in its reads or writes into a CheckpointException; it is
+    raised again here as the KeyboardInterrupt it was, so the caller stops as it would anywhere else.
+    """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        yield
+        try:
+            yield
+        except CheckpointException as err:
+            causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
+            if causes and all(isinstance(c, KeyboardInterrupt) for c in causes):
+                raise KeyboardInterrupt from None
+            raise
 
 
 def is_complete(directory: str | os.PathLike) -> bool:

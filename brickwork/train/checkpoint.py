@@ -24,6 +24,7 @@ from torch import nn
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelModel, export, is_complete, load_checkpoint, save_checkpoint
+from brickwork.parallel.checkpoint import META_FILE
 from brickwork.parallel.manifest import CorruptCheckpointError, verify_manifest
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -126,7 +127,16 @@ def load_run_checkpoint(
 def export_run(source: Path, out: Path) -> Path:
     """Write the weights of ``source`` (a run folder's newest complete checkpoint, or one checkpoint
     folder) to the single-process safetensors file ``out``; returns the checkpoint folder used."""
-    folder = source if is_complete(source) else latest_checkpoint(source, "RUN_DIR", intact=True)[1]
+    if is_complete(source):
+        folder = source
+    elif _STEP_DIR.match(source.name) or (source / META_FILE).exists():
+        raise ConfigError(
+            f"{str(source)!r} is a checkpoint whose save did not finish (no .complete marker); export "
+            "the run folder instead, which uses its newest complete checkpoint",
+            "RUN_DIR",
+        )
+    else:
+        folder = latest_checkpoint(source, "RUN_DIR", intact=True)[1]
     export(folder, out)
     return folder
 

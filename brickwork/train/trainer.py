@@ -146,14 +146,16 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     if not engine.is_main:
         return RunResult(run_dir, math.nan, final, time.perf_counter() - started, "")
     records = log.read()
-    if not plot_losses(records, run_dir / "loss.png", title):
+    plotted = plot_losses(records, run_dir / "loss.png", title)
+    if not plotted:
         say("no loss.png: drawing it needs matplotlib (pip install 'brickwork[bench]')")
     first = next((r["val_loss"] for r in records if "val_loss" in r), math.nan)
     sample = _sample(sample_model, cfg)
     result = RunResult(run_dir, first, final, time.perf_counter() - started, sample)
+    written = "metrics, loss.png" if plotted else "metrics"
     say(
         f"validation loss {result.first_val_loss:.3f} -> {result.final_val_loss:.3f} "
-        f"({result.seconds:.0f} s); metrics, loss.png and checkpoints in {run_dir}"
+        f"({result.seconds:.0f} s); {written} and checkpoints in {run_dir}"
     )
     if sample:
         say(f"sample ({cfg.sample_tokens} bytes, KV-cache decoding, temperature {cfg.sample_temperature}):")
