@@ -36,7 +36,7 @@ from torch.distributed.tensor import DTensor
 from brickwork.parallel.manifest import verify_manifest, write_manifest
 from brickwork.parallel.parallel_model import ParallelModel
 from brickwork.parallel.pipeline_model import PipelineParallelModel
-from brickwork.parallel.safe_reader import SafeFileSystemReader
+from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner, UnsafeCheckpointError
 from brickwork.parallel.styles import PACKED_ATTR
 
 COMPLETE_MARKER = ".complete"
@@ -47,8 +47,9 @@ META_FILE = "meta.json"
 def quiet_single_process() -> Iterator[None]:
     """Silence DCP's warning that, with no process group, it assumes one process: that is meant here.
 
-    DCP also wraps a Ctrl-C that lands in its reads or writes into a CheckpointException; it is
-    raised again here as the KeyboardInterrupt it was, so the caller stops as it would anywhere else.
+    DCP also wraps what its reads and writes raise into a CheckpointException. A Ctrl-C is raised
+    again here as the KeyboardInterrupt it was, so the caller stops as it would anywhere else, and a
+    refused entry as the UnsafeCheckpointError it was, so the caller gets its one-line message.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
@@ -58,6 +59,9 @@ def quiet_single_process() -> Iterator[None]:
             causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
             if causes and all(isinstance(c, KeyboardInterrupt) for c in causes):
                 raise KeyboardInterrupt from None
+            unsafe = [c for c in causes if isinstance(c, UnsafeCheckpointError)]
+            if unsafe:
+                raise unsafe[0] from None
             raise
 
 
@@ -151,7 +155,7 @@ def load_checkpoint(
     destinations = _optimizer_destinations(model, optimizer, stored) if optimizer is not None else {}
     state.update({key: tensor for key, (_, _, tensor) in destinations.items()})
     with quiet_single_process():
-        dcp.load(state, storage_reader=reader, no_dist=not dist.is_initialized())
+        dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=not dist.is_initialized())
     for key, (param, name, _) in destinations.items():
         value = state[key]
         if isinstance(value, DTensor) and not isinstance(param, DTensor):

@@ -19,7 +19,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from brickwork.parallel.checkpoint import COMPLETE_MARKER, META_FILE, is_complete, quiet_single_process
 from brickwork.parallel.manifest import verify_manifest
-from brickwork.parallel.safe_reader import SafeFileSystemReader
+from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner
 
 
 def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -41,7 +41,7 @@ def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
         if key.startswith("model.") and isinstance(md, TensorStorageMetadata)
     }
     with quiet_single_process():
-        dcp.load(state, storage_reader=reader, no_dist=True)
+        dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=True)
     meta = json.loads((folder / META_FILE).read_text())
     weights = {key[len("model.") :]: tensor.contiguous() for key, tensor in state.items()}
     out.parent.mkdir(parents=True, exist_ok=True)

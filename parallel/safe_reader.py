@@ -5,7 +5,13 @@ a pickle can call any importable function while it loads (``os.system`` through 
 ``SafeFileSystemReader`` is that reader with ``.metadata`` read by ``MetadataUnpickler``, which resolves
 only the names a DCP metadata pickle holds: the DCP metadata dataclasses, torch sizes, dtypes and
 layouts, and plain containers. Any other name stops the load before anything is built from it, with
-an error naming it. The tensor data itself is read by torch with ``torch.load(weights_only=True)``.
+an error naming it, and every file it points to must lie inside the checkpoint folder.
+
+The data files are read by torch: tensors with ``torch.load(weights_only=True)``, but entries the
+metadata marks as non-tensor "bytes" with ``torch.load(weights_only=False)`` in DCP's default load
+planner, so a crafted ``.metadata`` could mark a weight as bytes and point it at a pickle that runs
+code. ``SafeLoadPlanner`` first reads such an entry with ``weights_only=True`` and refuses it when
+that fails; only data that loader accepts reaches torch's own.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ import pickle
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
 
 from brickwork.parallel.manifest import CorruptCheckpointError
 
@@ -96,10 +103,39 @@ class SafeFileSystemReader(FileSystemReader):
                 raise CorruptCheckpointError(f"{path} is damaged: {type(err).__name__}: {err}") from None
         if not isinstance(metadata, Metadata):
             raise UnsafeCheckpointError(f"{path} holds a {type(metadata).__name__}, not DCP Metadata")
+        for info in (metadata.storage_data or {}).values():
+            _check_inside(getattr(info, "relative_path", ""), path)
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         return metadata
+
+
+def _check_inside(relative_path: str, source: str) -> None:
+    """A data file named by the metadata must be a plain path below the checkpoint folder."""
+    parts = relative_path.replace("\\", "/").split("/")
+    if not relative_path or os.path.isabs(relative_path) or ".." in parts:
+        raise UnsafeCheckpointError(
+            f"{source} points outside its checkpoint folder ({relative_path!r}); refusing to read it"
+        )
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's default load planner, with non-tensor entries checked by ``torch.load(weights_only=True)``
+    before torch's own ``load_bytes`` reads them. Pass it to ``dcp.load(..., planner=SafeLoadPlanner())``."""
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        try:
+            torch.load(value, weights_only=True)
+        except Exception as err:  # any failure of the restricted loader means the data is not plain
+            lines = str(err).splitlines()
+            reason = next((line.strip() for line in lines if "Unsupported global" in line), lines[0])
+            reason = reason.split(". Please")[0]
+            raise UnsafeCheckpointError(
+                f"the checkpoint entry {read_item.dest_index.fqn!r} is not plain data ({reason})"
+            ) from None
+        value.seek(0)
+        super().load_bytes(read_item, value)
 
 
 def read_metadata(directory: str | os.PathLike) -> Metadata:

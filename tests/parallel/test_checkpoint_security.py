@@ -7,6 +7,7 @@ to match, as a forger would; the checksums are no defence against this, the read
 
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 import torch
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
 from brickwork.parallel import export, load_checkpoint, save_checkpoint
 from brickwork.parallel.manifest import write_manifest
@@ -78,6 +81,56 @@ def test_export_refuses_the_crafted_metadata_and_the_payload_never_runs(
         export(folder, tmp_path / "out.safetensors")
     assert not marker.exists()
     assert not (tmp_path / "out.safetensors").exists()
+
+
+class _OpensAFile:
+    """Pickles as a call to ``open(path, "w")``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple:
+        return (open, (self.path, "w"))
+
+
+def _rewrite_metadata(folder: Path, edit) -> None:
+    metadata = pickle.loads((folder / ".metadata").read_bytes())
+    edit(metadata)
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    write_manifest(folder, skip=(".complete", ".complete.tmp"))
+
+
+def test_a_weight_marked_as_pickled_bytes_is_refused_and_its_payload_never_runs(tmp_path: Path) -> None:
+    # DCP reads a "bytes" entry with torch.load(weights_only=False); the metadata decides which
+    # entries are bytes, so a crafted one can turn any weight into a pickle that runs code.
+    folder, marker = tmp_path / "ckpt", tmp_path / "payload-ran"
+    save_checkpoint(folder, _model(), None, 1)
+    buffer = io.BytesIO()
+    torch.save(_OpensAFile(marker), buffer)
+    (folder / "evil.distcp").write_bytes(buffer.getvalue())
+
+    def mark_as_bytes(metadata) -> None:
+        metadata.state_dict_metadata["model.0.bias"] = BytesStorageMetadata()
+        metadata.storage_data = {k: v for k, v in metadata.storage_data.items() if k.fqn != "model.0.bias"}
+        metadata.storage_data[MetadataIndex("model.0.bias")] = _StorageInfo("evil.distcp", 0, buffer.tell())
+
+    _rewrite_metadata(folder, mark_as_bytes)
+    with pytest.raises(UnsafeCheckpointError, match=r"'model\.0\.bias' is not plain data .*open"):
+        load_checkpoint(folder, _model())
+    assert not marker.exists()
+
+
+def test_a_data_file_outside_the_checkpoint_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    save_checkpoint(folder, _model(), None, 1)
+
+    def point_outside(metadata) -> None:
+        for info in metadata.storage_data.values():
+            info.relative_path = "../../elsewhere.distcp"
+
+    _rewrite_metadata(folder, point_outside)
+    with pytest.raises(UnsafeCheckpointError, match=r"points outside its checkpoint folder \('\.\./\.\./"):
+        load_checkpoint(folder, _model())
 
 
 def test_a_class_outside_dcp_metadata_is_refused_by_name(tmp_path: Path) -> None:
