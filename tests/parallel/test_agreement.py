@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from agreement_cases import (
     parallelize_with_a_different_layout_on_rank1,
     parallelize_with_a_different_model_on_rank1,
@@ -10,6 +11,8 @@ from agreement_cases import (
 from brickwork.parallel import spawn
 from brickwork.parallel.launch import RankError
 
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
 
 def _errors(results: list) -> list[RankError]:
     assert all(isinstance(r, RankError) for r in results), results
@@ -17,6 +20,7 @@ def _errors(results: list) -> list[RankError]:
     return results
 
 
+@pytest.mark.timeout(180)
 def test_tp2_with_a_different_spec_on_rank1_is_an_error_on_every_rank() -> None:
     # 2 heads instead of 4: the same tensor shapes, read differently, and different TP shards.
     results = spawn(
@@ -35,6 +39,7 @@ def test_tp2_with_a_different_spec_on_rank1_is_an_error_on_every_rank() -> None:
         assert "parameter names and shapes" not in error.message
 
 
+@pytest.mark.timeout(180)
 def test_a_different_dist_dict_on_rank1_is_an_error_on_every_rank() -> None:
     results = spawn(parallelize_with_a_different_layout_on_rank1, 2, timeout=120, raise_errors=False)
     for error in _errors(results):
