@@ -149,7 +149,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     plotted = plot_losses(records, run_dir / "loss.png", title)
     if not plotted:
         say("no loss.png: drawing it needs matplotlib (pip install 'brickwork[bench]')")
-    first = next((r["val_loss"] for r in records if "val_loss" in r), math.nan)
+    first = next((r["val_loss"] for r in records if r.get("val_loss") is not None), math.nan)
     sample = _sample(sample_model, cfg)
     result = RunResult(run_dir, first, final, time.perf_counter() - started, sample)
     written = "metrics, loss.png" if plotted else "metrics"
