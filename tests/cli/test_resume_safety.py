@@ -66,6 +66,16 @@ def test_a_bit_flip_in_the_newest_checkpoint_falls_back_to_the_previous_one(
     assert curve(run_copy) == curve(trained)
 
 
+def test_export_of_a_run_skips_a_damaged_newest_checkpoint(capsys, run_copy: Path) -> None:
+    meta = run_copy / "checkpoints" / "step_000006" / "meta.json"
+    meta.write_text(meta.read_text().replace('"step": 6', '"step": 7'))
+    out = run_copy / "weights.safetensors"
+    assert main(["export", str(run_copy), str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("skipping a damaged checkpoint: ") and "meta.json" in lines[0]
+    assert lines[1] == f"wrote {out}: the weights of {run_copy / 'checkpoints' / 'step_000003'}"
+
+
 def test_when_every_checkpoint_is_damaged_resume_says_so_in_one_line(capsys, run_copy: Path) -> None:
     for step in ("step_000003", "step_000006"):
         meta = run_copy / "checkpoints" / step / ".metadata"
