@@ -3,7 +3,9 @@ intact one), a changed model, and a folder another process is training in."""
 
 from __future__ import annotations
 
+import pickle
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -15,6 +17,7 @@ from cli_runs import SMALL, check_ok, curve, run_cli
 
 from brickwork.cli import main
 from brickwork.factory import load_spec
+from brickwork.parallel.manifest import write_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +85,22 @@ def test_when_every_checkpoint_is_damaged_resume_says_so_in_one_line(capsys, run
         meta.write_bytes(meta.read_bytes()[:-10])
     err = resume_error(capsys, run_copy)
     assert "every complete checkpoint of" in err and "is damaged" in err and ".metadata has" in err
+
+
+def test_a_crafted_checkpoint_stops_resume_and_export_without_running_its_payload(
+    capsys, run_copy: Path, tmp_path: Path
+) -> None:
+    # Not "damaged": the manifest matches, as a forger would make it. No fallback past it either.
+    folder, marker = run_copy / "checkpoints" / "step_000006", tmp_path / "payload-ran"
+    body = pickle.dumps(pickle.loads((folder / ".metadata").read_bytes()), protocol=2)
+    path = str(marker).encode()
+    call = b"cbuiltins\nopen\n(X" + struct.pack("<I", len(path)) + path + b"X\x01\x00\x00\x00wtR0"
+    (folder / ".metadata").write_bytes(body[:2] + call + body[2:])
+    write_manifest(folder, skip=(".complete",))
+    assert "refers to builtins.open" in resume_error(capsys, run_copy)
+    assert main(["export", str(run_copy), str(tmp_path / "w.safetensors")]) == 2
+    assert "refers to builtins.open" in capsys.readouterr().err
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize(
