@@ -124,6 +124,8 @@ def run_export(ns: argparse.Namespace) -> int:
     out = Path(ns.out)
     if out.suffix != ".safetensors":
         raise ConfigError(f"must be a file name ending in .safetensors, got {ns.out!r}", "OUT")
+    if out.is_dir():
+        raise ConfigError(f"{ns.out!r} is a folder; give the name of the file to write", "OUT")
     source = Path(ns.source)
     if not source.is_dir():
         raise ConfigError(

@@ -28,6 +28,7 @@ from brickwork.components.attention import MultiHeadAttention
 from brickwork.components.residual import DeepNormResidual, deepnorm_init_
 from brickwork.errors import ConfigError, join_path
 from brickwork.factory.convert import construct
+from brickwork.factory.memory_estimate import check_fits_in_memory
 from brickwork.factory.overrides import apply_overrides
 from brickwork.factory.resolve import ModelConfig, resolve_block_spec, resolve_model_spec
 from brickwork.factory.resolve_block import AttentionConfig, BlockConfig, position_kind
@@ -54,6 +55,7 @@ def build_model(spec: SpecSource, overrides: Iterable[str] | Mapping[str, Any] |
     Returns a ``DecoderLM``, ``Encoder``, ``EncoderDecoder`` or ``ImageEncoder`` carrying ``.spec``.
     """
     config = resolve_model_spec(read_spec(spec, overrides))
+    check_fits_in_memory(lambda: instantiate_model(config))
     model = instantiate_model(config)
     initialise(model, config)
     model.spec = copy.deepcopy(config.spec)

@@ -2,6 +2,11 @@
 
 ``dump_spec`` writes a canonical text, so dump -> load -> dump is byte-identical. Duplicate keys in a
 file are an error rather than "the last one wins".
+
+Loading takes time linear in the file's size whatever it holds. A YAML alias is walked once however
+often it is referenced, and a spec whose aliases would expand to more than ``MAX_EXPANDED_NODES``
+values (a "billion laughs" bomb), an alias that refers to itself, nesting deeper than ``MAX_DEPTH``,
+and text that is not UTF-8 are each a ConfigError naming the file.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import yaml
 
 from brickwork.errors import ConfigError, join_path
 
+# A real spec has a few hundred values and nests under ten levels; these bounds leave ample room.
+MAX_EXPANDED_NODES = 100_000
+MAX_DEPTH = 100
 YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIXES = (".json",)
 
@@ -36,7 +44,12 @@ def spec_format(path: str | os.PathLike[str]) -> str:
 def load_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a spec dict from a .yaml/.yml/.json file. Raises ConfigError for malformed text."""
     fmt = spec_format(path)
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"spec file {os.fspath(path)!r} is not UTF-8 text (byte {err.start}: {err.reason})"
+        ) from None
     return parse_spec(text, fmt, source=os.fspath(path))
 
 
@@ -44,15 +57,20 @@ def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str
     """Parse spec text in ``fmt`` (``"yaml"`` or ``"json"``) into a dict."""
     if fmt == "yaml":
         try:
-            _reject_duplicate_yaml_keys(yaml.compose(text, Loader=yaml.SafeLoader), source)
+            _check_yaml_nodes(yaml.compose(text, Loader=yaml.SafeLoader), source)
             data = yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise ConfigError(f"{source} is not valid YAML: {err}") from None
+        except RecursionError:
+            raise ConfigError(f"{source} nests too deeply to read (more than {MAX_DEPTH} levels)") from None
     elif fmt == "json":
         try:
             data = json.loads(text, object_pairs_hook=_json_object(source))
         except json.JSONDecodeError as err:
             raise ConfigError(f"{source} is not valid JSON: {err}") from None
+        except RecursionError:
+            raise ConfigError(f"{source} nests too deeply to read (more than {MAX_DEPTH} levels)") from None
+        _check_depth(data, source)
     else:
         raise ConfigError(f"unknown spec format {fmt!r}", choices=["json", "yaml"], got=fmt)
     if not isinstance(data, dict):
@@ -60,19 +78,70 @@ def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str
     return data
 
 
-def _reject_duplicate_yaml_keys(node: yaml.Node | None, source: str, path: str = "") -> None:
+def _check_yaml_nodes(root: yaml.Node | None, source: str) -> None:
+    """Reject duplicate keys, self-referencing aliases, deep nesting and alias bombs.
+
+    Each node is visited once: an aliased node is the same object wherever it is referenced, so its
+    expanded size is computed once and reused. Iterative, so depth never meets Python's recursion limit.
+    """
+    sizes: dict[int, int] = {}  # id(node) -> number of values it expands to, once finished
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, str, int, bool]] = [(root, "", 0, False)] if root is not None else []
+    while stack:
+        node, path, depth, children_done = stack.pop()
+        key = id(node)
+        children = _yaml_children(node, source, path)
+        if children_done:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child, _ in children)
+            if sizes[key] > MAX_EXPANDED_NODES:
+                raise ConfigError(
+                    f"{source} expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
+                    "(an alias bomb?)",
+                    path,
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise ConfigError(f"{source} has an alias that refers to itself", path)
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{source} nests more than {MAX_DEPTH} levels deep", path)
+        open_nodes.add(key)
+        stack.append((node, path, depth, True))
+        # Reversed, so that children are walked in file order and errors name the first occurrence.
+        stack.extend((child, child_path, depth + 1, False) for child, child_path in reversed(children))
+
+
+def _yaml_children(node: yaml.Node, source: str, path: str) -> list[tuple[yaml.Node, str]]:
+    """A node's child nodes with their key paths; duplicate mapping keys are a ConfigError."""
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
+        out = []
         for key_node, value_node in node.value:
             key = str(key_node.value)
             if key in seen:
                 line = key_node.start_mark.line + 1
                 raise ConfigError(f"key given twice in {source} (line {line})", join_path(path, key))
             seen.add(key)
-            _reject_duplicate_yaml_keys(value_node, source, join_path(path, key))
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _reject_duplicate_yaml_keys(item, source, join_path(path, i))
+            out.append((value_node, join_path(path, key)))
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [(item, join_path(path, i)) for i, item in enumerate(node.value)]
+    return []
+
+
+def _check_depth(data: Any, source: str) -> None:
+    """JSON has no aliases, only depth to bound."""
+    stack = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{source} nests more than {MAX_DEPTH} levels deep")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
 
 
 def _json_object(source: str):

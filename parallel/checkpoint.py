@@ -9,6 +9,8 @@ A checkpoint is a folder:
 - ``rng/rank<r>.pt``: each rank's RNG state;
 - ``meta.json``: the step, the resolved spec, the dist dict, the world size, the optimizer's
   hyperparameters (param groups without their tensors) and the caller's ``extra``;
+- ``manifest.json``: the size and CRC-32 of every file above (``brickwork.parallel.manifest``),
+  checked before anything is loaded;
 - ``.complete``, written last, by rank 0, after every rank has finished. A folder without it is an
   interrupted save and is never loaded.
 """
@@ -27,11 +29,13 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
+from brickwork.parallel.manifest import verify_manifest, write_manifest
 from brickwork.parallel.parallel_model import parallel_state
+from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner, UnsafeCheckpointError
 from brickwork.parallel.styles import PACKED_ATTR
 
 COMPLETE_MARKER = ".complete"
@@ -40,10 +44,24 @@ META_FILE = "meta.json"
 
 @contextlib.contextmanager
 def quiet_single_process() -> Iterator[None]:
-    """Silence DCP's warning that, with no process group, it assumes one process: that is meant here."""
+    """Silence DCP's warning that, with no process group, it assumes one process: that is meant here.
+
+    DCP also wraps what its reads and writes raise into a CheckpointException. A Ctrl-C is raised
+    again here as the KeyboardInterrupt it was, so the caller stops as it would anywhere else, and a
+    refused entry as the UnsafeCheckpointError it was, so the caller gets its one-line message.
+    """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        yield
+        try:
+            yield
+        except CheckpointException as err:
+            causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
+            if causes and all(isinstance(c, KeyboardInterrupt) for c in causes):
+                raise KeyboardInterrupt from None
+            unsafe = [c for c in causes if isinstance(c, UnsafeCheckpointError)]
+            if unsafe:
+                raise unsafe[0] from None
+            raise
 
 
 def is_complete(directory: str | os.PathLike) -> bool:
@@ -92,6 +110,7 @@ def save_checkpoint(
     _barrier()
     if rank == 0:
         (folder / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+        write_manifest(folder, skip=(COMPLETE_MARKER, COMPLETE_MARKER + ".tmp"))
         _write_marker(folder)
     _barrier()
     return folder
@@ -114,7 +133,8 @@ def load_checkpoint(
     Every rank calls it. Restores weights, optimizer state and hyperparameters, and this rank's RNG
     (rank r takes the RNG of saved rank r mod the saved world size). Returns ``meta.json``: ``step``,
     ``spec``, ``dist``, ``world_size``, ``param_groups``, ``extra``. Raises FileNotFoundError for a
-    folder whose save did not finish.
+    folder whose save did not finish, CorruptCheckpointError for files that do not match the manifest,
+    and UnsafeCheckpointError for metadata that names anything but DCP's own classes.
     """
     folder = Path(directory)
     if not is_complete(folder):
@@ -122,9 +142,11 @@ def load_checkpoint(
             f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker: the save was interrupted "
             "or never ran)"
         )
+    verify_manifest(folder)
     _refuse_packed(model)
     meta = json.loads((folder / META_FILE).read_text())
-    stored = FileSystemReader(folder).read_metadata().state_dict_metadata
+    reader = SafeFileSystemReader(folder)
+    stored = reader.read_metadata().state_dict_metadata
     state: dict[str, Any] = {f"model.{k}": v for k, v in _model_state(model).items()}
     missing = [k for k in state if k not in stored]
     if missing:
@@ -132,7 +154,7 @@ def load_checkpoint(
     destinations = _optimizer_destinations(model, optimizer, stored) if optimizer is not None else {}
     state.update({key: tensor for key, (_, _, tensor) in destinations.items()})
     with quiet_single_process():
-        dcp.load(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
+        dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=not dist.is_initialized())
     for key, (param, name, _) in destinations.items():
         value = state[key]
         if isinstance(value, DTensor) and not isinstance(param, DTensor):

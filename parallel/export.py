@@ -15,29 +15,33 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
-from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from brickwork.parallel.checkpoint import META_FILE, is_complete, quiet_single_process
+from brickwork.parallel.checkpoint import COMPLETE_MARKER, META_FILE, is_complete, quiet_single_process
+from brickwork.parallel.manifest import verify_manifest
+from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner
 
 
 def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Write the model weights of the complete checkpoint in ``directory`` to the safetensors file ``out``.
 
     Runs in one process (call it on one rank only, or outside any process group). The metadata holds
-    ``spec`` (JSON) and ``step``. Raises FileNotFoundError for an interrupted or missing checkpoint.
+    ``spec`` (JSON) and ``step``. Raises FileNotFoundError for an interrupted or missing checkpoint, and
+    the errors of ``load_checkpoint`` for a damaged or unsafe one.
     """
     folder, out = Path(directory), Path(out)
     if not is_complete(folder):
-        raise FileNotFoundError(f"{folder} is not a complete checkpoint (no .complete marker)")
-    stored = FileSystemReader(folder).read_metadata().state_dict_metadata
+        raise FileNotFoundError(f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker)")
+    verify_manifest(folder)
+    reader = SafeFileSystemReader(folder)
+    stored = reader.read_metadata().state_dict_metadata
     state = {
         key: torch.empty(tuple(md.size), dtype=md.properties.dtype)
         for key, md in stored.items()
         if key.startswith("model.") and isinstance(md, TensorStorageMetadata)
     }
     with quiet_single_process():
-        dcp.load(state, checkpoint_id=folder, no_dist=True)
+        dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=True)
     meta = json.loads((folder / META_FILE).read_text())
     weights = {key[len("model.") :]: tensor.contiguous() for key, tensor in state.items()}
     out.parent.mkdir(parents=True, exist_ok=True)

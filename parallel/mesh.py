@@ -31,16 +31,31 @@ def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
     default process group from the torchrun environment if it is not up yet; a plain ``python``
     process (no ``RANK`` in the environment) is a world of one.
     """
-    if not dist.is_initialized():
-        config = ParallelConfig.from_dict(dist_config)
-        backend = "nccl" if mesh_device_type(config) == "cuda" else "gloo"
-        if "RANK" in os.environ:
-            dist.init_process_group(backend)
-        else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    start_process_group(dist_config)
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
     device_type = mesh_device_type(config)
     if device_type == "cuda":
-        torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(local_device_index())
     shape = (config.pipeline_parallel_size, config.data_parallel_size, config.tensor_parallel_size)
     return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
+
+
+def start_process_group(dist_config: Mapping[str, Any] | ParallelConfig) -> None:
+    """Start the default process group if it is not up: from the torchrun environment, or, in a plain
+    ``python`` process (no ``RANK`` in the environment), as a world of one."""
+    if dist.is_initialized():
+        return
+    config = ParallelConfig.from_dict(dist_config)
+    backend = "nccl" if mesh_device_type(config) == "cuda" else "gloo"
+    if "RANK" in os.environ:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
+def local_device_index() -> int:
+    """This process's GPU on its node: torchrun's ``LOCAL_RANK``. The global rank modulo the device
+    count is only a fallback for launchers that do not set it: on nodes with different GPU counts, or
+    ranks not numbered node by node, it would put two processes on one GPU."""
+    local = os.environ.get("LOCAL_RANK")
+    return int(local) if local is not None else dist.get_rank() % torch.cuda.device_count()

@@ -23,11 +23,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
+from brickwork.parallel.agreement import check_agreement
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data_parallel import LocalShards, ZeroOptimizers, apply_ddp, apply_fsdp
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import materialize, take_source, uses_meta_init
-from brickwork.parallel.mesh import build_mesh
+from brickwork.parallel.mesh import build_mesh, start_process_group
 from brickwork.parallel.styles import PACKED_ATTR, unpack_full
 from brickwork.parallel.tensor_parallel import (
     apply_tensor_parallel,
@@ -59,6 +60,9 @@ def parallelize(
     may pass the real model while the others pass it built on the meta device (parallel/materialize.py),
     except under a pipeline. In a plain ``python`` process this is a world of one.
     """
+    start_process_group(dist_config)
+    # Before the mesh: building it is the first collective, where ranks with different layouts would hang.
+    check_agreement(model, dist_config)
     mesh = build_mesh(dist_config)
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
     if parallel_state(model) is not None:

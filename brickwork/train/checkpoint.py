@@ -11,8 +11,10 @@ learning rate is a function of the step, so the step is the whole schedule state
 from __future__ import annotations
 
 import base64
+import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from torch import nn
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import export, is_complete, load_checkpoint, save_checkpoint
+from brickwork.parallel.checkpoint import META_FILE
+from brickwork.parallel.manifest import CorruptCheckpointError, verify_manifest
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
@@ -45,9 +49,10 @@ def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(run_dir: Path, option: str = "--resume") -> tuple[int, Path]:
+def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool = False) -> tuple[int, Path]:
     """The newest complete checkpoint of ``run_dir``; a one-line ConfigError naming ``option`` when
-    there is none."""
+    there is none. With ``intact``, checkpoints whose files fail their manifest are skipped, each
+    reported in one line, and the newest intact one is returned."""
     found = complete_checkpoints(run_dir)
     if not found:
         raise ConfigError(
@@ -55,7 +60,21 @@ def latest_checkpoint(run_dir: Path, option: str = "--resume") -> tuple[int, Pat
             "start a new run instead, or lower train.checkpoint_interval so that runs save one sooner",
             option,
         )
-    return found[-1]
+    if not intact:
+        return found[-1]
+    damaged = []
+    for step, folder in reversed(found):
+        try:
+            verify_manifest(folder)
+        except CorruptCheckpointError as err:
+            damaged.append(str(err))
+            continue
+        for reason in damaged:
+            _say(f"skipping a damaged checkpoint: {reason}; using {folder.name}, the newest intact one")
+        return step, folder
+    raise ConfigError(
+        f"every complete checkpoint of {str(run_dir)!r} is damaged: " + "; ".join(damaged), option
+    )
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> None:
@@ -73,14 +92,18 @@ def save_run_checkpoint(
     optimizer: torch.optim.Optimizer,
     data_state: dict[str, torch.Tensor],
     val_loss: float,
+    settings: Mapping[str, Any] | None = None,
 ) -> Path:
     """Save the checkpoint of ``step``; every rank calls it. Each rank writes its own shards; rank 0
-    clears a cut-off earlier attempt at the same step first, and writes the metadata and marker."""
+    clears a cut-off earlier attempt at the same step first, and writes the metadata and marker.
+    ``settings`` (the ``train:`` section) are kept so that a resume can say which of them changed."""
     folder = checkpoint_dir(run_dir, step)
     if _rank() == 0 and folder.exists():
         shutil.rmtree(folder)
     # No other rank touches the folder before save_checkpoint's first barrier, which follows this.
     extra = {"trainer_format": TRAINER_FORMAT, "data": _encode(data_state), "val_loss": val_loss}
+    if settings is not None:
+        extra["train"] = dict(settings)
     return save_checkpoint(folder, model, optimizer, step, extra=extra)
 
 
@@ -104,7 +127,16 @@ def load_run_checkpoint(
 def export_run(source: Path, out: Path) -> Path:
     """Write the weights of ``source`` (a run folder's newest complete checkpoint, or one checkpoint
     folder) to the single-process safetensors file ``out``; returns the checkpoint folder used."""
-    folder = source if is_complete(source) else latest_checkpoint(source, "RUN_DIR")[1]
+    if is_complete(source):
+        folder = source
+    elif _STEP_DIR.match(source.name) or (source / META_FILE).exists():
+        raise ConfigError(
+            f"{str(source)!r} is a checkpoint whose save did not finish (no .complete marker); export "
+            "the run folder instead, which uses its newest complete checkpoint",
+            "RUN_DIR",
+        )
+    else:
+        folder = latest_checkpoint(source, "RUN_DIR", intact=True)[1]
     export(folder, out)
     return folder
 
@@ -120,3 +152,9 @@ def _decode(state: dict[str, str]) -> dict[str, torch.Tensor]:
 
 def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _say(line: str) -> None:
+    # Before the process group starts, torchrun's RANK says which process speaks.
+    if os.environ.get("RANK", "0") == "0":
+        print(line)

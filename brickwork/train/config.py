@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from brickwork.errors import ConfigError
@@ -10,6 +11,7 @@ from brickwork.train.precision import PRECISIONS
 SCHEDULES = ("cosine", "linear", "constant")
 OPTIMIZERS = ("adamw", "sgd")
 DEVICES = ("auto", "cpu", "cuda")
+FINITE = ("lr", "min_lr", "weight_decay", "momentum", "grad_clip", "sample_temperature")
 POSITIVE = (
     "steps",
     "batch_size",
@@ -27,12 +29,13 @@ class TrainConfig:
     """How to train: steps, batches, optimizer, learning-rate schedule, evaluation, checkpoints, output.
 
     The learning rate warms up linearly over ``warmup_steps`` and then follows ``schedule`` from
-    ``lr`` down to ``min_lr`` at ``steps``; ``warmup_steps=None`` means 5% of the steps, and the
-    resolved config records the number. ``grad_clip`` is the max global gradient norm (0 = off).
-    ``sample_tokens=None`` fills ``seq_len`` after the prompt. ``batch_size`` rows make one optimizer
-    step: split over the data-parallel ranks, then into ``grad_accum_steps`` micro-batches. ``precision``
-    is the train step's policy (fp32, bf16, bf16-mixed, fp16; see brickwork/train/precision.py).
-    ``seq_len`` is the window of bytes for text tasks; image tasks take the model's image size.
+    ``lr`` down to ``min_lr`` at ``steps``; ``warmup_steps=None`` means 5% of the steps (config.yaml
+    keeps the None, so that a later ``train.steps`` moves the warmup with it). ``grad_clip`` is the
+    max global gradient norm (0 = off). ``sample_tokens=None`` fills ``seq_len`` after the prompt.
+    ``batch_size`` rows make one optimizer step: split over the data-parallel ranks, then into
+    ``grad_accum_steps`` micro-batches. ``precision`` is the train step's policy (fp32, bf16,
+    bf16-mixed, fp16; see brickwork/train/precision.py). ``seq_len`` is the window of bytes for text
+    tasks; image tasks take the model's image size.
     """
 
     steps: int = 600
@@ -66,6 +69,9 @@ class TrainConfig:
         if self.sample_tokens is None and isinstance(self.seq_len, int):
             # Fill the positions the model trained on; past them learned positions are untrained.
             self.sample_tokens = max(0, self.seq_len - len(self.sample_prompt.encode("utf-8")))
+        for name in FINITE:
+            # 1e400 reads as inf, which every comparison below would let through.
+            _check(math.isfinite(getattr(self, name)), name, "must be a finite number", getattr(self, name))
         for name in POSITIVE:
             _check(getattr(self, name) >= 1, name, "must be >= 1", getattr(self, name))
         for name in NON_NEGATIVE:

@@ -14,6 +14,7 @@ from torch import nn
 from tqdm import tqdm
 
 from brickwork.data.task_batches import TaskBatches
+from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import parallel_state, split_rows
 from brickwork.train.checkpoint import prune_checkpoints, save_run_checkpoint
 from brickwork.train.config import TrainConfig
@@ -120,7 +121,15 @@ def run_loop(
                     file=sys.stdout,
                 )
         if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
-            save_run_checkpoint(run_dir, done, model, optimizer, state.batches.state_dict(), val_loss)
+            save_run_checkpoint(
+                run_dir,
+                done,
+                model,
+                optimizer,
+                state.batches.state_dict(),
+                val_loss,
+                settings=config_to_dict(cfg),
+            )
             if is_main:
                 prune_checkpoints(run_dir, cfg.keep_checkpoints)
                 plot_losses(log.read(), run_dir / "loss.png", title)

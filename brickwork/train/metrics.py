@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ class MetricsLog:
     """Appends records to ``RUN/metrics.jsonl``.
 
     Training records carry ``step``, ``loss``, ``lr``, ``tokens_per_s``; evaluation records carry
-    ``step`` and ``val_loss``.
+    ``step`` and ``val_loss``. The file is standard JSON: a non-finite number is written as null.
     """
 
     def __init__(self, path: Path) -> None:
@@ -19,7 +20,7 @@ class MetricsLog:
 
     def append(self, record: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json.dumps(_finite(record), allow_nan=False) + "\n")
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -32,6 +33,11 @@ class MetricsLog:
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
 
 
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    # JSON has no Infinity or NaN; strict readers reject the tokens Python would write for them.
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+
+
 def plot_losses(records: list[dict[str, Any]], path: Path, title: str) -> bool:
     """Draw train and validation loss against step into ``path``; False when matplotlib is missing."""
     try:
@@ -41,8 +47,8 @@ def plot_losses(records: list[dict[str, Any]], path: Path, title: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
-    val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
+    train = [(r["step"], r["loss"]) for r in records if r.get("loss") is not None]
+    val = [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     if train:
         ax.plot(*zip(*train), color="tab:blue", alpha=0.55, linewidth=1, label="train")

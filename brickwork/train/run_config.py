@@ -23,6 +23,9 @@ from brickwork.train.config import DataConfig, TrainConfig
 DEFAULT_PRESET = "gpt-tiny"
 SECTIONS = ("train", "data", "dist")
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+# train: keys whose None means "derived from other keys"; config.yaml keeps the None when the user
+# gave none, so that a run repeated with another train.steps or seq_len derives them afresh.
+DERIVED_TRAIN_KEYS = ("warmup_steps", "sample_tokens")
 # On a command line 1e-3 means a number; YAML 1.1 alone would read it as text.
 _EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -36,11 +39,14 @@ class RunConfig:
     train: TrainConfig
     data: DataConfig
     dist: dict[str, Any]
+    derived: tuple[str, ...] = ()  # the DERIVED_TRAIN_KEYS the user left unset
 
     def to_dict(self) -> dict[str, Any]:
+        train = config_to_dict(self.train)
+        train.update({key: None for key in self.derived})
         return {
             **copy.deepcopy(self.spec),
-            "train": config_to_dict(self.train),
+            "train": train,
             "data": config_to_dict(self.data),
             "dist": copy.deepcopy(self.dist),
         }
@@ -103,4 +109,5 @@ def resolve_run(spec_arg: str | None, overrides: list[str]) -> RunConfig:
         train=to_config(TrainConfig, sections["train"], "train"),
         data=to_config(DataConfig, sections["data"], "data"),
         dist=dict(dist),
+        derived=tuple(k for k in DERIVED_TRAIN_KEYS if sections["train"].get(k) is None),
     )

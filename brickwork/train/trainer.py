@@ -19,13 +19,16 @@ from brickwork.data import ByteTokenizer, fixed_windows, read_corpus, split_toke
 from brickwork.data.task_batches import VOCAB_SIZES, TaskBatches, image_batches, text_batches
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
+from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import full_state_dict, parallel_state, parallelize
 from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
+from brickwork.train.resume_check import check_resume
 from brickwork.train.run_config import RunConfig, resolve_run
+from brickwork.train.run_lock import RunLock
 from brickwork.train.step import TrainStep
 
 TOKENIZER = ByteTokenizer()
@@ -54,7 +57,8 @@ def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
     run = resolve_run(spec_arg, overrides)
     check_world(run.dist)
     run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
-    return _train(run, run_dir, resume=False)
+    with RunLock(run_dir, "train.out_dir"):
+        return _train(run, run_dir, resume=False)
 
 
 def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunResult:
@@ -86,7 +90,8 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
             f"{run_dir}, e.g. dist.data_parallel_size=1",
             err.path,
         ) from None
-    return _train(run, folder, resume=True, relayout=relayout)
+    with RunLock(folder):
+        return _train(run, folder, resume=True, relayout=relayout)
 
 
 def default_out_dir(name: str) -> str:
@@ -103,7 +108,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     _check_fits(run, task)
     run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
     # Every process decides about the folder before any of them writes to it.
-    checkpoint = latest_checkpoint(run_dir) if resume else None
+    checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
     if checkpoint is None:
         _check_unclaimed(run_dir)
     params = sum(p.numel() for p in model.parameters())
@@ -132,6 +137,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     log = MetricsLog(run_dir / "metrics.jsonl")
     if checkpoint is not None:
         state.step, folder = checkpoint
+        for line in check_resume(folder, run.spec, config_to_dict(cfg)):
+            say(line)
         meta, data_state, state.val_loss = load_run_checkpoint(folder, model, optimizer)
         batches.load_state_dict(data_state)
         say(f"resuming {run_dir} from step {state.step} of {cfg.steps}")
@@ -159,14 +166,16 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     if not is_main:
         return RunResult(run_dir, math.nan, final, time.perf_counter() - started, "")
     records = log.read()
-    if not plot_losses(records, run_dir / "loss.png", title):
+    plotted = plot_losses(records, run_dir / "loss.png", title)
+    if not plotted:
         say("no loss.png: drawing it needs matplotlib (pip install 'brickwork[bench]')")
-    first = next((r["val_loss"] for r in records if "val_loss" in r), math.nan)
+    first = next((r["val_loss"] for r in records if r.get("val_loss") is not None), math.nan)
     sample = _sample(sample_model, cfg) if sample_model is not None else ""
     result = RunResult(run_dir, first, final, time.perf_counter() - started, sample)
+    written = "metrics, loss.png" if plotted else "metrics"
     say(
         f"validation loss {result.first_val_loss:.3f} -> {result.final_val_loss:.3f} "
-        f"({result.seconds:.0f} s); metrics, loss.png and checkpoints in {run_dir}"
+        f"({result.seconds:.0f} s); {written} and checkpoints in {run_dir}"
     )
     if sample:
         say(f"sample ({cfg.sample_tokens} bytes, KV-cache decoding, temperature {cfg.sample_temperature}):")

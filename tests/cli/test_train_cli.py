@@ -95,11 +95,13 @@ def test_default_run_writes_a_complete_run_folder(default_run):
     assert (run_dir / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for step in (3, 6):
         folder = run_dir / "checkpoints" / f"step_{step:06d}"
-        # A brickwork.parallel checkpoint: DCP's files, this process's RNG, the metadata, the marker.
+        # A brickwork.parallel checkpoint: DCP's files, this process's RNG, the metadata, the
+        # checksums, the marker.
         assert sorted(p.name for p in folder.iterdir()) == [
             ".complete",
             ".metadata",
             "__0_0.distcp",
+            "manifest.json",
             "meta.json",
             "rng",
         ]
@@ -135,7 +137,7 @@ def test_config_yaml_is_fully_resolved(default_run):
     config = load_spec(run_dir / "config.yaml")
     spec = {k: v for k, v in config.items() if k not in ("train", "data", "dist")}
     assert spec == build_model(get_preset("gpt-tiny")).spec
-    assert config["train"]["steps"] == 6 and config["train"]["warmup_steps"] == 0
+    assert config["train"]["steps"] == 6 and config["train"]["warmup_steps"] is None  # 5% of steps
     assert config["train"]["lr"] == 3e-3 and config["train"]["schedule"] == "cosine"
     assert config["data"] == {"path": None, "val_fraction": 0.1}
     assert config["dist"]["data_parallel_size"] == 1 and config["dist"]["zero_stage"] == 0

@@ -55,13 +55,14 @@ def test_tensor_parallel_run_matches_one_process_and_resumes(single, workdir):
     )
     assert "2 processes (cpu): dp=1 tp=2" in out
     assert_same_curve(workdir / "tp2", single)
-    # Each rank writes its own shard file and RNG state; rank 0 the metadata and the marker.
+    # Each rank writes its own shard file and RNG state; rank 0 the metadata, checksums and marker.
     folder = workdir / "tp2" / "checkpoints" / "step_000006"
     assert {p.name for p in folder.iterdir()} == {
         ".complete",
         ".metadata",
         "__0_0.distcp",
         "__1_0.distcp",
+        "manifest.json",
         "meta.json",
         "rng",
     }

@@ -1,0 +1,143 @@
+"""Reading DCP checkpoints without running code from them.
+
+torch's ``FileSystemReader.read_metadata`` calls ``pickle.load`` on the checkpoint's ``.metadata``, and
+a pickle can call any importable function while it loads (``os.system`` through ``__reduce__``, say).
+``SafeFileSystemReader`` is that reader with ``.metadata`` read by ``MetadataUnpickler``, which resolves
+only the names a DCP metadata pickle holds: the DCP metadata dataclasses, torch sizes, dtypes and
+layouts, and plain containers. Any other name stops the load before anything is built from it, with
+an error naming it, and every file it points to must lie inside the checkpoint folder.
+
+The data files are read by torch: tensors with ``torch.load(weights_only=True)``, but entries the
+metadata marks as non-tensor "bytes" with ``torch.load(weights_only=False)`` in DCP's default load
+planner, so a crafted ``.metadata`` could mark a weight as bytes and point it at a pickle that runs
+code. ``SafeLoadPlanner`` first reads such an entry with ``weights_only=True`` and refuses it when
+that fails; only data that loader accepts reaches torch's own.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import ReadItem
+
+from brickwork.parallel.manifest import CorruptCheckpointError
+
+_METADATA = "torch.distributed.checkpoint.metadata"
+# Each module's names that a DCP ``.metadata`` pickle may refer to. Every one is a plain data class,
+# an enum, a torch dtype/size/layout, or a function that only maps a string to a torch layout.
+ALLOWED: dict[str, frozenset[str]] = {
+    _METADATA: frozenset(
+        {
+            "Metadata",
+            "MetadataIndex",
+            "StorageMeta",
+            "TensorStorageMetadata",
+            "TensorProperties",
+            "ChunkStorageMetadata",
+            "BytesStorageMetadata",
+            "_MEM_FORMAT_ENCODING",
+        }
+    ),
+    "torch.distributed.checkpoint.filesystem": frozenset({"_StorageInfo"}),
+    "torch.distributed.checkpoint.planner": frozenset({"LoadItemType", "WriteItemType"}),
+    # Every dtype torch names (torch.float32, ...), and the sizes and layouts tensors are described by.
+    "torch": frozenset(
+        {"Size", "strided", "sparse_coo"}
+        | {n for n in dir(torch) if isinstance(getattr(torch, n), torch.dtype)}
+    ),
+    "torch.serialization": frozenset({"_get_layout"}),
+    "pathlib": frozenset({"PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}),
+    "collections": frozenset({"OrderedDict"}),
+    "builtins": frozenset({"set", "frozenset"}),
+}
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError, ValueError):
+    """A checkpoint's metadata refers to something a DCP metadata pickle never holds."""
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """Resolves only the names in ``ALLOWED``; any other raises UnsafeCheckpointError."""
+
+    def __init__(self, file: io.BufferedIOBase, source: str) -> None:
+        super().__init__(file)
+        self.source = source
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name in ALLOWED.get(module, ()):
+            return super().find_class(module, name)
+        raise UnsafeCheckpointError(
+            f"{self.source} refers to {module}.{name}, which a checkpoint's metadata never holds; "
+            "refusing to load it (it could run code)"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafeCheckpointError(
+            f"{self.source} holds a persistent reference, which DCP metadata never has"
+        )
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """torch's ``FileSystemReader`` with ``.metadata`` read by ``MetadataUnpickler``.
+
+    Pass it to ``dcp.load(..., storage_reader=SafeFileSystemReader(path))``.
+    """
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        rank = kwargs.get("rank")
+        # The same file names torch's reader uses: one global ``.metadata``, or ``__<rank>.metadata``.
+        name = ".metadata" if rank is None else f"__{rank}.metadata"
+        path = os.path.join(os.fspath(self.path), name)
+        with open(path, "rb") as handle:
+            try:
+                metadata = MetadataUnpickler(handle, path).load()
+            except UnsafeCheckpointError:
+                raise
+            except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+                raise CorruptCheckpointError(f"{path} is damaged: {type(err).__name__}: {err}") from None
+        if not isinstance(metadata, Metadata):
+            raise UnsafeCheckpointError(f"{path} holds a {type(metadata).__name__}, not DCP Metadata")
+        for info in (metadata.storage_data or {}).values():
+            _check_inside(getattr(info, "relative_path", ""), path)
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def _check_inside(relative_path: str, source: str) -> None:
+    """A data file named by the metadata must be a plain path below the checkpoint folder."""
+    parts = relative_path.replace("\\", "/").split("/")
+    if not relative_path or os.path.isabs(relative_path) or ".." in parts:
+        raise UnsafeCheckpointError(
+            f"{source} points outside its checkpoint folder ({relative_path!r}); refusing to read it"
+        )
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's default load planner, with non-tensor entries checked by ``torch.load(weights_only=True)``
+    before torch's own ``load_bytes`` reads them. Pass it to ``dcp.load(..., planner=SafeLoadPlanner())``."""
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        try:
+            torch.load(value, weights_only=True)
+        except Exception as err:  # any failure of the restricted loader means the data is not plain
+            lines = str(err).splitlines()
+            reason = next((line.strip() for line in lines if "Unsupported global" in line), lines[0])
+            reason = reason.split(". Please")[0]
+            raise UnsafeCheckpointError(
+                f"the checkpoint entry {read_item.dest_index.fqn!r} is not plain data ({reason})"
+            ) from None
+        value.seek(0)
+        super().load_bytes(read_item, value)
+
+
+def read_metadata(directory: str | os.PathLike) -> Metadata:
+    """The DCP metadata of the checkpoint in ``directory``, read without running code from it."""
+    return SafeFileSystemReader(directory).read_metadata()
