@@ -16,8 +16,8 @@ from brickwork.components.feedforward import FEEDFORWARD_REGISTRY
 from brickwork.components.positional import POSITIONAL_REGISTRY, ALiBi, RotaryEmbedding
 from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY
 from brickwork.errors import ConfigError, join_path
-from brickwork.factory.choice import Choice, resolve_choice
-from brickwork.factory.convert import config_to_dict, to_config
+from brickwork.factory.choice import Choice, options_dataclass, resolve_choice
+from brickwork.factory.convert import config_fields, config_to_dict, to_config
 from brickwork.factory.schema import AttentionSpec, BlockSpec, CrossBlockSpec
 
 
@@ -207,6 +207,10 @@ def _resolve_positions(
                 f"{mechanism.name!r} cannot take the additive bias of {spec['name']!r} ({position_path})",
                 join_path(path, "mechanism", "name"),
             )
+        if ctx.kind == "encoder" and "symmetric" in config_fields(options_dataclass(cls)):
+            # An encoder attends both ways, so its bias falls off with distance on both sides; in a
+            # causal decoder the two forms agree on every key it may see.
+            spec = {"symmetric": True, **spec}
         context = {"dim_model": ctx.dim_model, "num_heads": attn.num_heads, "dim_head": dim_head}
         if ctx.max_seq_len is not None:
             context["max_seq_len"] = ctx.max_seq_len

@@ -49,11 +49,9 @@ class MultiHeadAttention(nn.Module):
       cross-attention it holds the projected ``memory`` after the first call, and later calls reuse it.
     - ``dim_head`` defaults to ``dim_model // num_heads``.
 
-    The tensor-parallel layer divides ``num_heads`` and ``num_kv_heads`` (``tp_divide``) and shards the
-    projections as :meth:`tp_plan` says; forward reads the head counts from those attributes.
+    The tensor-parallel layer divides the attributes :meth:`tp_divide` names and shards the projections
+    as :meth:`tp_plan` says; forward reads the head counts from those attributes.
     """
-
-    tp_divide: tuple[str, ...] = ("num_heads", "num_kv_heads")
 
     def __init__(
         self,
@@ -100,8 +98,6 @@ class MultiHeadAttention(nn.Module):
         self.rotary, self.position_bias = rotary, position_bias
         if not self.mechanism.requires_input_projection:
             self._check_token_mixer()
-            # The mixer sees the replicated input, so nothing here is sharded by head.
-            self.tp_divide = ()
         elif fused_qkv:
             self.qkv_proj = nn.Linear(dim_model, (num_heads + 2 * num_kv_heads) * dim_head, bias=bias)
         else:
@@ -131,6 +127,13 @@ class MultiHeadAttention(nn.Module):
         ):
             if value:
                 raise ConfigError(f"{name} has no query/key projections, so {option} has no meaning", option)
+
+    def tp_divide(self) -> tuple[str, ...]:
+        """The head counts the tensor-parallel layer divides by its size; none for a token mixer, which
+        sees the replicated input."""
+        if not self.mechanism.requires_input_projection:
+            return ()
+        return ("num_heads", "num_kv_heads")
 
     def tp_plan(self) -> dict[str, str]:
         """Tensor-parallel style of each child: projections into heads column-wise, ``out_proj`` row-wise."""

@@ -34,12 +34,10 @@ class ALiBi(PositionalEncoding):
     so a cached decode step is placed after its keys). Future keys are left to the causal mask; with
     ``symmetric=True`` (bidirectional encoders) the distance is ``|p_i - j|`` instead.
 
-    Tensor parallel: ``tp_divide = ("num_heads",)``. The bias is built from the ``slopes`` buffer
+    Tensor parallel: :meth:`tp_divide` names ``num_heads``. The bias is built from the ``slopes`` buffer
     ``[H]``, not from ``num_heads``, so a parallel layer shards heads by replacing ``slopes`` with this
     rank's contiguous slice (dim 0), matching the head split of the attention projections.
     """
-
-    tp_divide: tuple[str, ...] = ("num_heads",)
 
     @dataclass
     class Config:
@@ -59,6 +57,9 @@ class ALiBi(PositionalEncoding):
         self.register_buffer(
             "slopes", torch.tensor(alibi_slopes(num_heads), dtype=torch.float32), persistent=False
         )
+
+    def tp_divide(self) -> tuple[str, ...]:
+        return ("num_heads",)
 
     def forward(self, tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor:
         for name, value in (("tq", tq), ("tk", tk)):

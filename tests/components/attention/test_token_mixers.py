@@ -7,6 +7,7 @@ import torch
 
 from brickwork.components.attention import FourierMix, MultiHeadAttention, Pooling
 from brickwork.errors import ConfigError
+from brickwork.parallel.tensor_parallel import check_tensor_parallel, component_plan
 
 
 def _dft(n: int) -> torch.Tensor:
@@ -24,7 +25,7 @@ def test_fourier_mix_layer_is_fnet_over_the_hidden_state() -> None:
     torch.manual_seed(0)
     layer = MultiHeadAttention(12, 1, attention="fourier_mix")
     assert sorted(name for name, _ in layer.named_parameters()) == ["out_proj.bias", "out_proj.weight"]
-    assert layer.tp_plan() == {"out_proj": "replicate"} and layer.tp_divide == ()
+    assert layer.tp_plan() == {"out_proj": "replicate"} and layer.tp_divide() == ()
     x = torch.randn(2, 5, 12)
     mixed = (_dft(5) @ x.double().to(torch.complex128) @ _dft(12)).real.float()
     torch.testing.assert_close(layer(x), layer.out_proj(mixed), atol=1e-5, rtol=1e-5)
@@ -62,3 +63,12 @@ def test_mixer_layers_refuse_what_they_cannot_use() -> None:
     x = torch.randn(1, 4, 8)
     with pytest.raises(ValueError, match="memory"):
         layer(x, memory=x)
+
+
+def test_single_head_mixer_passes_the_tensor_parallel_check() -> None:
+    # The mixer has no heads to split, so a TP size that does not divide num_heads=1 is fine.
+    layer = MultiHeadAttention(16, 1, attention="fourier_mix")
+    check_tensor_parallel(layer, component_plan(layer), 2)
+    attention = MultiHeadAttention(16, 1)
+    with pytest.raises(ValueError, match="num_heads"):
+        check_tensor_parallel(attention, component_plan(attention), 2)
