@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
+from typing import Annotated
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from brickwork.checks import check_bool, check_choice, check_positive_int, check_probability
+from brickwork.checks import Flag, OneOf, PositiveInt, Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import restrict
 from brickwork.components.attention.scaled_dot_product import dense_attention
@@ -50,25 +50,15 @@ class LocalAttention(AttentionMechanism):
     mask_support = "full"
     supports_gqa = True
 
-    @dataclasses.dataclass
-    class Config:
-        window_size: int = 5
-        causal: bool = False
-        dropout: float = 0.0
-        backend: str = "auto"
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.window_size, "window_size")
-            check_bool(self.causal, "causal")
-            check_probability(self.dropout, "dropout")
-            check_choice(self.backend, "backend", BACKENDS)
-
     def __init__(
-        self, window_size: int = 5, causal: bool = False, dropout: float = 0.0, backend: str = "auto"
+        self,
+        window_size: PositiveInt = 5,
+        causal: Flag = False,
+        dropout: Probability = 0.0,
+        backend: Annotated[str, OneOf(BACKENDS)] = "auto",
     ) -> None:
         super().__init__()
-        self.config = self.Config(window_size=window_size, causal=causal, dropout=dropout, backend=backend)
-        self.causal = causal
+        self.window_size, self.causal, self.dropout, self.backend = window_size, causal, dropout, backend
         self._block_masks: dict[tuple[int, int, str], BlockMask] = {}
 
     def forward(
@@ -76,8 +66,8 @@ class LocalAttention(AttentionMechanism):
     ) -> torch.Tensor:
         """q ``[B, H, Tq, D]``, k/v ``[B, Hkv, Tk, D]`` -> ``[B, H, Tq, D]``."""
         self.check_inputs(q, k, v, attn_mask)
-        dropout_p = self.config.dropout if self.training else 0.0
-        backend = self.config.backend
+        dropout_p = self.dropout if self.training else 0.0
+        backend = self.backend
         if backend == "auto":
             # Decode steps (Tq != Tk) change shape every call; the dense mask is cheap there.
             sparse_pays = q.is_cuda and q.shape[-2] == k.shape[-2]
@@ -90,7 +80,7 @@ class LocalAttention(AttentionMechanism):
                 )
             return self._flex(q, k, v)
         tq, tk = q.shape[-2], k.shape[-2]
-        keep = local_keep(tq, tk, self.config.window_size, self.causal, q.device)
+        keep = local_keep(tq, tk, self.window_size, self.causal, q.device)
         return dense_attention(q, k, v, restrict(attn_mask, keep, q.dtype), dropout_p=dropout_p)
 
     def _flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -105,7 +95,7 @@ class LocalAttention(AttentionMechanism):
         return attend(q, k, v, block_mask=self._block_masks[key], enable_gqa=k.shape[1] != q.shape[1])
 
     def _block_mask(self, tq: int, tk: int, device: torch.device) -> BlockMask:
-        half, causal, shift = self.config.window_size // 2, self.causal, tk - tq
+        half, causal, shift = self.window_size // 2, self.causal, tk - tq
 
         def in_window(batch: torch.Tensor, head: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor):
             pos = q_idx + shift

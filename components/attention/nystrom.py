@@ -6,12 +6,10 @@ https://arxiv.org/abs/2102.03902
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 
-from brickwork.checks import check_bool, check_positive_int, check_probability
+from brickwork.checks import Flag, PositiveInt, Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import key_padding_keep
 from brickwork.components.attention.scaled_dot_product import dense_attention
@@ -72,55 +70,32 @@ class NystromAttention(AttentionMechanism):
     causal_safe = True
     mask_support = "key_padding"
 
-    @dataclasses.dataclass
-    class Config:
-        num_landmarks: int = 64
-        causal: bool = False
-        inv_iterations: int = 6
-        use_razavi_pinverse: bool = True
-        pinverse_original_init: bool = False
-        dropout: float = 0.0
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.num_landmarks, "num_landmarks")
-            check_bool(self.causal, "causal")
-            check_positive_int(self.inv_iterations, "inv_iterations")
-            check_bool(self.use_razavi_pinverse, "use_razavi_pinverse")
-            check_bool(self.pinverse_original_init, "pinverse_original_init")
-            check_probability(self.dropout, "dropout")
-
     def __init__(
         self,
-        num_landmarks: int = 64,
-        causal: bool = False,
-        inv_iterations: int = 6,
-        use_razavi_pinverse: bool = True,
-        pinverse_original_init: bool = False,
-        dropout: float = 0.0,
+        num_landmarks: PositiveInt = 64,
+        causal: Flag = False,
+        inv_iterations: PositiveInt = 6,
+        use_razavi_pinverse: Flag = True,
+        pinverse_original_init: Flag = False,
+        dropout: Probability = 0.0,
     ) -> None:
         super().__init__()
-        self.config = self.Config(
-            num_landmarks=num_landmarks,
-            causal=causal,
-            inv_iterations=inv_iterations,
-            use_razavi_pinverse=use_razavi_pinverse,
-            pinverse_original_init=pinverse_original_init,
-            dropout=dropout,
-        )
-        self.causal = causal
+        self.num_landmarks, self.causal, self.dropout = num_landmarks, causal, dropout
+        self.inv_iterations, self.use_razavi_pinverse = inv_iterations, use_razavi_pinverse
+        self.pinverse_original_init = pinverse_original_init
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """q ``[B, H, Tq, D]``, k/v ``[B, H, Tk, D]`` -> ``[B, H, Tq, D]``."""
         self.check_inputs(q, k, v, attn_mask)
-        m = self.config.num_landmarks
+        m = self.num_landmarks
         tq, tk = q.shape[-2], k.shape[-2]
         if tq <= m or tk <= m or (self.causal and tq != tk):
             out = dense_attention(q, k, v, attn_mask, causal=self.causal)
         else:
             out = self._approximate(q, k, v, attn_mask).to(v.dtype)
-        return F.dropout(out, self.config.dropout, self.training)
+        return F.dropout(out, self.dropout, self.training)
 
     def _approximate(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None
@@ -128,7 +103,7 @@ class NystromAttention(AttentionMechanism):
         # The pseudo-inverse iteration is unstable in half precision.
         dtype = torch.promote_types(q.dtype, torch.float32)
         q, k, v = q.to(dtype) * q.shape[-1] ** -0.5, k.to(dtype), v.to(dtype)
-        m = self.config.num_landmarks
+        m = self.num_landmarks
         keep = None if attn_mask is None else key_padding_keep(attn_mask)  # (B|1, H|1, Tk, 1)
         q_land = segment_means(q, m, keep if q.shape[-2] == k.shape[-2] else None)
         k_land = segment_means(k, m, keep)
@@ -142,8 +117,8 @@ class NystromAttention(AttentionMechanism):
         kernel_1 = masked_softmax(q @ k_land.transpose(-2, -1), land_mask)  # (B, H, Tq, m)
         kernel_2 = masked_softmax(q_land @ k_land.transpose(-2, -1), land_mask)  # (B, H, m, m)
         kernel_3 = masked_softmax(q_land @ k.transpose(-2, -1), key_mask)  # (B, H, m, Tk)
-        if self.config.use_razavi_pinverse:
-            inverse = iterative_pinv(kernel_2, self.config.inv_iterations, self.config.pinverse_original_init)
+        if self.use_razavi_pinverse:
+            inverse = iterative_pinv(kernel_2, self.inv_iterations, self.pinverse_original_init)
         else:
             inverse = torch.linalg.pinv(kernel_2)
         return kernel_1 @ (inverse @ (kernel_3 @ v))

@@ -13,7 +13,8 @@ from brickwork.registry import Registry
 class Feedforward(Configurable):
     """Base of every feedforward: ``forward(x) -> y``, x and y ``[B, T, dim_model]``.
 
-    Subclasses carry a ``Config`` dataclass with their options and keep the built one in ``config``.
+    Options are the typed ``__init__`` parameters; the built ``Config`` is kept in ``config``
+    (components/configurable.py).
     """
 
     dim_model: int

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from brickwork.checks import check_bool, check_positive_int
+from brickwork.checks import Flag, PositiveInt
 
 from .base import PositionalEncoding, register_positional
 
@@ -39,18 +38,8 @@ class ALiBi(PositionalEncoding):
     rank's contiguous slice (dim 0), matching the head split of the attention projections.
     """
 
-    @dataclass
-    class Config:
-        num_heads: int
-        symmetric: bool = False
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.num_heads, "num_heads")
-            check_bool(self.symmetric, "symmetric")
-
-    def __init__(self, num_heads: int, symmetric: bool = False) -> None:
+    def __init__(self, num_heads: PositiveInt, symmetric: Flag = False) -> None:
         super().__init__()
-        self.Config(num_heads, symmetric)
         self.num_heads = num_heads
         self.symmetric = symmetric
         # Derived from num_heads, so kept out of checkpoints.

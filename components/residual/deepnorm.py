@@ -7,12 +7,12 @@ Post-norm with the residual up-weighted by ``alpha`` and the branch weights init
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from brickwork.checks import check_positive_float
+from brickwork.checks import PositiveFloat, check_positive_float
 from brickwork.errors import ConfigError
 
 from .base import Branch, ResidualStyle, apply_norm, register_residual
@@ -66,42 +66,30 @@ class DeepNormResidual(ResidualStyle):
     :func:`deepnorm_init_`, which must be applied to the model once after initialisation.
     """
 
-    @dataclass
-    class Config:
-        alpha: float | None = None
-        beta: float | None = None
-        num_encoder_layers: int = 0
-        num_decoder_layers: int = 0
-        part: str | None = None
-
-        def __post_init__(self) -> None:
-            from_depth = self.num_encoder_layers != 0 or self.num_decoder_layers != 0 or self.part is not None
-            if from_depth:
-                if self.alpha is not None or self.beta is not None:
-                    raise ConfigError("give alpha/beta or the layer counts, not both", "alpha")
-                deepnorm_coefficients(self.num_encoder_layers, self.num_decoder_layers, self.part)
-            elif self.alpha is None:
-                raise ConfigError(
-                    "deepnorm needs alpha, or num_encoder_layers / num_decoder_layers to derive it", "alpha"
-                )
-            for option in ("alpha", "beta"):
-                if getattr(self, option) is not None:
-                    check_positive_float(getattr(self, option), option)
-
     def __init__(
         self,
-        alpha: float | None = None,
-        beta: float | None = None,
+        alpha: PositiveFloat | None = None,
+        beta: PositiveFloat | None = None,
         num_encoder_layers: int = 0,
         num_decoder_layers: int = 0,
         part: str | None = None,
     ) -> None:
         super().__init__()
-        cfg = self.Config(alpha, beta, num_encoder_layers, num_decoder_layers, part)
-        if cfg.alpha is None:
+        if alpha is None:
             alpha, beta = deepnorm_coefficients(num_encoder_layers, num_decoder_layers, part)
         self.alpha = float(alpha)
         self.beta = 1.0 if beta is None else float(beta)
+
+    @staticmethod
+    def check_options(options: Any) -> None:
+        n, m, part = options.num_encoder_layers, options.num_decoder_layers, options.part
+        if n != 0 or m != 0 or part is not None:
+            if options.alpha is not None or options.beta is not None:
+                raise ConfigError("give alpha/beta or the layer counts, not both", "alpha")
+            deepnorm_coefficients(n, m, part)
+        elif options.alpha is None:
+            raise ConfigError("deepnorm needs alpha, or num_encoder_layers / num_decoder_layers to derive it",
+                              "alpha")  # fmt: skip
 
     def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
         for norm, fn in branches:
