@@ -15,10 +15,9 @@ from typing import Any
 from torch import nn
 
 from brickwork.blocks import (
-    DecoderBlock,
+    Block,
     DecoderLM,
     Encoder,
-    EncoderBlock,
     EncoderDecoder,
     ImageEncoder,
     MaskedLMHead,
@@ -61,7 +60,7 @@ def build_model(spec: SpecSource, overrides: Iterable[str] | Mapping[str, Any] |
 
 
 def build_block(spec: SpecSource, overrides: Iterable[str] | Mapping[str, Any] | None = None) -> nn.Module:
-    """Build one ``EncoderBlock`` / ``DecoderBlock`` from a block spec; it carries ``.spec``."""
+    """Build one :class:`~brickwork.blocks.Block` from a block spec; it carries ``.spec``."""
     config = resolve_block_spec(read_spec(spec, overrides))
     block = instantiate_block(config.block, config.dim_model)
     block.spec = copy.deepcopy(config.spec)
@@ -95,30 +94,17 @@ def instantiate_attention(config: AttentionConfig, dim_model: int) -> MultiHeadA
         raise ConfigError(str(err), config.path) from err
 
 
-def instantiate_block(config: BlockConfig, dim_model: int) -> EncoderBlock | DecoderBlock:
-    attention = instantiate_attention(config.attention, dim_model)
-    feedforward = config.feedforward.build()
-    norm = config.norm.partial()
-    residual = config.residual.build()
-    if config.kind == "encoder":
-        return construct(
-            EncoderBlock,
-            config.path,
-            attention=attention,
-            feedforward=feedforward,
-            norm=norm,
-            residual=residual,
-        )
+def instantiate_block(config: BlockConfig, dim_model: int) -> Block:
     cross = None
     if config.cross_attention is not None:
         cross = instantiate_attention(config.cross_attention, dim_model)
     return construct(
-        DecoderBlock,
+        Block,
         config.path,
-        attention=attention,
-        feedforward=feedforward,
-        norm=norm,
-        residual=residual,
+        attention=instantiate_attention(config.attention, dim_model),
+        feedforward=config.feedforward.build(),
+        norm=config.norm.partial(),
+        residual=config.residual.build(),
         cross_attention=cross,
     )
 

@@ -16,9 +16,6 @@ from torch import nn
 from brickwork.errors import ConfigError
 from brickwork.registry import Registry
 
-# Linear layers whose output is added straight back onto the residual stream.
-RESIDUAL_OUTPUTS = ("out_proj", "down_proj")
-
 
 class InitScheme:
     """Base of the init schemes: ``apply(model, num_layers)`` overwrites the model's parameters."""
@@ -31,6 +28,7 @@ class InitScheme:
     def apply(self, model: nn.Module, num_layers: int) -> None:
         """Initialise every parameter of ``model``; ``num_layers`` is the depth of its deepest stack."""
         self.num_layers = max(num_layers, 1)
+        self.residual_outputs = residual_outputs(model)
         seen: set[int] = set()
         with torch.no_grad():
             for name, module in model.named_modules():
@@ -65,8 +63,15 @@ def fans(weight: torch.Tensor) -> tuple[int, int]:
     return weight.shape[1] * receptive, weight.shape[0] * receptive
 
 
-def is_residual_output(module_name: str) -> bool:
-    return module_name.rsplit(".", 1)[-1] in RESIDUAL_OUTPUTS
+def residual_outputs(model: nn.Module) -> set[str]:
+    """Names of the layers whose output is added straight back onto the residual stream, as each
+    attention layer and feedforward declares them (``residual_projections()``)."""
+    found = set()
+    for name, module in model.named_modules():
+        declare = getattr(module, "residual_projections", None)
+        if callable(declare):
+            found.update(f"{name}.{child}" if name else child for child in declare())
+    return found
 
 
 INIT_REGISTRY: Registry[InitScheme] = Registry("init scheme", InitScheme)
@@ -103,7 +108,7 @@ class NormalInit(InitScheme):
         self.scaled_residual = scaled_residual
 
     def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
-        if self.scaled_residual and is_residual_output(module_name):
+        if self.scaled_residual and module_name in self.residual_outputs:
             return self.std / math.sqrt(2 * self.num_layers)
         return self.std
 
@@ -125,7 +130,7 @@ class SmallInit(InitScheme):
 
     def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
         dim = fans(weight)[0]
-        if self.scaled_residual and is_residual_output(module_name):
+        if self.scaled_residual and module_name in self.residual_outputs:
             return 2.0 / (self.num_layers * math.sqrt(dim))
         return math.sqrt(2.0 / (5.0 * dim))
 

@@ -28,6 +28,14 @@ class Feedforward(Configurable):
         """Tensor-parallel styles of the child modules; empty means replicated."""
         return {}
 
+    def projections(self) -> tuple[str, ...]:
+        """The child linear layers that carry the features (not routers); DeepNorm scales them."""
+        return ()
+
+    def residual_projections(self) -> tuple[str, ...]:
+        """Children whose output is added back onto the residual stream (scaled by some inits)."""
+        return ()
+
 
 FEEDFORWARD_REGISTRY: Registry[Feedforward] = Registry("feedforward", Feedforward)
 

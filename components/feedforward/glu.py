@@ -50,6 +50,12 @@ class GLU(Feedforward):
     def tp_plan(self) -> dict[str, str]:
         return {"gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"}
 
+    def projections(self) -> tuple[str, ...]:
+        return ("gate_proj", "up_proj", "down_proj")
+
+    def residual_projections(self) -> tuple[str, ...]:
+        return ("down_proj",)
+
 
 @register_feedforward("swiglu")
 class SwiGLU(GLU):

@@ -62,3 +62,9 @@ class MLP(Feedforward):
 
     def tp_plan(self) -> dict[str, str]:
         return {"up_proj": "colwise", "down_proj": "rowwise"}
+
+    def projections(self) -> tuple[str, ...]:
+        return ("up_proj", "down_proj")
+
+    def residual_projections(self) -> tuple[str, ...]:
+        return ("down_proj",)

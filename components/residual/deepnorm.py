@@ -18,8 +18,6 @@ from brickwork.errors import ConfigError
 from .base import Branch, ResidualStyle, apply_norm, register_residual
 
 PARTS = ("encoder", "decoder")
-# Linear layers DeepNet scales by beta: attention values and output, and every feedforward projection.
-BETA_SCALED = ("v_proj", "out_proj", "up_proj", "gate_proj", "down_proj")
 
 
 def _check_layers(value: object, option: str) -> None:
@@ -100,36 +98,36 @@ class DeepNormResidual(ResidualStyle):
         return f"alpha={self.alpha:.4g}, beta={self.beta:.4g}"
 
 
-def _value_rows(attention: nn.Module) -> list[slice]:
-    """Rows of a fused ``qkv_proj`` weight that produce values: per kv group, its query heads, then
-    its key head, then its value head (the layout in docs/architecture.md)."""
-    try:
-        heads, kv_heads, dim_head = attention.num_heads, attention.num_kv_heads, attention.dim_head
-    except AttributeError as err:
-        raise ValueError(
-            f"{type(attention).__name__} has a fused qkv_proj but no num_heads/num_kv_heads/dim_head"
-        ) from err
-    group = (heads // kv_heads + 2) * dim_head
-    return [slice(g * group + group - dim_head, (g + 1) * group) for g in range(kv_heads)]
-
-
 @torch.no_grad()
 def deepnorm_init_(model: nn.Module, beta: float) -> list[str]:
-    """Multiply by ``beta``, in place, the weights DeepNet down-scales: every ``Linear`` named ``v_proj``,
-    ``out_proj``, ``up_proj``, ``gate_proj`` or ``down_proj``, and the value rows of fused ``qkv_proj``.
-    Query/key projections, routers, embeddings and norms are left alone. Returns the scaled names."""
+    """Multiply by ``beta``, in place, the weights DeepNet down-scales: in every attention layer its
+    value projection (the value rows of a fused ``qkv_proj``) and its residual output, and in every
+    feedforward each of its ``projections()``. Query/key projections, routers, embeddings and norms
+    are left alone. Returns the scaled names.
+
+    Layers say what they hold through ``value_projection()``, ``residual_projections()`` and
+    ``projections()`` (:class:`MultiHeadAttention`, the feedforwards), never through their names.
+    """
     check_positive_float(beta, "beta")
     scaled = []
     for name, module in model.named_modules():
-        for child_name, child in module.named_children():
-            if not isinstance(child, nn.Linear):
-                continue
-            path = f"{name}.{child_name}" if name else child_name
-            if child_name in BETA_SCALED:
-                child.weight.mul_(beta)
-                scaled.append(path)
-            elif child_name == "qkv_proj":
-                for rows in _value_rows(module):
-                    child.weight[rows].mul_(beta)
-                scaled.append(f"{path} (value rows)")
+        prefix = f"{name}." if name else ""
+        children: tuple[str, ...] = ()
+        if callable(getattr(module, "value_projection", None)):
+            values = module.value_projection()
+            if values is not None:
+                linear, layout = values
+                child = next(n for n, c in module.named_children() if c is linear)
+                if layout is None:
+                    linear.weight.mul_(beta)
+                    scaled.append(prefix + child)
+                else:
+                    layout.value_rows(linear.weight).mul_(beta)
+                    scaled.append(f"{prefix}{child} (value rows)")
+            children = module.residual_projections()
+        elif callable(getattr(module, "projections", None)):
+            children = module.projections()
+        for child in children:
+            getattr(module, child).weight.mul_(beta)
+            scaled.append(prefix + child)
     return scaled
