@@ -53,7 +53,12 @@ XFORMERS_ATTENTION_KEYS = frozenset({
 OFF_ONLY_ATTENTION = {
     "nystrom": {"landmark_pooling": None, "v_skip_connection": None, "conv_kernel_size": None},
     "favor": {"normalize_inputs": False},
-}
+    "random": {"constant_masking": True},
+    "ortho": {"landmark_selection": "orthogonal"},
+    "compositional": {"qk_rule": False, "nonlinear": False, "q_compose": False, "dim_attn": None,
+                      "dim_key": None, "dim_value": None, "in_proj_container": None,
+                      "use_separate_proj_weight": True, "bias": True},
+}  # fmt: skip
 # xformers' linformer swallowed ``causal`` and ran bidirectionally: a causal mask cannot pass through
 # the projection along the sequence. brickwork converts it the same way, with a warning.
 IGNORED_CAUSAL = {"linformer"}
@@ -202,6 +207,10 @@ def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, 
     for key, value in cfg.items():
         if key in ("name", "causal") or key in OFF_ONLY_ATTENTION.get(name, {}):
             continue
+        if key in RESHAPED_ATTENTION.get(name, {}):
+            option, translate = RESHAPED_ATTENTION[name][key]
+            out[option] = translate(value, join_path(path, key))
+            continue
         if key == "num_heads" and value == num_heads and key in options:
             continue  # the layer passes its head count in itself
         if key in options:
@@ -214,6 +223,33 @@ def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, 
     if causal:
         out["causal"] = True  # a mechanism without a causal form is refused when the spec is checked
     return out, causal
+
+
+def _global_tokens(mask: Any, path: str) -> int:
+    """xformers' ``attention_query_mask`` (a bool per position) as brickwork's leading global tokens."""
+    flags = mask.flatten().tolist() if hasattr(mask, "flatten") else list(mask)
+    flags = [bool(f[0] if isinstance(f, list | tuple) else f) for f in flags]
+    count = sum(flags)
+    if count == 0 or flags[:count] != [True] * count:
+        raise ConfigError("brickwork's global tokens are the leading positions; mark a prefix", path)
+    return count
+
+
+def _shared_layout(layout: Any, path: str) -> list[list[bool]]:
+    """xformers' ``[H, blocks, blocks]`` layout as brickwork's one layout for every head."""
+    layout = layout.tolist() if hasattr(layout, "tolist") else layout
+    if layout and isinstance(layout[0], list) and layout[0] and isinstance(layout[0][0], list):
+        if any(head != layout[0] for head in layout):
+            raise ConfigError("brickwork uses one layout for every head; these differ", path)
+        layout = layout[0]
+    return [[bool(x) for x in row] for row in layout]
+
+
+# xformers options whose value brickwork reads in another form: (brickwork option, translation).
+RESHAPED_ATTENTION = {
+    "global": {"attention_query_mask": ("num_global_tokens", _global_tokens)},
+    "blocksparse": {"layout": ("layout", _shared_layout)},
+}
 
 
 def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:

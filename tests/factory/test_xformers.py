@@ -446,3 +446,52 @@ def test_vit_converts_and_trains_a_step() -> None:
     cfg[0]["patch_embedding_config"]["stride"] = 2
     with pytest.raises(ConfigError, match=r"^0\.patch_embedding_config\.stride: .*kernel_size"):
         from_xformers_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("attention", "check"),
+    [
+        ({"name": "random", "r": 0.5, "constant_masking": True, "force_sparsity": False}, {"r": 0.5}),
+        (
+            {"name": "global", "attention_query_mask": [[True], [True]] + [[False]] * (SEQ - 2)},
+            {"num_global_tokens": 2},
+        ),
+        (
+            {
+                "name": "blocksparse",
+                "block_size": 4,
+                "layout": [[[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]] * HEADS,
+            },
+            {"block_size": 4},
+        ),
+        (
+            {
+                "name": "ortho",
+                "num_landmarks": 4,
+                "subsample_fraction": 0.5,
+                "landmark_selection": "orthogonal",
+            },
+            {"num_landmarks": 4},
+        ),
+        ({"name": "lambda_layer", "seq_len": SEQ, "dim_head": EMB // HEADS}, {"seq_len": SEQ}),
+        ({"name": "compositional", "num_rules": 2, "dim_model": EMB, "num_heads": HEADS}, {"num_rules": 2}),
+    ],
+)
+def test_the_new_mechanisms_convert_from_xformers_keys(
+    attention: dict[str, Any], check: dict[str, Any]
+) -> None:
+    cfg = encoder_config()
+    cfg[0]["multi_head_config"]["attention"] = {**attention, "dropout": 0.0, "seq_len": SEQ}
+    spec = from_xformers_config(cfg)
+    mechanism = spec["encoder"]["block"]["attention"]["mechanism"]
+    assert mechanism["name"] == attention["name"] and check.items() <= mechanism.items()
+    model = build_model(spec)
+    assert model(torch.randint(0, VOCAB, (2, SEQ))).shape == (2, SEQ, EMB)
+
+
+def test_a_global_query_mask_must_mark_leading_tokens() -> None:
+    cfg = encoder_config()
+    cfg[0]["multi_head_config"]["attention"] = {"name": "global", "attention_query_mask": [False, True]}
+    with pytest.raises(ConfigError, match="leading positions") as info:
+        from_xformers_config(cfg)
+    assert info.value.path == "0.multi_head_config.attention.attention_query_mask"
