@@ -23,6 +23,7 @@ from brickwork.blocks import (
     MaskedLMHead,
     PatchEmbedding,
 )
+from brickwork.blocks.reversible import ReversibleLayers
 from brickwork.components.attention import MultiHeadAttention
 from brickwork.components.residual import DeepNormResidual, deepnorm_init_
 from brickwork.errors import ConfigError, join_path
@@ -112,9 +113,10 @@ def instantiate_block(config: BlockConfig, dim_model: int) -> Block:
 def instantiate_model(config: ModelConfig) -> nn.Module:
     f = config.fields
     dim = f.dim_model
-    layers = {
-        name: [instantiate_block(b, dim) for b in stack.layers] for name, stack in config.stacks.items()
-    }
+    layers = {}
+    for name, stack in config.stacks.items():
+        blocks = [instantiate_block(b, dim) for b in stack.layers]
+        layers[name] = ReversibleLayers(blocks) if stack.reversible else blocks
     position = config.position.build() if config.position is not None else None
 
     def final_norm(stack: str) -> nn.Module | None:

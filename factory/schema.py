@@ -75,11 +75,16 @@ class StandaloneBlockSpec(CrossBlockSpec):
 
 @dataclass
 class StackSpec:
-    """``num_layers`` copies of ``block``; ``layers`` overrides parts of it for single layers."""
+    """``num_layers`` copies of ``block``; ``layers`` overrides parts of it for single layers.
+
+    ``reversible`` runs the stack as a RevNet coupling (blocks/reversible.py): pre-norm
+    self-attention blocks only.
+    """
 
     num_layers: int
     block: dict[str, Any]
     layers: dict[int | str, dict[str, Any]] = field(default_factory=dict)
+    reversible: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int(self.num_layers, "num_layers")
