@@ -186,6 +186,13 @@ class _Converter:
         if layers:
             out["layers"] = layers
         self.map(join_path(name, "num_layers"), join_path(stacks[0]["path"], "num_layers"))
+        self.map(join_path(name, "reversible"), join_path(stacks[0]["path"], "reversible"))
+        reversible = {st["reversible"] for st in stacks}
+        if len(reversible) > 1:
+            raise ConfigError("brickwork makes a whole stack reversible or none of it; these stacks differ",
+                              join_path(stacks[-1]["path"], "reversible"))  # fmt: skip
+        if reversible == {True}:
+            out["reversible"] = True
         return out
 
     def map_block(self, prefix: str, st: Mapping[str, Any]) -> None:

@@ -20,7 +20,7 @@ BLOCK_KEYS = {
 # Keys that change nothing in brickwork: kernel choices, duplicated dims, xformers bookkeeping.
 INERT_BLOCK_KEYS = {"use_triton"}
 # Keys accepted only with the value that means "feature off".
-OFF_ONLY_BLOCK = {"reversible": False, "simplicial_embeddings": None}
+OFF_ONLY_BLOCK = {"simplicial_embeddings": None}
 OFF_ONLY_HEAD = {"in_proj_container": None, "out_proj": None, "use_separate_proj_weight": True}
 RESIDUAL = {"pre": "pre", "post": "post", "deepnorm": "deepnorm"}
 NORMALIZATION = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
@@ -90,7 +90,8 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
         raise ConfigError(reason, join_path(path, "block_type"), BLOCK_KEYS, kind)
     known = {
         "block_type", "num_layers", "dim_model", "residual_norm_style", "layer_norm_style", "normalization",
-        "position_encoding_config", "feedforward_config", "patch_embedding_config", *BLOCK_KEYS[kind],
+        "position_encoding_config", "feedforward_config", "patch_embedding_config", "reversible",
+        *BLOCK_KEYS[kind],
         *INERT_BLOCK_KEYS,
         *OFF_ONLY_BLOCK,
     }  # fmt: skip
@@ -143,6 +144,7 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
         "path": path, "kind": kind, "block": block, "num_layers": c.get("num_layers", 1), "dim_model": dim,
         "rotary": rotary, "causal": causal, "residual": RESIDUAL[style],
         "position": c.get("position_encoding_config"), "patches": c.get("patch_embedding_config"),
+        "reversible": c.get("reversible", False),
     }  # fmt: skip
 
 

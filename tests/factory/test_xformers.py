@@ -174,7 +174,7 @@ def test_several_stacks_of_one_kind_become_per_layer_overrides() -> None:
 @pytest.mark.parametrize(
     ("edit", "path", "fragment"),
     [
-        (lambda c: c[0].update(reversible=True), "0.reversible", "only False is supported"),
+        (lambda c: c[0].update(reversible=True), "0.reversible", "pre-norm"),
         (lambda c: c[0].update(dim_modle=EMB), "0.dim_modle", "did you mean 'dim_model'"),
         (lambda c: c[0].update(block_type="decodr"), "0.block_type", "unknown block_type 'decodr'"),
         (
@@ -495,3 +495,17 @@ def test_a_global_query_mask_must_mark_leading_tokens() -> None:
     with pytest.raises(ConfigError, match="leading positions") as info:
         from_xformers_config(cfg)
     assert info.value.path == "0.multi_head_config.attention.attention_query_mask"
+
+
+def test_reversible_stacks_convert_to_the_reversible_key() -> None:
+    cfg = microgpt_config()
+    cfg[0].update(reversible=True, residual_norm_style="pre")
+    spec = from_xformers_config(cfg)
+    assert spec["decoder"]["reversible"] is True
+    model = build_model(spec)
+    ids = torch.randint(0, VOCAB, (2, SEQ))
+
+    def loss(m: torch.nn.Module) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+
+    _train_step(model, loss)
