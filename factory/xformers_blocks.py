@@ -213,7 +213,9 @@ def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, 
             option, translate = RESHAPED_ATTENTION[name][key]
             out[option] = translate(value, join_path(path, key))
             continue
-        if key == "num_heads" and value == num_heads and key in options:
+        if key == "num_heads":
+            if value != num_heads:
+                raise ConfigError(f"must equal the layer's num_heads={num_heads}", join_path(path, key))
             continue  # the layer passes its head count in itself
         if key in options:
             out[key] = value
