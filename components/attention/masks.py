@@ -7,11 +7,22 @@ position ``i + Tk - Tq`` and sees every earlier key.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
 def causal_keep(tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """Boolean ``[tq, tk]``: True where key j is not after query i (bottom-right aligned)."""
+    """Boolean ``[tq, tk]``: True where key j is not after query i (bottom-right aligned).
+
+    Read-only: the same tensor is handed out for the same shape and device, so that a forward pass
+    does not rebuild it in every layer.
+    """
+    return _causal_keep(tq, tk, torch.device(device) if device is not None else torch.device("cpu"))
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_keep(tq: int, tk: int, device: torch.device) -> torch.Tensor:
     return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(tk - tq)
 
 

@@ -42,6 +42,8 @@ class ALiBi(PositionalEncoding):
         super().__init__()
         self.num_heads = num_heads
         self.symmetric = symmetric
+        # Distances per (tq, tk, device), built once: every layer asks for the same shapes each step.
+        self._distances: dict[tuple[int, int, str], torch.Tensor] = {}
         # Derived from num_heads, so kept out of checkpoints.
         self.register_buffer(
             "slopes", torch.tensor(alibi_slopes(num_heads), dtype=torch.float32), persistent=False
@@ -55,12 +57,15 @@ class ALiBi(PositionalEncoding):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         device = self.slopes.device if device is None else device
-        query_pos = torch.arange(tk - tq, tk, device=device, dtype=torch.float32)
-        key_pos = torch.arange(tk, device=device, dtype=torch.float32)
-        distance = query_pos[:, None] - key_pos[None, :]
-        if self.symmetric:
-            distance = distance.abs()
-        return -self.slopes.to(device=device, dtype=torch.float32)[:, None, None] * distance
+        key = (tq, tk, str(device))
+        if key not in self._distances:
+            query_pos = torch.arange(tk - tq, tk, device=device, dtype=torch.float32)
+            key_pos = torch.arange(tk, device=device, dtype=torch.float32)
+            distance = query_pos[:, None] - key_pos[None, :]
+            self._distances[key] = distance.abs() if self.symmetric else distance
+            while len(self._distances) > 8:
+                self._distances.pop(next(iter(self._distances)))
+        return -self.slopes.to(device=device, dtype=torch.float32)[:, None, None] * self._distances[key]
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, symmetric={self.symmetric}"
