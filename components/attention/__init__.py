@@ -26,6 +26,7 @@ from brickwork.components.attention.sparse_patterns import (
     GlobalAttention,
     RandomAttention,
 )
+from brickwork.components.attention.visual import VisualAttention
 
 __all__ = [
     "ATTENTION_REGISTRY",
@@ -46,6 +47,7 @@ __all__ = [
     "Pooling",
     "RandomAttention",
     "ScaledDotProduct",
+    "VisualAttention",
     "build_mechanism",
     "dense_attention",
     "math_attention",

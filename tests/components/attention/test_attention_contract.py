@@ -6,7 +6,7 @@ import torch
 from brickwork.components.attention import ATTENTION_REGISTRY, AttentionMechanism, MultiHeadAttention
 from brickwork.errors import ConfigError
 
-B, T, DIM, HEADS = 2, 10, 16, 2
+B, T, DIM, HEADS = 2, 9, 16, 2  # T = 3 x 3: the grid mixers (visual) need a square
 # Options a few mechanisms need at this tiny size; any other registered mechanism runs on its defaults.
 OPTIONS = {
     "linformer": {"seq_len": T},
@@ -33,8 +33,10 @@ def _padding() -> torch.Tensor:
 
 
 def test_registry_holds_the_builtin_mechanisms() -> None:
-    expected = {"scaled_dot_product", "local", "linformer", "nystrom", "favor", "fourier_mix", "pooling",
-                "ortho", "lambda_layer", "random", "global", "blocksparse", "compositional"}  # fmt: skip
+    expected = {
+        "scaled_dot_product", "local", "linformer", "nystrom", "favor", "fourier_mix", "pooling", "ortho",
+        "lambda_layer", "random", "global", "blocksparse", "compositional", "visual",
+    }  # fmt: skip
     assert expected <= set(NAMES)
     for name in NAMES:
         cls = ATTENTION_REGISTRY.get(name)

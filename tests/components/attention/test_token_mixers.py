@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from brickwork.components.attention import FourierMix, MultiHeadAttention, Pooling
 from brickwork.errors import ConfigError
@@ -72,3 +73,18 @@ def test_single_head_mixer_passes_the_tensor_parallel_check() -> None:
     attention = MultiHeadAttention(16, 1)
     with pytest.raises(ValueError, match="num_heads"):
         check_tensor_parallel(attention, component_plan(attention), 2)
+
+
+def test_visual_attention_gates_the_grid_by_its_large_kernel_convolutions() -> None:
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(8, 2, attention="visual")
+    mixer = layer.mechanism
+    x = torch.randn(2, 16, 8)
+    grid = x.view(2, 4, 4, 8).permute(0, 3, 1, 2)  # tokens row by row on a 4 x 4 grid
+    attn = F.conv2d(grid, mixer.depthwise.weight, mixer.depthwise.bias, padding=2, groups=8)
+    attn = F.conv2d(attn, mixer.dilated.weight, mixer.dilated.bias, padding=9, dilation=3, groups=8)
+    attn = F.conv2d(attn, mixer.pointwise.weight, mixer.pointwise.bias)
+    mixed = (grid * attn).permute(0, 2, 3, 1).reshape(2, 16, 8)
+    torch.testing.assert_close(layer(x), layer.out_proj(mixed), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="square number of tokens"):
+        layer(torch.randn(2, 10, 8))
