@@ -475,6 +475,7 @@ def test_vit_converts_and_trains_a_step() -> None:
         ),
         ({"name": "lambda_layer", "seq_len": SEQ, "dim_head": EMB // HEADS}, {"seq_len": SEQ}),
         ({"name": "compositional", "num_rules": 2, "dim_model": EMB, "num_heads": HEADS}, {"num_rules": 2}),
+        ({"name": "visual", "dim_model": EMB}, {}),
     ],
 )
 def test_the_new_mechanisms_convert_from_xformers_keys(
