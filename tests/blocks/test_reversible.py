@@ -104,3 +104,12 @@ def test_reversible_needs_pre_norm_self_attention_blocks() -> None:
         ReversibleLayers(
             [Block(MultiHeadAttention(16, 2), MLP(16), cross_attention=MultiHeadAttention(16, 2))]
         )
+
+
+def test_the_memory_benchmark_shows_flat_activations() -> None:
+    from brickwork.benchmarks.reversible_memory import run
+
+    rows = {(r["depth"], r["reversible"]): r for r in run([2, 4], dim=32, seq_len=32, batch=2)}
+    assert rows[2, True]["saved_mib"] == rows[4, True]["saved_mib"]
+    assert rows[4, False]["saved_mib"] > 1.5 * rows[2, False]["saved_mib"]
+    assert rows[4, True]["peak_mib"] < rows[4, False]["peak_mib"]

@@ -105,3 +105,11 @@ def test_document_mask_with_causal_equals_each_document_alone(mechanism: str) ->
     torch.testing.assert_close(packed, alone, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="document ids"):
         document_mask(ids[0])
+
+
+def test_the_mask_benchmark_runs_and_its_backends_agree() -> None:
+    from brickwork.benchmarks.attention_masks import run
+
+    rows = run([64], batch=1, heads=2, dim_head=8)
+    assert {row["pattern"].split()[0] for row in rows} == {"local", "random", "global", "blocksparse"}
+    assert all(row["max_abs_difference"] < 1e-5 and 0 < row["density"] <= 1 for row in rows)
