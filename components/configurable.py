@@ -112,6 +112,9 @@ def options_dataclass(cls: type) -> type:
         if cross is not None:
             cross(self)
 
-    return dataclasses.make_dataclass(
+    config = dataclasses.make_dataclass(
         f"{cls.__name__}Config", fields, namespace={"__post_init__": __post_init__}, kw_only=True
     )
+    # Found again as ``cls.Config``, so configs (and modules holding them) pickle by reference.
+    config.__module__, config.__qualname__ = cls.__module__, f"{cls.__qualname__}.Config"
+    return config

@@ -1,5 +1,7 @@
 """The contract every registered attention mechanism keeps, checked through MultiHeadAttention."""
 
+import pickle
+
 import pytest
 import torch
 
@@ -117,6 +119,7 @@ def test_config_round_trip(name: str) -> None:
     built = _layer(name).mechanism
     rebuilt = cls.from_config(built.config)
     assert type(rebuilt) is cls and rebuilt.config == built.config
+    assert pickle.loads(pickle.dumps(built.config)) == built.config  # found again as cls.Config
 
 
 CAUSAL = [name for name in NAMES if ATTENTION_REGISTRY.get(name).causal_safe]
