@@ -27,7 +27,7 @@ class CompositionalAttention(AttentionMechanism):
     The searches are ordinary softmax attention, so masks and ``causal`` work as in
     ``scaled_dot_product``; the rule choice is made per position, so causality is kept.
     ``num_rules`` defaults to the head count; ``dim_selection`` to the head size. The rules mix all
-    heads, so a tensor-parallel split by head is refused (the ``[H, R]`` map does not fit the shard).
+    heads, so it cannot be split by head for tensor parallelism (the ``[H, R]`` map needs every head).
     """
 
     causal_safe = True
