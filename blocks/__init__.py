@@ -1,6 +1,6 @@
 """Encoder and decoder blocks, and the model containers built from stacks of them."""
 
-from brickwork.blocks.block import DecoderBlock, EncoderBlock
+from brickwork.blocks.block import Block, DecoderBlock, EncoderBlock
 from brickwork.blocks.decoder_lm import DecoderLM
 from brickwork.blocks.encoder import Encoder
 from brickwork.blocks.encoder_decoder import EncoderDecoder
@@ -8,6 +8,7 @@ from brickwork.blocks.heads import MaskedLMHead, Pooler
 from brickwork.blocks.image_encoder import ImageEncoder, PatchEmbedding
 
 __all__ = [
+    "Block",
     "DecoderBlock",
     "DecoderLM",
     "Encoder",

@@ -1,4 +1,4 @@
-"""Encoder and decoder blocks: sublayers, their norms, and a residual style that wires them."""
+"""The Transformer block: sublayers, their norms, and a residual style that wires them."""
 
 from __future__ import annotations
 
@@ -19,37 +19,12 @@ def _norm(norm: NormSpec, dim: int, path: str) -> nn.Module:
     return NORM_REGISTRY.build(norm, path, dim=dim)
 
 
-class EncoderBlock(nn.Module):
-    """Self-attention then feedforward, each wrapped by the residual style. x: [B, T, d] -> [B, T, d]."""
+class Block(nn.Module):
+    """Self-attention, cross-attention over ``memory`` when built with one, then feedforward, each
+    sublayer with its own norm and all wired by the residual style.
 
-    def __init__(
-        self,
-        attention: MultiHeadAttention,
-        feedforward: nn.Module,
-        norm: NormSpec = "layernorm",
-        residual: ResidualSpec = "pre",
-    ) -> None:
-        super().__init__()
-        dim = attention.dim_model
-        self.attention_norm = _norm(norm, dim, "norm")
-        self.attention = attention
-        self.feedforward_norm = _norm(norm, dim, "norm")
-        self.feedforward = feedforward
-        self.residual = RESIDUAL_REGISTRY.build(residual, "residual")
-
-    def tp_plan(self) -> dict[str, str]:
-        """Norms shard on the sequence under sequence parallel; the sublayers declare their own plans."""
-        return {"attention_norm": "sequence_parallel", "feedforward_norm": "sequence_parallel"}
-
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        attend = functools.partial(self.attention, attn_mask=attn_mask)
-        return self.residual(x, [(self.attention_norm, attend), (self.feedforward_norm, self.feedforward)])
-
-
-class DecoderBlock(nn.Module):
-    """Causal self-attention, optional cross-attention over ``memory``, then feedforward.
-
-    x: [B, T, d]; memory: [B, S, d]; returns [B, T, d]. Causality is set on the attention mechanism.
+    x ``[B, T, d]``, memory ``[B, S, d]`` -> ``[B, T, d]``. Causality is the self-attention
+    mechanism's own setting, so the same class is an encoder block and a decoder block.
     """
 
     def __init__(
@@ -66,9 +41,7 @@ class DecoderBlock(nn.Module):
         self.attention = attention
         if cross_attention is not None:
             self.cross_attention_norm = _norm(norm, dim, "norm")
-            self.cross_attention = cross_attention
-        else:
-            self.cross_attention = None
+        self.cross_attention = cross_attention
         self.feedforward_norm = _norm(norm, dim, "norm")
         self.feedforward = feedforward
         self.residual = RESIDUAL_REGISTRY.build(residual, "residual")
@@ -93,8 +66,15 @@ class DecoderBlock(nn.Module):
         ]
         if self.cross_attention is not None:
             if memory is None:
-                raise ValueError("this DecoderBlock has cross-attention and needs `memory` [B, S, d]")
+                raise ValueError("this block has cross-attention and needs `memory` [B, S, d]")
             attend = functools.partial(self.cross_attention, memory=memory, attn_mask=memory_mask)
             branches.append((self.cross_attention_norm, attend))
+        elif memory is not None:
+            raise ValueError("this block has no cross-attention; build it with one to pass `memory`")
         branches.append((self.feedforward_norm, self.feedforward))
         return self.residual(x, branches)
+
+
+# The names the model containers and the docs use for the two roles of the one block.
+EncoderBlock = Block
+DecoderBlock = Block

@@ -9,6 +9,7 @@ from torch import nn
 
 from brickwork.blocks.block import DecoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.components.attention import KVCache
 
 
@@ -39,7 +40,7 @@ class DecoderLM(nn.Module):
         self.token_embedding = nn.Embedding(vocab_size, dim)
         self.position_embedding = position
         self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(layers)
+        self.layers = as_layers(layers)
         self.final_norm = final_norm if final_norm is not None else nn.Identity()
         self.lm_head = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
@@ -83,8 +84,7 @@ class DecoderLM(nn.Module):
         h = self.embed(input_ids, offset=offset)
         keys = (input_ids.shape[0], offset + input_ids.shape[1])
         mask = padding_mask("attention_mask", attention_mask, keys)
-        for i, layer in enumerate(self.layers):
-            h = layer(h, attn_mask=mask, cache=cache[i] if cache else None)
+        h = run_layers(self.layers, h, attn_mask=mask, caches=cache)
         return self.head(h)
 
     @torch.no_grad()

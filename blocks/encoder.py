@@ -10,6 +10,7 @@ from torch import nn
 from brickwork.blocks.block import EncoderBlock
 from brickwork.blocks.heads import MaskedLMHead, Pooler
 from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.reversible import as_layers, run_layers
 
 
 class Encoder(nn.Module):
@@ -42,7 +43,7 @@ class Encoder(nn.Module):
         self.token_type_embedding = nn.Embedding(type_vocab_size, dim) if type_vocab_size > 0 else None
         self.embedding_norm = embedding_norm if embedding_norm is not None else nn.Identity()
         self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(layers)
+        self.layers = as_layers(layers)
         self.final_norm = final_norm if final_norm is not None else nn.Identity()
         self.mlm_head = mlm_head
         if mlm_head is not None and tie_embeddings:
@@ -83,6 +84,5 @@ class Encoder(nn.Module):
     ) -> torch.Tensor:
         mask = padding_mask("attention_mask", attention_mask, input_ids.shape)
         h = self.embed(input_ids, token_type_ids)
-        for layer in self.layers:
-            h = layer(h, attn_mask=mask)
+        h = run_layers(self.layers, h, attn_mask=mask)
         return self.head(h)

@@ -9,6 +9,7 @@ from torch import nn
 
 from brickwork.blocks.block import DecoderBlock, EncoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.reversible import as_layers, run_layers
 
 
 class EncoderDecoder(nn.Module):
@@ -39,7 +40,7 @@ class EncoderDecoder(nn.Module):
         self.token_embedding = nn.Embedding(vocab_size, dim)
         self.position_embedding = position
         self.dropout = nn.Dropout(dropout)
-        self.encoder_layers = nn.ModuleList(encoder_layers)
+        self.encoder_layers = as_layers(encoder_layers)
         self.encoder_final_norm = encoder_final_norm if encoder_final_norm is not None else nn.Identity()
         self.decoder_layers = nn.ModuleList(decoder_layers)
         self.decoder_final_norm = decoder_final_norm if decoder_final_norm is not None else nn.Identity()
@@ -58,8 +59,7 @@ class EncoderDecoder(nn.Module):
         """[B, S] -> encoder output [B, S, d]."""
         mask = padding_mask("src_mask", src_mask, src_ids.shape)
         h = self._embed("src_ids", src_ids)
-        for layer in self.encoder_layers:
-            h = layer(h, attn_mask=mask)
+        h = run_layers(self.encoder_layers, h, attn_mask=mask)
         return self.encoder_final_norm(h)
 
     def decode(

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from brickwork.blocks.block import EncoderBlock
+from brickwork.blocks.reversible import as_layers, run_layers
 
 
 class PatchEmbedding(nn.Module):
@@ -64,7 +65,7 @@ class ImageEncoder(nn.Module):
         self.class_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
         self.position_embedding = position
         self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(layers)
+        self.layers = as_layers(layers)
         self.final_norm = final_norm if final_norm is not None else nn.Identity()
         self.pool = pool
         self.classifier = nn.Linear(dim, num_classes) if num_classes > 0 else None
@@ -88,6 +89,5 @@ class ImageEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         h = self.embed(images)
-        for layer in self.layers:
-            h = layer(h)
+        h = run_layers(self.layers, h)
         return self.head(h)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from brickwork.errors import ConfigError
 
 
@@ -33,3 +35,20 @@ def check_bool(value: object, option: str) -> None:
 def check_choice(value: object, option: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"unknown value {value!r}", option, choices=choices, got=value)
+
+
+class OneOf:
+    """A check that a value is one of ``choices``: ``Annotated[str, OneOf(("sdpa", "math"))]``."""
+
+    def __init__(self, choices: tuple[str, ...]) -> None:
+        self.choices = choices
+
+    def __call__(self, value: object, option: str) -> None:
+        check_choice(value, option, self.choices)
+
+
+# Annotations that carry their check, for component signatures (components/configurable.py).
+PositiveInt = Annotated[int, check_positive_int]
+PositiveFloat = Annotated[float, check_positive_float]
+Probability = Annotated[float, check_probability]
+Flag = Annotated[bool, check_bool]

@@ -15,15 +15,15 @@ from typing import Any
 from torch import nn
 
 from brickwork.blocks import (
-    DecoderBlock,
+    Block,
     DecoderLM,
     Encoder,
-    EncoderBlock,
     EncoderDecoder,
     ImageEncoder,
     MaskedLMHead,
     PatchEmbedding,
 )
+from brickwork.blocks.reversible import ReversibleLayers
 from brickwork.components.attention import MultiHeadAttention
 from brickwork.components.residual import DeepNormResidual, deepnorm_init_
 from brickwork.errors import ConfigError, join_path
@@ -63,7 +63,7 @@ def build_model(spec: SpecSource, overrides: Iterable[str] | Mapping[str, Any] |
 
 
 def build_block(spec: SpecSource, overrides: Iterable[str] | Mapping[str, Any] | None = None) -> nn.Module:
-    """Build one ``EncoderBlock`` / ``DecoderBlock`` from a block spec; it carries ``.spec``."""
+    """Build one :class:`~brickwork.blocks.Block` from a block spec; it carries ``.spec``."""
     config = resolve_block_spec(read_spec(spec, overrides))
     block = instantiate_block(config.block, config.dim_model)
     block.spec = copy.deepcopy(config.spec)
@@ -97,30 +97,17 @@ def instantiate_attention(config: AttentionConfig, dim_model: int) -> MultiHeadA
         raise ConfigError(str(err), config.path) from err
 
 
-def instantiate_block(config: BlockConfig, dim_model: int) -> EncoderBlock | DecoderBlock:
-    attention = instantiate_attention(config.attention, dim_model)
-    feedforward = config.feedforward.build()
-    norm = config.norm.partial()
-    residual = config.residual.build()
-    if config.kind == "encoder":
-        return construct(
-            EncoderBlock,
-            config.path,
-            attention=attention,
-            feedforward=feedforward,
-            norm=norm,
-            residual=residual,
-        )
+def instantiate_block(config: BlockConfig, dim_model: int) -> Block:
     cross = None
     if config.cross_attention is not None:
         cross = instantiate_attention(config.cross_attention, dim_model)
     return construct(
-        DecoderBlock,
+        Block,
         config.path,
-        attention=attention,
-        feedforward=feedforward,
-        norm=norm,
-        residual=residual,
+        attention=instantiate_attention(config.attention, dim_model),
+        feedforward=config.feedforward.build(),
+        norm=config.norm.partial(),
+        residual=config.residual.build(),
         cross_attention=cross,
     )
 
@@ -128,9 +115,10 @@ def instantiate_block(config: BlockConfig, dim_model: int) -> EncoderBlock | Dec
 def instantiate_model(config: ModelConfig) -> nn.Module:
     f = config.fields
     dim = f.dim_model
-    layers = {
-        name: [instantiate_block(b, dim) for b in stack.layers] for name, stack in config.stacks.items()
-    }
+    layers = {}
+    for name, stack in config.stacks.items():
+        blocks = [instantiate_block(b, dim) for b in stack.layers]
+        layers[name] = ReversibleLayers(blocks) if stack.reversible else blocks
     position = config.position.build() if config.position is not None else None
 
     def final_norm(stack: str) -> nn.Module | None:

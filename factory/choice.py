@@ -7,13 +7,12 @@ width, the head size, ...) are filled in by the factory and left out of the writ
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from brickwork.components.configurable import options_dataclass
 from brickwork.errors import ConfigError, join_path
 from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
 from brickwork.registry import Registry
@@ -49,32 +48,6 @@ class Choice:
     def partial(self) -> functools.partial:
         """``functools.partial(cls, **options)`` for layers the block builds itself (norms)."""
         return functools.partial(self.cls, **self.options())
-
-
-def options_dataclass(cls: type) -> type:
-    """``cls.Config``, or for a class without one, a dataclass made from its constructor signature."""
-    config = getattr(cls, "Config", None)
-    if isinstance(config, type) and dataclasses.is_dataclass(config):
-        return config
-    return _signature_dataclass(cls)
-
-
-@functools.cache
-def _signature_dataclass(cls: type) -> type:
-    try:
-        hints = inspect.get_annotations(cls.__init__, eval_str=True)
-    except (NameError, TypeError):
-        hints = {}
-    fields = []
-    for param in list(inspect.signature(cls.__init__).parameters.values())[1:]:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        annotation = hints.get(param.name, Any)
-        if param.default is param.empty:
-            fields.append((param.name, annotation))
-        else:
-            fields.append((param.name, annotation, dataclasses.field(default=param.default)))
-    return dataclasses.make_dataclass(f"{cls.__name__}Options", fields)
 
 
 def normalize_choice(spec: Any, path: str) -> dict[str, Any]:

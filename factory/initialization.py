@@ -8,22 +8,20 @@ parameters are initialised once, by their first owner.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from brickwork.errors import ConfigError
+from brickwork.checks import Flag, PositiveFloat
 from brickwork.registry import Registry
-
-# Linear layers whose output is added straight back onto the residual stream.
-RESIDUAL_OUTPUTS = ("out_proj", "down_proj")
 
 
 class InitScheme:
-    """Base of the init schemes: ``apply(model, num_layers)`` overwrites the model's parameters."""
+    """Base of the init schemes: ``apply(model, num_layers)`` overwrites the model's parameters.
 
-    Config: type
+    A scheme's options are its typed ``__init__`` parameters, checked through the dataclass the
+    factory derives from them (components/configurable.py).
+    """
 
     def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
         raise NotImplementedError
@@ -31,6 +29,7 @@ class InitScheme:
     def apply(self, model: nn.Module, num_layers: int) -> None:
         """Initialise every parameter of ``model``; ``num_layers`` is the depth of its deepest stack."""
         self.num_layers = max(num_layers, 1)
+        self.residual_outputs = residual_outputs(model)
         seen: set[int] = set()
         with torch.no_grad():
             for name, module in model.named_modules():
@@ -65,8 +64,15 @@ def fans(weight: torch.Tensor) -> tuple[int, int]:
     return weight.shape[1] * receptive, weight.shape[0] * receptive
 
 
-def is_residual_output(module_name: str) -> bool:
-    return module_name.rsplit(".", 1)[-1] in RESIDUAL_OUTPUTS
+def residual_outputs(model: nn.Module) -> set[str]:
+    """Names of the layers whose output is added straight back onto the residual stream, as each
+    attention layer and feedforward declares them (``residual_projections()``)."""
+    found = set()
+    for name, module in model.named_modules():
+        declare = getattr(module, "residual_projections", None)
+        if callable(declare):
+            found.update(f"{name}.{child}" if name else child for child in declare())
+    return found
 
 
 INIT_REGISTRY: Registry[InitScheme] = Registry("init scheme", InitScheme)
@@ -77,11 +83,6 @@ def register_init(name: str):
     return INIT_REGISTRY.register(name)
 
 
-def _check_positive(value: float, option: str) -> None:
-    if not value > 0:
-        raise ConfigError(f"must be > 0, got {value!r}", option)
-
-
 @register_init("normal")
 class NormalInit(InitScheme):
     """Every weight N(0, std), biases zero (GPT-2, BERT).
@@ -90,20 +91,12 @@ class NormalInit(InitScheme):
     ``std / sqrt(2 * num_layers)``, as GPT-2 does, so the stream's variance does not grow with depth.
     """
 
-    @dataclass
-    class Config:
-        std: float = 0.02
-        scaled_residual: bool = False
-
-        def __post_init__(self) -> None:
-            _check_positive(self.std, "std")
-
-    def __init__(self, std: float = 0.02, scaled_residual: bool = False) -> None:
+    def __init__(self, std: PositiveFloat = 0.02, scaled_residual: Flag = False) -> None:
         self.std = std
         self.scaled_residual = scaled_residual
 
     def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
-        if self.scaled_residual and is_residual_output(module_name):
+        if self.scaled_residual and module_name in self.residual_outputs:
             return self.std / math.sqrt(2 * self.num_layers)
         return self.std
 
@@ -116,16 +109,12 @@ class SmallInit(InitScheme):
     GPT-NeoX), ``d`` being the input width of the weight.
     """
 
-    @dataclass
-    class Config:
-        scaled_residual: bool = False
-
-    def __init__(self, scaled_residual: bool = False) -> None:
+    def __init__(self, scaled_residual: Flag = False) -> None:
         self.scaled_residual = scaled_residual
 
     def weight_std(self, module_name: str, weight: torch.Tensor) -> float:
         dim = fans(weight)[0]
-        if self.scaled_residual and is_residual_output(module_name):
+        if self.scaled_residual and module_name in self.residual_outputs:
             return 2.0 / (self.num_layers * math.sqrt(dim))
         return math.sqrt(2.0 / (5.0 * dim))
 
@@ -134,14 +123,7 @@ class SmallInit(InitScheme):
 class XavierInit(InitScheme):
     """Weights N(0, gain * sqrt(2 / (fan_in + fan_out))) (Glorot & Bengio 2010); embeddings N(0, d^-1/2)."""
 
-    @dataclass
-    class Config:
-        gain: float = 1.0
-
-        def __post_init__(self) -> None:
-            _check_positive(self.gain, "gain")
-
-    def __init__(self, gain: float = 1.0) -> None:
+    def __init__(self, gain: PositiveFloat = 1.0) -> None:
         self.gain = gain
 
     def _init_parameter(self, name: str, module: nn.Module, param_name: str, param: torch.Tensor) -> None:
@@ -158,10 +140,6 @@ class XavierInit(InitScheme):
 @register_init("none")
 class NoInit(InitScheme):
     """Keep each module's own PyTorch default init."""
-
-    @dataclass
-    class Config:
-        pass
 
     def apply(self, model: nn.Module, num_layers: int) -> None:
         return None

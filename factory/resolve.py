@@ -48,6 +48,7 @@ class StackConfig:
 
     block: BlockConfig
     layers: list[BlockConfig]
+    reversible: bool = False
 
 
 @dataclass
@@ -210,7 +211,19 @@ def resolve_stack(stack: StackSpec, name: str, ctx: BlockContext) -> tuple[Stack
         diff = diff_spec(base_spec, block.to_spec())
         if diff:
             diffs[i] = diff
-    return StackConfig(base, blocks), {"num_layers": stack.num_layers, "block": base_spec, "layers": diffs}
+    if stack.reversible:
+        for i, block in enumerate(blocks):
+            where = join_path(name, "layers", i) if i in overrides else join_path(name, "block")
+            if block.cross_attention is not None:
+                raise ConfigError("a reversible stack takes self-attention blocks only; this one has "
+                                  f"cross-attention ({where})", join_path(name, "reversible"))  # fmt: skip
+            if block.residual.name != "pre":
+                raise ConfigError(f"a reversible stack couples pre-norm sublayers; {where}.residual is "
+                                  f"{block.residual.name!r}", join_path(name, "reversible"))  # fmt: skip
+    spec = {"num_layers": stack.num_layers, "block": base_spec, "layers": diffs}
+    if stack.reversible:
+        spec["reversible"] = True  # written only when on, so that existing resolved specs stay as they are
+    return StackConfig(base, blocks, stack.reversible), spec
 
 
 BLOCK_KEYS = ("attention", "cross_attention", "feedforward", "norm", "residual")

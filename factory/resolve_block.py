@@ -1,8 +1,9 @@
 """Checking one block spec (attention, feedforward, norm, residual) into typed configs.
 
-The checks that span several keys live here, each naming every key involved: dim_model against
-num_heads, num_heads against num_kv_heads, rotary positions against the head size, causal decoders
-against mechanisms without a causal form, cross-attention against fused projections.
+Each rule is the component's own (``MultiHeadAttention``'s head geometry and mechanism fit, each
+choice's ``Config``); this module calls them before anything is built and puts the key path in front
+of their errors. Only what a spec alone decides is checked here: which stack is causal, and that
+cross-attention has separate projections and a mechanism that reads memory.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from brickwork.components.attention import ATTENTION_REGISTRY
+from brickwork.components.attention.multi_head import check_causal, check_geometry, check_mechanism_fits
 from brickwork.components.feedforward import FEEDFORWARD_REGISTRY
 from brickwork.components.positional import POSITIONAL_REGISTRY, ALiBi, RotaryEmbedding
 from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY
 from brickwork.errors import ConfigError, join_path
-from brickwork.factory.choice import Choice, resolve_choice
-from brickwork.factory.convert import config_to_dict, to_config
+from brickwork.factory.choice import Choice, options_dataclass, resolve_choice
+from brickwork.factory.convert import config_fields, config_to_dict, to_config
 from brickwork.factory.schema import AttentionSpec, BlockSpec, CrossBlockSpec
 
 
@@ -109,104 +111,59 @@ def resolve_residual(spec: Any, path: str, context: Mapping[str, Any]) -> Choice
     return resolve_choice(RESIDUAL_REGISTRY, spec, path, {} if explicit else context)
 
 
+# Where the layer's option names sit in an attention spec: the mechanism's options under
+# ``mechanism``, and the layer's hooks come from the model's positions, chosen against the mechanism.
+LAYER_TO_SPEC = {"causal": "mechanism.name", "rotary": "mechanism.name", "position_bias": "mechanism.name"}
+
+
 def resolve_attention(spec: Any, path: str, ctx: BlockContext, self_attention: bool) -> AttentionConfig:
     attn = to_config(AttentionSpec, spec, path)
-    if attn.num_kv_heads is not None and attn.num_heads % attn.num_kv_heads:
-        raise ConfigError(
-            f"{join_path(path, 'num_heads')}={attn.num_heads} must be a multiple of "
-            f"num_kv_heads={attn.num_kv_heads}",
-            join_path(path, "num_kv_heads"),
-        )
-    if attn.dim_head is None:
-        if ctx.dim_model % attn.num_heads:
-            raise ConfigError(
-                f"dim_model={ctx.dim_model} (key 'dim_model') is not divisible by "
-                f"num_heads={attn.num_heads}; change one of them or set dim_head",
-                join_path(path, "num_heads"),
-            )
-        dim_head = ctx.dim_model // attn.num_heads
-    else:
-        dim_head = attn.dim_head
-    causal = ctx.kind == "decoder" and self_attention
     mechanism_path = join_path(path, "mechanism")
-    mechanism = _resolve_mechanism(attn.mechanism, mechanism_path, attn.num_heads, dim_head, causal)
-    cls = mechanism.cls
+    name = attn.mechanism.get("name") if isinstance(attn.mechanism, Mapping) else attn.mechanism
+    cls = ATTENTION_REGISTRY.get(name, join_path(mechanism_path, "name")) if isinstance(name, str) else None
+    causal = ctx.kind == "decoder" and self_attention
+    kinds = (
+        [position_kind(POSITIONAL_REGISTRY.get(s["name"], p)) for s, p in ctx.positions]
+        if self_attention
+        else []
+    )
+    try:
+        _, dim_head = check_geometry(ctx.dim_model, attn.num_heads, attn.num_kv_heads, attn.dim_head)
+        if cls is not None:
+            if causal:
+                check_causal(cls)
+            check_mechanism_fits(cls, ctx.dim_model, attn.num_heads, attn.num_kv_heads or attn.num_heads,
+                                 dim_head, attn.fused_qkv, "rotary" in kinds, "bias" in kinds)  # fmt: skip
+    except ConfigError as err:
+        raise ConfigError(
+            err.reason, join_path(path, LAYER_TO_SPEC.get(err.path, err.path)), err.choices
+        ) from None
+    if not self_attention and cls is not None and not cls.requires_input_projection:
+        raise ConfigError(f"{name!r} mixes the input itself and cannot attend to memory",
+                          join_path(mechanism_path, "name"))  # fmt: skip
     if not self_attention and attn.fused_qkv:
         raise ConfigError(
             "cross-attention needs separate q/k/v projections: set it to false", join_path(path, "fused_qkv")
         )
-    if not getattr(cls, "requires_input_projection", True):
-        _check_token_mixer(attn, path, ctx, dim_head, mechanism.name, self_attention)
-    positions = _resolve_positions(attn, path, ctx, dim_head, mechanism) if self_attention else ()
+    sizes = {"num_heads": attn.num_heads, "dim_head": dim_head}
+    context = {need: sizes[need] for need in getattr(cls, "needs", ())}
+    if causal:
+        context["causal"] = True
+    mechanism = resolve_choice(ATTENTION_REGISTRY, attn.mechanism, mechanism_path, context)
+    positions = _resolve_positions(attn, path, ctx, dim_head) if self_attention else ()
     return AttentionConfig(attn, mechanism, causal, dim_head, path, positions)
 
 
-def _resolve_mechanism(spec: Any, path: str, num_heads: int, dim_head: int, causal: bool) -> Choice:
-    name = spec.get("name") if isinstance(spec, Mapping) else spec
-    cls = ATTENTION_REGISTRY.get(name, join_path(path, "name")) if isinstance(name, str) else None
-    sizes = {"num_heads": num_heads, "dim_head": dim_head}
-    context = {need: sizes[need] for need in getattr(cls, "needs", ())}
-    if causal and cls is not None:
-        causal_ok = [
-            n for n in ATTENTION_REGISTRY.names() if getattr(ATTENTION_REGISTRY.get(n), "causal_safe", False)
-        ]
-        if not getattr(cls, "causal_safe", False):
-            raise ConfigError(
-                f"a decoder's self-attention is causal, and {name!r} has no causal form",
-                join_path(path, "name"),
-                choices=causal_ok,
-            )
-        context["causal"] = True
-    return resolve_choice(ATTENTION_REGISTRY, spec, path, context)
-
-
-def _check_token_mixer(
-    attn: AttentionSpec, path: str, ctx: BlockContext, dim_head: int, name: str, self_attention: bool
-) -> None:
-    # Token mixers (FNet, pooling) work on the layer input, so they have no q/k/v to shape or rotate.
-    if attn.num_heads * dim_head != ctx.dim_model:
-        raise ConfigError(
-            f"{name!r} mixes the input itself: num_heads * dim_head must equal dim_model",
-            join_path(path, "dim_head"),
-        )
-    for key, bad in (
-        ("num_kv_heads", attn.num_kv_heads not in (None, attn.num_heads)),
-        ("fused_qkv", attn.fused_qkv),
-    ):
-        if bad:
-            raise ConfigError(
-                f"{name!r} has no q/k/v projections, so {key} has no meaning", join_path(path, key)
-            )
-    if not self_attention:
-        raise ConfigError(
-            f"{name!r} mixes the input itself and cannot attend to memory",
-            join_path(path, "mechanism", "name"),
-        )
-    for spec, position_path in ctx.positions:
-        if position_kind(POSITIONAL_REGISTRY.get(spec["name"], position_path)) == "rotary":
-            raise ConfigError(
-                f"{name!r} has no queries or keys for rotary positions ({position_path})",
-                join_path(path, "mechanism", "name"),
-            )
-
-
 def _resolve_positions(
-    attn: AttentionSpec, path: str, ctx: BlockContext, dim_head: int, mechanism: Choice
+    attn: AttentionSpec, path: str, ctx: BlockContext, dim_head: int
 ) -> tuple[Choice, ...]:
     out = []
     for spec, position_path in ctx.positions:
         cls = POSITIONAL_REGISTRY.get(spec["name"], join_path(position_path, "name"))
-        if position_kind(cls) == "rotary" and dim_head % 2:
-            raise ConfigError(
-                f"rotary positions ({position_path}) need an even head dim, but dim_model={ctx.dim_model}"
-                f" with num_heads={attn.num_heads} gives dim_head={dim_head}",
-                join_path(path, "dim_head" if attn.dim_head is not None else "num_heads"),
-            )
-        if position_kind(cls) == "bias" and getattr(mechanism.cls, "mask_support", "full") != "full":
-            raise ConfigError(
-                f"{mechanism.name!r} cannot take the additive bias of {spec['name']!r} ({position_path})",
-                join_path(path, "mechanism", "name"),
-            )
+        if ctx.kind == "encoder" and "symmetric" in config_fields(options_dataclass(cls)):
+            # An encoder attends both ways, so its bias falls off with distance on both sides; in a
+            # causal decoder the two forms agree on every key it may see.
+            spec = {"symmetric": True, **spec}
         context = {"dim_model": ctx.dim_model, "num_heads": attn.num_heads, "dim_head": dim_head}
         if ctx.max_seq_len is not None:
             context["max_seq_len"] = ctx.max_seq_len

@@ -10,21 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from brickwork.checks import check_positive_int, check_probability
 from brickwork.components.feedforward.activations import check_activation
 from brickwork.errors import ConfigError
 
 ChoiceSpec = dict[str, Any] | str
 PositionSpec = dict[str, Any] | str | list[dict[str, Any] | str] | None
-
-
-def check_positive(value: int, option: str) -> None:
-    if value <= 0:
-        raise ConfigError(f"must be a positive integer, got {value}", option)
-
-
-def check_probability(value: float, option: str) -> None:
-    if not 0.0 <= value < 1.0:
-        raise ConfigError(f"must be in [0, 1), got {value}", option)
 
 
 @dataclass
@@ -40,11 +31,11 @@ class AttentionSpec:
     mechanism: ChoiceSpec = field(default_factory=lambda: {"name": "scaled_dot_product"})
 
     def __post_init__(self) -> None:
-        check_positive(self.num_heads, "num_heads")
+        check_positive_int(self.num_heads, "num_heads")
         if self.num_kv_heads is not None:
-            check_positive(self.num_kv_heads, "num_kv_heads")
+            check_positive_int(self.num_kv_heads, "num_kv_heads")
         if self.dim_head is not None:
-            check_positive(self.dim_head, "dim_head")
+            check_positive_int(self.dim_head, "dim_head")
         check_probability(self.dropout, "dropout")
 
 
@@ -76,7 +67,7 @@ class StandaloneBlockSpec(CrossBlockSpec):
     num_decoder_layers: int = 0
 
     def __post_init__(self) -> None:
-        check_positive(self.dim_model, "dim_model")
+        check_positive_int(self.dim_model, "dim_model")
         for option in ("num_encoder_layers", "num_decoder_layers"):
             if getattr(self, option) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, option)}", option)
@@ -84,14 +75,19 @@ class StandaloneBlockSpec(CrossBlockSpec):
 
 @dataclass
 class StackSpec:
-    """``num_layers`` copies of ``block``; ``layers`` overrides parts of it for single layers."""
+    """``num_layers`` copies of ``block``; ``layers`` overrides parts of it for single layers.
+
+    ``reversible`` runs the stack as a RevNet coupling (blocks/reversible.py): pre-norm
+    self-attention blocks only.
+    """
 
     num_layers: int
     block: dict[str, Any]
     layers: dict[int | str, dict[str, Any]] = field(default_factory=dict)
+    reversible: bool = False
 
     def __post_init__(self) -> None:
-        check_positive(self.num_layers, "num_layers")
+        check_positive_int(self.num_layers, "num_layers")
 
 
 @dataclass(kw_only=True)
@@ -106,7 +102,7 @@ class ModelSpec:
     init: ChoiceSpec = field(default_factory=lambda: {"name": "normal"})
 
     def __post_init__(self) -> None:
-        check_positive(self.dim_model, "dim_model")
+        check_positive_int(self.dim_model, "dim_model")
         check_probability(self.dropout, "dropout")
 
 
@@ -120,9 +116,9 @@ class TokenModelSpec(ModelSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive(self.vocab_size, "vocab_size")
+        check_positive_int(self.vocab_size, "vocab_size")
         if self.max_seq_len is not None:
-            check_positive(self.max_seq_len, "max_seq_len")
+            check_positive_int(self.max_seq_len, "max_seq_len")
 
 
 @dataclass(kw_only=True)
@@ -167,7 +163,7 @@ class ImageEncoderSpec(ModelSpec):
     def __post_init__(self) -> None:
         super().__post_init__()
         for option in ("image_size", "patch_size", "channels"):
-            check_positive(getattr(self, option), option)
+            check_positive_int(getattr(self, option), option)
         if self.num_classes < 0:
             raise ConfigError(f"must be >= 0 (0: no classifier), got {self.num_classes}", "num_classes")
         if self.image_size % self.patch_size:

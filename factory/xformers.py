@@ -8,6 +8,7 @@ checking the translated spec are reported at the xformers key they came from.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,8 +25,8 @@ from brickwork.factory.xformers_blocks import (
 
 
 class _Converter:
-    def __init__(self, vocab_size: int | None, max_seq_len: int | None) -> None:
-        self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
+    def __init__(self, vocab_size: int | None, max_seq_len: int | None, image_size: int | None) -> None:
+        self.vocab_size, self.max_seq_len, self.image_size = vocab_size, max_seq_len, image_size
         self.paths: list[tuple[str, str]] = []  # (brickwork path, xformers path)
 
     def map(self, brickwork: str, xformers: str) -> None:
@@ -84,8 +85,21 @@ class _Converter:
                     "set tie_embedding_weights: true",
                     "tie_embedding_weights",
                 )
+        elif first["patches"] is not None:
+            if causal == {True}:
+                raise ConfigError(
+                    "an image encoder attends both ways; set causal: false",
+                    join_path(first["path"], "multi_head_config", "attention", "causal"),
+                )
+            return self.image_model(first, stacks, top)
         else:
             kind = "decoder_lm" if causal == {True} else "encoder"
+        for st in stacks[1:]:
+            if st["patches"] is not None:
+                raise ConfigError(
+                    "only the first stack of an image encoder embeds patches",
+                    join_path(st["path"], "patch_embedding_config"),
+                )
         embedding = self.embedding(stacks, first["dim_model"])
         spec: dict[str, Any] = {"model": kind, "vocab_size": embedding.pop("vocab_size")}
         spec["dim_model"] = first["dim_model"]
@@ -93,11 +107,7 @@ class _Converter:
         spec.update(embedding)
         spec["tie_embeddings"] = True
         spec["final_norm"] = stacks[-1]["residual"] == "pre"
-        init = top.get("weight_init", "vit")
-        init = getattr(init, "value", init)  # an xFormerWeightInit enum member
-        if init not in WEIGHT_INIT:
-            raise ConfigError(f"unknown weight_init {init!r}", "weight_init", WEIGHT_INIT, init)
-        spec["init"] = dict(WEIGHT_INIT[init])
+        spec["init"] = self.init(top)
         if kind == "encoder_decoder":
             spec["encoder"] = self.stack_spec(encoders, "encoder")
             spec["decoder"] = self.stack_spec(decoders, "decoder")
@@ -105,6 +115,59 @@ class _Converter:
             spec["decoder" if kind == "decoder_lm" else "encoder"] = self.stack_spec(
                 encoders, "decoder" if kind == "decoder_lm" else "encoder"
             )
+        return spec
+
+    def init(self, top: Mapping[str, Any]) -> dict[str, Any]:
+        init = top.get("weight_init", "vit")
+        init = getattr(init, "value", init)  # an xFormerWeightInit enum member
+        if init not in WEIGHT_INIT:
+            raise ConfigError(f"unknown weight_init {init!r}", "weight_init", WEIGHT_INIT, init)
+        return dict(WEIGHT_INIT[init])
+
+    def image_model(
+        self, first: Mapping[str, Any], stacks: list[dict[str, Any]], top: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A ViT: the first stack's ``patch_embedding_config`` becomes brickwork's patch embedding."""
+        path = join_path(first["path"], "patch_embedding_config")
+        patches = take(
+            first["patches"], path, {"in_channels", "out_channels", "kernel_size", "stride", "padding"}
+        )
+        off_only(patches, path, {"padding": 0})
+        dim = first["dim_model"]
+        for key in ("in_channels", "out_channels", "kernel_size"):
+            if key not in patches:
+                raise ConfigError("missing required key", join_path(path, key))
+        if patches["out_channels"] != dim:
+            raise ConfigError(f"must equal dim_model={dim}", join_path(path, "out_channels"))
+        size = patches["kernel_size"]
+        if patches.get("stride", size) != size:
+            raise ConfigError("brickwork cuts non-overlapping patches: stride must equal kernel_size",
+                              join_path(path, "stride"))  # fmt: skip
+        position_path = join_path(first["path"], "position_encoding_config")
+        position = take(first["position"] or {"name": "none"}, position_path,
+                        {"name", "dim_model", "seq_len", "add_class_token"})  # fmt: skip
+        names = {"learnable": "learned", "sine": "sine", "none": "none"}
+        if position["name"] not in names:
+            raise ConfigError(f"unsupported position encoding {position['name']!r} for images",
+                              join_path(position_path, "name"), names, position["name"])  # fmt: skip
+        class_token = position.get("add_class_token", False) is True
+        image_size = self.image_size
+        if image_size is None:
+            side = math.isqrt(position.get("seq_len", 0))
+            if side * side != position.get("seq_len", 0) or side == 0:
+                raise ConfigError("gives no square patch count; pass image_size=",
+                                  join_path(position_path, "seq_len"))  # fmt: skip
+            image_size = side * size
+        spec: dict[str, Any] = {
+            "model": "image_encoder", "dim_model": dim, "image_size": image_size, "patch_size": size,
+            "channels": patches["in_channels"], "num_classes": 0, "class_token": class_token,
+            "pool": "cls" if class_token else "mean", "position": {"name": names[position["name"]]},
+            "final_norm": stacks[-1]["residual"] == "pre", "init": self.init(top),
+        }  # fmt: skip
+        self.map("dim_model", join_path(first["path"], "dim_model"))
+        self.map("patch_size", join_path(path, "kernel_size"))
+        self.map("channels", join_path(path, "in_channels"))
+        spec["encoder"] = self.stack_spec(stacks, "encoder")
         return spec
 
     def stack_spec(self, stacks: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -123,6 +186,13 @@ class _Converter:
         if layers:
             out["layers"] = layers
         self.map(join_path(name, "num_layers"), join_path(stacks[0]["path"], "num_layers"))
+        self.map(join_path(name, "reversible"), join_path(stacks[0]["path"], "reversible"))
+        reversible = {st["reversible"] for st in stacks}
+        if len(reversible) > 1:
+            raise ConfigError("brickwork makes a whole stack reversible or none of it; these stacks differ",
+                              join_path(stacks[-1]["path"], "reversible"))  # fmt: skip
+        if reversible == {True}:
+            out["reversible"] = True
         return out
 
     def map_block(self, prefix: str, st: Mapping[str, Any]) -> None:
@@ -202,6 +272,7 @@ def from_xformers_config(
     cfg: Mapping[str, Any] | list[Mapping[str, Any]],
     vocab_size: int | None = None,
     max_seq_len: int | None = None,
+    image_size: int | None = None,
 ) -> dict[str, Any]:
     """A brickwork model spec for an xformers factory config; ``cfg`` is left unchanged.
 
@@ -211,8 +282,11 @@ def from_xformers_config(
     (xformers' GPT recipe); encoder then decoder stacks give an ``encoder_decoder``. xformers models
     end in hidden states; the brickwork model adds its LM head (tied to the token embedding).
     ``vocab_size`` / ``max_seq_len`` are needed only when no ``vocab`` position encoding gives them.
+    A first stack with a ``patch_embedding_config`` gives an ``image_encoder`` (xformers' ViT recipe)
+    ending in hidden states; ``image_size`` is needed only when the position encoding's ``seq_len``
+    is not the square patch count.
     """
-    conv = _Converter(vocab_size, max_seq_len)
+    conv = _Converter(vocab_size, max_seq_len, image_size)
     cfg = copy.deepcopy(cfg)
     top: dict[str, Any] = {}
     if isinstance(cfg, Mapping) and "stack_configs" in cfg:

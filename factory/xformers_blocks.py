@@ -6,6 +6,7 @@ drops keys documented as inert, and raises ConfigError at the xformers key path 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ BLOCK_KEYS = {
 # Keys that change nothing in brickwork: kernel choices, duplicated dims, xformers bookkeeping.
 INERT_BLOCK_KEYS = {"use_triton"}
 # Keys accepted only with the value that means "feature off".
-OFF_ONLY_BLOCK = {"reversible": False, "simplicial_embeddings": None, "patch_embedding_config": None}
+OFF_ONLY_BLOCK = {"simplicial_embeddings": None}
 OFF_ONLY_HEAD = {"in_proj_container": None, "out_proj": None, "use_separate_proj_weight": True}
 RESIDUAL = {"pre": "pre", "post": "post", "deepnorm": "deepnorm"}
 NORMALIZATION = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
@@ -33,12 +34,34 @@ WEIGHT_INIT = {
     "moco": {"name": "xavier"},
     "small": {"name": "small_init"},
 }
-# Mechanism options that only sized a cached mask or picked a sparse kernel in xformers.
-INERT_ATTENTION = {"scaled_dot_product": {"seq_len", "to_seq_len"}, "local": {"force_sparsity"}}
+# Every key some xformers mechanism config declared. xformers' factory filled in the layer's sizes
+# (dim_model, num_heads, dim_features) and its example configs set seq_len for every mechanism; each
+# mechanism's constructor swallowed the keys it did not use. A key from this set that a brickwork
+# mechanism has no option for is dropped the same way (docs/spec.md lists them); any other key is an
+# error.
+XFORMERS_ATTENTION_KEYS = frozenset({
+    "name", "dropout", "causal", "seq_len", "to_seq_len", "dim_model", "num_heads", "dim_features",
+    "dim_head", "window_size", "force_sparsity", "k", "num_landmarks", "landmark_pooling",
+    "use_razavi_pinverse", "pinverse_original_init", "inv_iterations", "v_skip_connection",
+    "conv_kernel_size", "iter_before_redraw", "feature_map_type", "normalize_inputs", "pool_size", "r",
+    "constant_masking", "attention_query_mask", "layout", "block_size", "subsample_fraction",
+    "landmark_selection", "num_rules", "dim_attn", "dim_key", "dim_value", "dim_selection", "qk_rule",
+    "nonlinear", "q_compose", "bias", "in_proj_container", "use_separate_proj_weight",
+})  # fmt: skip
+# Keys that changed what an xformers mechanism computed and that brickwork has no option for: only
+# the "feature off" value converts.
 OFF_ONLY_ATTENTION = {
     "nystrom": {"landmark_pooling": None, "v_skip_connection": None, "conv_kernel_size": None},
     "favor": {"normalize_inputs": False},
-}
+    "random": {"constant_masking": True},
+    "ortho": {"landmark_selection": "orthogonal"},
+    "compositional": {"qk_rule": False, "nonlinear": False, "q_compose": False, "dim_attn": None,
+                      "dim_key": None, "dim_value": None, "in_proj_container": None,
+                      "use_separate_proj_weight": True, "bias": True},
+}  # fmt: skip
+# xformers' linformer swallowed ``causal`` and ran bidirectionally: a causal mask cannot pass through
+# the projection along the sequence. brickwork converts it the same way, with a warning.
+IGNORED_CAUSAL = {"linformer"}
 
 
 def take(cfg: Mapping[str, Any], path: str, known: set[str]) -> dict[str, Any]:
@@ -67,7 +90,9 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
         raise ConfigError(reason, join_path(path, "block_type"), BLOCK_KEYS, kind)
     known = {
         "block_type", "num_layers", "dim_model", "residual_norm_style", "layer_norm_style", "normalization",
-        "position_encoding_config", "feedforward_config", *BLOCK_KEYS[kind], *INERT_BLOCK_KEYS,
+        "position_encoding_config", "feedforward_config", "patch_embedding_config", "reversible",
+        *BLOCK_KEYS[kind],
+        *INERT_BLOCK_KEYS,
         *OFF_ONLY_BLOCK,
     }  # fmt: skip
     c = take(cfg, path, known)
@@ -102,17 +127,14 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
                 "brickwork's decoder self-attention is always causal; set causal: true",
                 join_path(path, "multi_head_config_masked", "attention", "causal"),
             )
-        block["cross_attention"], _, cross_causal = translate_attention(
+        # A causal cross-attention (xformers' README uses one) keeps ``causal`` among its mechanism's
+        # options: query i sees the first i + S - T memory positions (bottom-right aligned).
+        block["cross_attention"], _, _ = translate_attention(
             c["multi_head_config_cross"],
             join_path(path, "multi_head_config_cross"),
             dim,
             self_attention=False,
         )
-        if cross_causal:
-            raise ConfigError(
-                "causal cross-attention is not supported; set causal: false",
-                join_path(path, "multi_head_config_cross", "attention", "causal"),
-            )
     block["feedforward"] = translate_feedforward(
         c["feedforward_config"], join_path(path, "feedforward_config"), dim
     )
@@ -121,7 +143,8 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     return {
         "path": path, "kind": kind, "block": block, "num_layers": c.get("num_layers", 1), "dim_model": dim,
         "rotary": rotary, "causal": causal, "residual": RESIDUAL[style],
-        "position": c.get("position_encoding_config"),
+        "position": c.get("position_encoding_config"), "patches": c.get("patch_embedding_config"),
+        "reversible": c.get("reversible", False),
     }  # fmt: skip
 
 
@@ -173,16 +196,64 @@ def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, 
         )
         raise ConfigError(reason, join_path(path, "name"), ATTENTION_REGISTRY.names(), name)
     off_only(cfg, path, OFF_ONLY_ATTENTION.get(name, {}))
+    options = ATTENTION_REGISTRY.get(name).option_names()
     out = {"name": name}
+    causal = cfg.get("causal", False) is True
+    if causal and name in IGNORED_CAUSAL:
+        warnings.warn(
+            f"{join_path(path, 'causal')}: xformers ran {name} bidirectionally whatever causal said (a "
+            "causal mask cannot pass through its projection along the sequence); so does this model",
+            stacklevel=4,
+        )
+        causal = False
     for key, value in cfg.items():
-        if key in ("name", "dim_model") or key in INERT_ATTENTION.get(name, ()):
+        if key in ("name", "causal") or key in OFF_ONLY_ATTENTION.get(name, {}):
             continue
-        if key in OFF_ONLY_ATTENTION.get(name, {}):
+        if key in RESHAPED_ATTENTION.get(name, {}):
+            option, translate = RESHAPED_ATTENTION[name][key]
+            out[option] = translate(value, join_path(path, key))
             continue
-        if key == "num_heads" and value == num_heads:
-            continue  # xformers repeats the head count here for some mechanisms
-        out[key] = value
-    return out, cfg.get("causal", False) is True
+        if key == "num_heads":
+            if value != num_heads:
+                raise ConfigError(f"must equal the layer's num_heads={num_heads}", join_path(path, key))
+            continue  # the layer passes its head count in itself
+        if key in options:
+            out[key] = value
+        elif key not in XFORMERS_ATTENTION_KEYS:
+            raise ConfigError(
+                f"unknown key {key!r} for xformers attention {name!r}", join_path(path, str(key)),
+                sorted(set(options) | XFORMERS_ATTENTION_KEYS), key,
+            )  # fmt: skip
+    if causal:
+        out["causal"] = True  # a mechanism without a causal form is refused when the spec is checked
+    return out, causal
+
+
+def _global_tokens(mask: Any, path: str) -> int:
+    """xformers' ``attention_query_mask`` (a bool per position) as brickwork's leading global tokens."""
+    flags = mask.flatten().tolist() if hasattr(mask, "flatten") else list(mask)
+    flags = [bool(f[0] if isinstance(f, list | tuple) else f) for f in flags]
+    count = sum(flags)
+    if count == 0 or flags[:count] != [True] * count:
+        raise ConfigError("brickwork's global tokens are the leading positions; mark a prefix", path)
+    return count
+
+
+def _shared_layout(layout: Any, path: str) -> list[list[bool]]:
+    """xformers' ``[H, blocks, blocks]`` layout as brickwork's one layout for every head."""
+    layout = layout.tolist() if hasattr(layout, "tolist") else layout
+    if layout and isinstance(layout[0], list) and layout[0] and isinstance(layout[0][0], list):
+        if any(head != layout[0] for head in layout):
+            raise ConfigError("brickwork uses one layout for every head; these differ", path)
+        layout = layout[0]
+    return [[bool(x) for x in row] for row in layout]
+
+
+# xformers options whose value brickwork reads in another form: (brickwork option, translation).
+RESHAPED_ATTENTION = {
+    "global": {"attention_query_mask": ("num_global_tokens", _global_tokens)},
+    "blocksparse": {"layout": ("layout", _shared_layout)},
+}
 
 
 def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:

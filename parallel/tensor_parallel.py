@@ -9,7 +9,7 @@ A plan is a list of :class:`PlanEntry`: which module gets which style, and which
   sequence parallel the same hook all-gathers the sequence-sharded input instead;
 - an owner whose colwise children have no rowwise partner produces the model's output (the LM head):
   that output stays sharded on the vocabulary for loss-parallel cross entropy;
-- integer attributes named in a module's ``tp_divide`` (head counts) are divided by the TP size, and
+- integer attributes named by a module's ``tp_divide()`` (head counts) are divided by the TP size, and
   that module's buffers indexed by them on dim 0 (per-head tables such as ALiBi slopes) keep this
   rank's contiguous slice, matching the head split of the projections.
 """
@@ -56,6 +56,14 @@ def component_plan(model: nn.Module) -> list[PlanEntry]:
     return entries
 
 
+def tp_divide(module: nn.Module) -> tuple[str, ...]:
+    """The integer attributes ``module`` asks to have divided by the TP size: what its ``tp_divide()``
+    method returns, read from the instance (a module decides at construction, e.g. a token mixer has no
+    heads to split). A plain tuple attribute, as older user modules declare it, is read as it is."""
+    declared = getattr(module, "tp_divide", ())
+    return tuple(declared() if callable(declared) else declared)
+
+
 def name_plan(model: nn.Module, plan: Mapping[str, str]) -> list[PlanEntry]:
     """Entries from glob patterns over module names (``"transformer.h.*.attn.c_attn": "colwise:3"``).
 
@@ -99,7 +107,7 @@ def check_tensor_parallel(model: nn.Module, entries: Sequence[PlanEntry], tp: in
                 )
             _check_divides(entry.path, "num_embeddings (the vocabulary)", module.num_embeddings, tp, tp)
     for name, module in model.named_modules():
-        for attr in getattr(type(module), "tp_divide", ()):
+        for attr in tp_divide(module):
             value = getattr(module, attr, None)
             if isinstance(value, int):
                 _check_divides(name or type(module).__name__, attr, value, tp, tp)
@@ -206,9 +214,7 @@ def _divide_attributes(model: nn.Module, mesh: DeviceMesh, divide: Mapping[str, 
                 setattr(names[name], attr, value // tp)
     rank = mesh.get_local_rank()
     for module in names.values():
-        divided = [
-            a for a in getattr(type(module), "tp_divide", ()) if isinstance(getattr(module, a, None), int)
-        ]
+        divided = [a for a in tp_divide(module) if isinstance(getattr(module, a, None), int)]
         sizes = {getattr(module, a) for a in divided}
         for attr in divided:
             setattr(module, attr, getattr(module, attr) // tp)

@@ -5,13 +5,13 @@ Choromanski et al., "Rethinking Attention with Performers" (2020), https://arxiv
 
 from __future__ import annotations
 
-import dataclasses
 import math
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
 
-from brickwork.checks import check_bool, check_choice, check_optional_positive_int, check_probability
+from brickwork.checks import Flag, OneOf, PositiveInt, Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import key_padding_keep
 from brickwork.errors import ConfigError
@@ -57,50 +57,21 @@ class FavorAttention(AttentionMechanism):
     mask_support = "key_padding"
     needs = ("dim_head",)
 
-    @dataclasses.dataclass
-    class Config:
-        dim_head: int | None = None
-        dim_features: int | None = None
-        iter_before_redraw: int | None = None
-        feature_map_type: str = "sm_reg"
-        causal: bool = False
-        dropout: float = 0.0
-        seed: int | None = None
-
-        def __post_init__(self) -> None:
-            check_optional_positive_int(self.dim_head, "dim_head")
-            check_optional_positive_int(self.dim_features, "dim_features")
-            check_optional_positive_int(self.iter_before_redraw, "iter_before_redraw")
-            check_choice(self.feature_map_type, "feature_map_type", FEATURE_MAPS)
-            check_bool(self.causal, "causal")
-            check_probability(self.dropout, "dropout")
-            if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-                raise ConfigError(f"must be an integer or null, got {self.seed!r}", "seed")
-            if self.feature_map_type == "sm_hyp" and self.dim_features is not None and self.dim_features % 2:
-                raise ConfigError(f"must be even for sm_hyp, got {self.dim_features}", "dim_features")
-
     def __init__(
         self,
-        dim_head: int | None = None,
-        dim_features: int | None = None,
-        iter_before_redraw: int | None = None,
-        feature_map_type: str = "sm_reg",
-        causal: bool = False,
-        dropout: float = 0.0,
+        dim_head: PositiveInt | None = None,
+        dim_features: PositiveInt | None = None,
+        iter_before_redraw: PositiveInt | None = None,
+        feature_map_type: Annotated[str, OneOf(FEATURE_MAPS)] = "sm_reg",
+        causal: Flag = False,
+        dropout: Probability = 0.0,
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        self.config = self.Config(
-            dim_head=dim_head,
-            dim_features=dim_features,
-            iter_before_redraw=iter_before_redraw,
-            feature_map_type=feature_map_type,
-            causal=causal,
-            dropout=dropout,
-            seed=seed,
-        )
         if dim_head is None:
             raise ConfigError("is required (MultiHeadAttention passes it in)", "dim_head")
+        self.iter_before_redraw, self.feature_map_type = iter_before_redraw, feature_map_type
+        self.dropout, self.seed = dropout, seed
         if dim_features is None:
             # xformers' default: D (1 + log2 D), rounded down to an even number.
             dim_features = 2 * (math.ceil(dim_head * (1 + math.log2(dim_head))) // 2)
@@ -109,14 +80,23 @@ class FavorAttention(AttentionMechanism):
         self.calls_since_draw = 0
         self.register_buffer("features", self._draw())
 
+    @staticmethod
+    def check_options(options: Any) -> None:
+        seed = options.seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"must be an integer or null, got {seed!r}", "seed")
+        features = options.dim_features
+        if options.feature_map_type == "sm_hyp" and features is not None and features % 2:
+            raise ConfigError(f"must be even for sm_hyp, got {features}", "dim_features")
+
     def _draw(self) -> torch.Tensor:
         generator = None
-        if self.config.seed is not None:
-            generator = torch.Generator().manual_seed(self.config.seed + self.draws)
+        if self.seed is not None:
+            generator = torch.Generator().manual_seed(self.seed + self.draws)
         self.draws += 1
-        hyperbolic = self.config.feature_map_type == "sm_hyp"
+        hyperbolic = self.feature_map_type == "sm_hyp"
         rows = self.dim_features // 2 if hyperbolic else self.dim_features
-        return orthogonal_features(rows, self.dim_head, self.config.feature_map_type, generator)
+        return orthogonal_features(rows, self.dim_head, self.feature_map_type, generator)
 
     @torch.no_grad()
     def redraw_features(self) -> None:
@@ -130,7 +110,7 @@ class FavorAttention(AttentionMechanism):
         ``[B|1, H|1, T, 1]`` is False get zero features."""
         x = x * self.dim_head**-0.25
         proj = x @ self.features.to(x.dtype).T  # (B, H, T, m')
-        if self.config.feature_map_type == "sm_hyp":
+        if self.feature_map_type == "sm_hyp":
             proj = torch.cat([proj, -proj], dim=-1)
         logits = proj - x.square().sum(dim=-1, keepdim=True) / 2
         # Subtracting a max keeps exp() finite. It is detached because it cancels exactly, and for keys
@@ -151,8 +131,8 @@ class FavorAttention(AttentionMechanism):
         self.check_inputs(q, k, v, attn_mask)
         if q.shape[-1] != self.dim_head:
             raise ValueError(f"FavorAttention: head dim {q.shape[-1]} differs from dim_head={self.dim_head}")
-        if self.training and self.config.iter_before_redraw is not None:
-            if self.calls_since_draw >= self.config.iter_before_redraw:
+        if self.training and self.iter_before_redraw is not None:
+            if self.calls_since_draw >= self.iter_before_redraw:
                 self.redraw_features()
             self.calls_since_draw += 1
         # exp() of the features needs at least fp32 range and precision.
@@ -162,7 +142,7 @@ class FavorAttention(AttentionMechanism):
         k_feat = self.feature_map(k.to(dtype), is_query=False, keep=keep)
         attend = self._causal if self.causal else self._full
         out = attend(q_feat, k_feat, v.to(dtype))
-        return F.dropout(out.to(v.dtype), self.config.dropout, self.training)
+        return F.dropout(out.to(v.dtype), self.dropout, self.training)
 
     @staticmethod
     def _full(q_feat: torch.Tensor, k_feat: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -5,12 +5,10 @@ Lee-Thorp et al., "FNet: Mixing Tokens with Fourier Transforms" (2021), https://
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 
-from brickwork.checks import check_probability
+from brickwork.checks import Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 
 
@@ -27,16 +25,9 @@ class FourierMix(AttentionMechanism):
     mask_support = "none"
     requires_input_projection = False
 
-    @dataclasses.dataclass
-    class Config:
-        dropout: float = 0.0
-
-        def __post_init__(self) -> None:
-            check_probability(self.dropout, "dropout")
-
-    def __init__(self, dropout: float = 0.0) -> None:
+    def __init__(self, dropout: Probability = 0.0) -> None:
         super().__init__()
-        self.config = self.Config(dropout=dropout)
+        self.dropout = dropout
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
@@ -50,4 +41,4 @@ class FourierMix(AttentionMechanism):
         # Half-precision FFTs only take power-of-two sizes on CUDA; fp32 works for every length.
         dtype = torch.promote_types(v.dtype, torch.float32)
         out = torch.fft.fft2(v.to(dtype), dim=(-2, -1)).real.to(v.dtype)
-        return F.dropout(out, self.config.dropout, self.training)
+        return F.dropout(out, self.dropout, self.training)

@@ -5,13 +5,13 @@ Wang et al., "Linformer: Self-Attention with Linear Complexity" (2020), https://
 
 from __future__ import annotations
 
-import dataclasses
 import math
+from typing import Any
 
 import torch
 from torch import nn
 
-from brickwork.checks import check_optional_positive_int, check_positive_int, check_probability
+from brickwork.checks import PositiveInt, Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import key_padding_keep
 from brickwork.components.attention.scaled_dot_product import dense_attention
@@ -31,27 +31,20 @@ class LinformerAttention(AttentionMechanism):
     causal_safe = False
     mask_support = "key_padding"
 
-    @dataclasses.dataclass
-    class Config:
-        seq_len: int | None = None
-        k: int | None = None
-        dropout: float = 0.0
-
-        def __post_init__(self) -> None:
-            if self.seq_len is None:
-                raise ConfigError("is required: the longest sequence the projections cover", "seq_len")
-            check_positive_int(self.seq_len, "seq_len")
-            check_optional_positive_int(self.k, "k")
-            check_probability(self.dropout, "dropout")
-
-    def __init__(self, seq_len: int | None = None, k: int | None = None, dropout: float = 0.0) -> None:
+    def __init__(
+        self, seq_len: PositiveInt | None = None, k: PositiveInt | None = None, dropout: Probability = 0.0
+    ) -> None:
         super().__init__()
-        self.config = self.Config(seq_len=seq_len, k=k, dropout=dropout)
-        seq_len = self.config.seq_len
+        self.seq_len, self.dropout = seq_len, dropout
         self.dim_projection = k if k is not None else max(seq_len // 4, 1)
         self.key_projection = nn.Parameter(torch.empty(self.dim_projection, seq_len))
         self.value_projection = nn.Parameter(torch.empty(self.dim_projection, seq_len))
         self.reset_parameters()
+
+    @staticmethod
+    def check_options(options: Any) -> None:
+        if options.seq_len is None:
+            raise ConfigError("is required: the longest sequence the projections cover", "seq_len")
 
     def reset_parameters(self) -> None:
         # The init of nn.Linear(seq_len, k), which these projections are.
@@ -64,11 +57,11 @@ class LinformerAttention(AttentionMechanism):
         """q ``[B, H, Tq, D]``, k/v ``[B, H, Tk, D]`` with Tk <= seq_len -> ``[B, H, Tq, D]``."""
         self.check_inputs(q, k, v, attn_mask)
         tk = k.shape[-2]
-        if tk > self.config.seq_len:
-            raise ValueError(f"LinformerAttention: key length {tk} exceeds seq_len={self.config.seq_len}")
+        if tk > self.seq_len:
+            raise ValueError(f"LinformerAttention: key length {tk} exceeds seq_len={self.seq_len}")
         if attn_mask is not None:
             keep = key_padding_keep(attn_mask).to(k.dtype)
             k, v = k * keep, v * keep
         k = torch.einsum("ps,bhsd->bhpd", self.key_projection[:, :tk].to(k.dtype), k)  # (B, H, k, D)
         v = torch.einsum("ps,bhsd->bhpd", self.value_projection[:, :tk].to(v.dtype), v)
-        return dense_attention(q, k, v, dropout_p=self.config.dropout if self.training else 0.0)
+        return dense_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)

@@ -7,11 +7,22 @@ position ``i + Tk - Tq`` and sees every earlier key.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
 def causal_keep(tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """Boolean ``[tq, tk]``: True where key j is not after query i (bottom-right aligned)."""
+    """Boolean ``[tq, tk]``: True where key j is not after query i (bottom-right aligned).
+
+    Read-only: the same tensor is handed out for the same shape and device, so that a forward pass
+    does not rebuild it in every layer.
+    """
+    return _causal_keep(tq, tk, torch.device(device) if device is not None else torch.device("cpu"))
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_keep(tq: int, tk: int, device: torch.device) -> torch.Tensor:
     return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(tk - tq)
 
 
@@ -60,3 +71,19 @@ def key_padding_keep(mask: torch.Tensor) -> torch.Tensor:
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
     return mask.transpose(-2, -1)
+
+
+def document_mask(document_ids: torch.Tensor, key_document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Boolean ``[B, 1, Tq, Tk]``: True where query and key belong to the same packed document.
+
+    ``document_ids`` ``[B, Tq]`` gives each token's document (any integers; equal = same document);
+    ``key_document_ids`` ``[B, Tk]`` defaults to it. Pass it as ``attn_mask``: a causal mechanism adds
+    its own causal rule on top, so packed sequences train as if each document were alone.
+    """
+    keys = document_ids if key_document_ids is None else key_document_ids
+    if document_ids.dim() != 2 or keys.dim() != 2 or keys.shape[0] != document_ids.shape[0]:
+        raise ValueError(
+            f"document ids must be [B, T] with one batch size, got {tuple(document_ids.shape)} and "
+            f"{tuple(keys.shape)}"
+        )
+    return (document_ids[:, :, None] == keys[:, None, :]).unsqueeze(1)

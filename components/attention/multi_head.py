@@ -13,6 +13,7 @@ from brickwork.checks import check_bool, check_positive_int, check_probability
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
 from brickwork.components.attention.kv_cache import KVCache
 from brickwork.components.attention.masks import add_bias
+from brickwork.components.attention.qkv_layout import QKVLayout
 from brickwork.errors import ConfigError
 
 
@@ -32,8 +33,7 @@ class MultiHeadAttention(nn.Module):
     Projects x (and ``memory`` for cross-attention) to ``num_heads`` query heads and ``num_kv_heads``
     key/value heads of size ``dim_head``, runs the attention mechanism, and projects back with
     ``out_proj``. Parameters are ``q_proj``/``k_proj``/``v_proj``, or ``qkv_proj`` when ``fused_qkv``,
-    whose rows are laid out per kv group: for each kv head, its ``H/Hkv`` query heads, then the key head,
-    then the value head. A column-wise split of ``qkv_proj`` thus hands each rank whole groups.
+    whose rows follow :meth:`qkv_layout` (per kv group: its query heads, its key head, its value head).
 
     - ``attention``: a registered mechanism name, an :class:`AttentionMechanism` subclass, a
       ``functools.partial`` of one, or a built instance. ``attention_options`` are its options;
@@ -49,11 +49,9 @@ class MultiHeadAttention(nn.Module):
       cross-attention it holds the projected ``memory`` after the first call, and later calls reuse it.
     - ``dim_head`` defaults to ``dim_model // num_heads``.
 
-    The tensor-parallel layer divides ``num_heads`` and ``num_kv_heads`` (``tp_divide``) and shards the
-    projections as :meth:`tp_plan` says; forward reads the head counts from those attributes.
+    The tensor-parallel layer divides the attributes :meth:`tp_divide` names and shards the projections
+    as :meth:`tp_plan` says; forward reads the head counts from those attributes.
     """
-
-    tp_divide: tuple[str, ...] = ("num_heads", "num_kv_heads")
 
     def __init__(
         self,
@@ -71,26 +69,10 @@ class MultiHeadAttention(nn.Module):
         dim_head: int | None = None,
     ) -> None:
         super().__init__()
-        for option, value in (("dim_model", dim_model), ("num_heads", num_heads)):
-            check_positive_int(value, option)
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check_positive_int(num_kv_heads, "num_kv_heads")
-        if num_heads % num_kv_heads:
-            raise ConfigError(
-                f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}", "num_kv_heads"
-            )
-        if dim_head is None:
-            if dim_model % num_heads:
-                raise ConfigError(
-                    f"dim_model={dim_model} is not divisible by num_heads={num_heads}; pass dim_head",
-                    "num_heads",
-                )
-            dim_head = dim_model // num_heads
-        check_positive_int(dim_head, "dim_head")
         check_probability(dropout, "dropout")
-        for option, value in (("causal", causal), ("bias", bias), ("fused_qkv", fused_qkv)):
+        for option, value in (("causal", causal), ("bias", bias)):
             check_bool(value, option)
-
+        num_kv_heads, dim_head = check_geometry(dim_model, num_heads, num_kv_heads, dim_head)
         self.dim_model, self.dim_head = dim_model, dim_head
         # Read in forward, never cached in derived sizes: the parallel layer divides both per rank.
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
@@ -98,39 +80,40 @@ class MultiHeadAttention(nn.Module):
         self.mechanism = build_mechanism(attention, attention_options, causal, num_heads, dim_head)
         self.causal = self.mechanism.causal
         self.rotary, self.position_bias = rotary, position_bias
-        if not self.mechanism.requires_input_projection:
-            self._check_token_mixer()
-            # The mixer sees the replicated input, so nothing here is sharded by head.
-            self.tp_divide = ()
-        elif fused_qkv:
-            self.qkv_proj = nn.Linear(dim_model, (num_heads + 2 * num_kv_heads) * dim_head, bias=bias)
-        else:
+        check_mechanism_fits(
+            type(self.mechanism), dim_model, num_heads, num_kv_heads, dim_head, fused_qkv,
+            rotary is not None, position_bias is not None,
+        )  # fmt: skip
+        if fused_qkv:
+            self.qkv_proj = nn.Linear(dim_model, self.qkv_layout().size, bias=bias)
+        elif self.mechanism.requires_input_projection:
             self.q_proj = nn.Linear(dim_model, num_heads * dim_head, bias=bias)
             self.k_proj = nn.Linear(dim_model, num_kv_heads * dim_head, bias=bias)
             self.v_proj = nn.Linear(dim_model, num_kv_heads * dim_head, bias=bias)
-        if position_bias is not None and self.mechanism.mask_support != "full":
-            raise ConfigError(
-                f"{type(self.mechanism).__name__} cannot take an additive position bias "
-                f"(it supports {self.mechanism.mask_support!r} masks)",
-                "position_bias",
-            )
         self.out_proj = nn.Linear(num_heads * dim_head, dim_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def _check_token_mixer(self) -> None:
-        name = type(self.mechanism).__name__
-        if self.num_heads * self.dim_head != self.dim_model:
-            raise ConfigError(
-                f"{name} mixes the input itself: num_heads * dim_head must equal dim_model={self.dim_model}",
-                "dim_head",
-            )
-        for option, value in (
-            ("num_kv_heads", self.num_kv_heads != self.num_heads),
-            ("rotary", self.rotary),
-            ("fused_qkv", self.fused_qkv),
-        ):
-            if value:
-                raise ConfigError(f"{name} has no query/key projections, so {option} has no meaning", option)
+    def qkv_layout(self) -> QKVLayout:
+        """How ``qkv_proj``'s rows (and its output's last dim) hold the heads, at the current head counts."""
+        return QKVLayout(self.num_heads, self.num_kv_heads, self.dim_head)
+
+    def value_projection(self) -> tuple[nn.Linear, QKVLayout | None] | None:
+        """The layer producing values, with the layout to find their rows when it is the fused
+        ``qkv_proj``; None for a token mixer."""
+        if not self.mechanism.requires_input_projection:
+            return None
+        return (self.qkv_proj, self.qkv_layout()) if self.fused_qkv else (self.v_proj, None)
+
+    def residual_projections(self) -> tuple[str, ...]:
+        """Children whose output is added back onto the residual stream (scaled by some inits)."""
+        return ("out_proj",)
+
+    def tp_divide(self) -> tuple[str, ...]:
+        """The head counts the tensor-parallel layer divides by its size; none for a token mixer, which
+        sees the replicated input."""
+        if not self.mechanism.requires_input_projection:
+            return ()
+        return ("num_heads", "num_kv_heads")
 
     def tp_plan(self) -> dict[str, str]:
         """Tensor-parallel style of each child: projections into heads column-wise, ``out_proj`` row-wise."""
@@ -183,8 +166,9 @@ class MultiHeadAttention(nn.Module):
         if self.fused_qkv:
             if memory is not None:
                 raise ValueError("cross-attention needs separate projections; build with fused_qkv=False")
-            group = self.num_heads // self.num_kv_heads
-            qkv = self.qkv_proj(x).view(b, t, -1, group + 2, d)  # (B, T, Hkv, H/Hkv + 2, D)
+            layout = self.qkv_layout()
+            group = layout.group
+            qkv = layout.grouped(self.qkv_proj(x), dim=-1)  # (B, T, Hkv, H/Hkv + 2, D)
             q = qkv[..., :group, :].reshape(b, t, -1, d)
             k, v = qkv[..., group, :], qkv[..., group + 1, :]
             return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -203,6 +187,68 @@ class MultiHeadAttention(nn.Module):
         if memory is not None and cache is not None:
             cache.update(k, v)
         return q, k, v
+
+
+def check_geometry(
+    dim_model: int, num_heads: int, num_kv_heads: int | None, dim_head: int | None
+) -> tuple[int, int]:
+    """(num_kv_heads, dim_head) with their defaults filled in; ConfigError names the option at fault."""
+    for option, value in (("dim_model", dim_model), ("num_heads", num_heads)):
+        check_positive_int(value, option)
+    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    check_positive_int(num_kv_heads, "num_kv_heads")
+    if num_heads % num_kv_heads:
+        raise ConfigError(
+            f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}", "num_kv_heads"
+        )
+    if dim_head is None:
+        if dim_model % num_heads:
+            raise ConfigError(
+                f"dim_model={dim_model} is not divisible by num_heads={num_heads}; change one of them or "
+                "set dim_head",
+                "num_heads",
+            )
+        dim_head = dim_model // num_heads
+    check_positive_int(dim_head, "dim_head")
+    return num_kv_heads, dim_head
+
+
+def check_mechanism_fits(
+    cls: type[AttentionMechanism],
+    dim_model: int,
+    num_heads: int,
+    num_kv_heads: int,
+    dim_head: int,
+    fused_qkv: bool,
+    rotary: bool,
+    position_bias: bool,
+) -> None:
+    """The rules between a mechanism's capabilities and the layer around it (token mixers have no
+    projections to shape or rotate; an additive bias needs full mask support)."""
+    check_bool(fused_qkv, "fused_qkv")
+    name = cls.__name__
+    if not cls.requires_input_projection:
+        if num_heads * dim_head != dim_model:
+            raise ConfigError(
+                f"{name} mixes the input itself: num_heads * dim_head must equal dim_model={dim_model}",
+                "dim_head",
+            )
+        for option, bad in (("num_kv_heads", num_kv_heads != num_heads), ("rotary", rotary),
+                            ("fused_qkv", fused_qkv)):  # fmt: skip
+            if bad:
+                raise ConfigError(f"{name} has no q/k/v projections, so {option} has no meaning", option)
+    if position_bias and cls.mask_support != "full":
+        raise ConfigError(
+            f"{name} cannot take an additive position bias (it supports {cls.mask_support!r} masks)",
+            "position_bias",
+        )
+
+
+def check_causal(cls: type[AttentionMechanism]) -> None:
+    """Raise ConfigError (at ``causal``, listing the mechanisms that can) unless ``cls`` has a causal form."""
+    if not cls.causal_safe:
+        causal_ok = [n for n in ATTENTION_REGISTRY.names() if ATTENTION_REGISTRY.get(n).causal_safe]
+        raise ConfigError(f"{cls.__name__} has no causal form", "causal", causal_ok)
 
 
 def build_mechanism(
@@ -237,8 +283,7 @@ def build_mechanism(
         if key not in allowed:
             raise ConfigError(f"unknown option for {label}", f"attention_options.{key}", allowed, key)
     if causal:
-        if "causal" not in allowed:
-            raise ConfigError(f"{label} has no causal mode", "causal")
+        check_causal(cls)
         if kwargs.get("causal", True) is not True:
             raise ConfigError("conflicts with causal=True", "attention_options.causal")
         kwargs["causal"] = True

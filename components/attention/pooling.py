@@ -5,12 +5,12 @@ Yu et al., "MetaFormer Is Actually What You Need for Vision" (2022), https://arx
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from brickwork.checks import check_positive_int
+from brickwork.checks import PositiveInt
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.errors import ConfigError
 
@@ -28,20 +28,15 @@ class Pooling(AttentionMechanism):
     mask_support = "none"
     requires_input_projection = False
 
-    @dataclasses.dataclass
-    class Config:
-        pool_size: int = 3
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.pool_size, "pool_size")
-            if self.pool_size % 2 == 0:
-                raise ConfigError(
-                    f"must be odd so the window centres on each token, got {self.pool_size}", "pool_size"
-                )
-
-    def __init__(self, pool_size: int = 3) -> None:
+    def __init__(self, pool_size: PositiveInt = 3) -> None:
         super().__init__()
-        self.config = self.Config(pool_size=pool_size)
+        self.pool_size = pool_size
+
+    @staticmethod
+    def check_options(options: Any) -> None:
+        if options.pool_size % 2 == 0:
+            raise ConfigError(f"must be odd so the window centres on each token, got {options.pool_size}",
+                              "pool_size")  # fmt: skip
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
@@ -51,7 +46,7 @@ class Pooling(AttentionMechanism):
         if q.shape[-2] != v.shape[-2]:
             raise ValueError(f"Pooling needs as many queries as values, got {q.shape[-2]} and {v.shape[-2]}")
         b, h, t, d = v.shape
-        size = self.config.pool_size
+        size = self.pool_size
         x = v.transpose(-2, -1).reshape(b * h, d, t)  # pool along the sequence
         pooled = F.avg_pool1d(x, size, stride=1, padding=size // 2, count_include_pad=False)
         return pooled.reshape(b, h, d, t).transpose(-2, -1) - v

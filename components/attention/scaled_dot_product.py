@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
 
-from brickwork.checks import check_bool, check_choice, check_probability
+from brickwork.checks import Flag, OneOf, PositiveFloat, Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.masks import causal_keep, open_rows, restrict, rows_with_keys
-from brickwork.errors import ConfigError
 from brickwork.kernels import masked_softmax
 
 BACKENDS = ("sdpa", "math")
@@ -91,36 +90,23 @@ class ScaledDotProduct(AttentionMechanism):
     mask_support = "full"
     supports_gqa = True
 
-    @dataclasses.dataclass
-    class Config:
-        dropout: float = 0.0
-        causal: bool = False
-        backend: str = "sdpa"
-        scale: float | None = None
-
-        def __post_init__(self) -> None:
-            check_probability(self.dropout, "dropout")
-            check_bool(self.causal, "causal")
-            check_choice(self.backend, "backend", BACKENDS)
-            if self.scale is not None and (
-                isinstance(self.scale, bool) or not isinstance(self.scale, int | float) or not self.scale > 0
-            ):
-                raise ConfigError(
-                    f"must be a positive number or null (1/sqrt(D)), got {self.scale!r}", "scale"
-                )
-
     def __init__(
-        self, dropout: float = 0.0, causal: bool = False, backend: str = "sdpa", scale: float | None = None
+        self,
+        dropout: Probability = 0.0,
+        causal: Flag = False,
+        backend: Annotated[str, OneOf(BACKENDS)] = "sdpa",
+        scale: PositiveFloat | None = None,
     ) -> None:
+        """``scale`` defaults to 1/sqrt(D)."""
         super().__init__()
-        self.config = self.Config(dropout=dropout, causal=causal, backend=backend, scale=scale)
         self.causal = causal
+        self._attend = dense_attention if backend == "sdpa" else math_attention
+        self.dropout, self.scale = dropout, scale
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """q ``[B, H, Tq, D]``, k/v ``[B, Hkv, Tk, D]`` -> ``[B, H, Tq, D]``."""
         self.check_inputs(q, k, v, attn_mask)
-        attend = dense_attention if self.config.backend == "sdpa" else math_attention
-        dropout_p = self.config.dropout if self.training else 0.0
-        return attend(q, k, v, attn_mask, self.causal, dropout_p, self.config.scale)
+        dropout_p = self.dropout if self.training else 0.0
+        return self._attend(q, k, v, attn_mask, self.causal, dropout_p, self.scale)

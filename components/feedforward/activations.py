@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Annotated
 
 import torch
 from torch import nn
@@ -70,3 +71,7 @@ def create_activation(spec: ActivationSpec, option: str = "activation") -> nn.Mo
     if isinstance(target, type) and issubclass(target, nn.Module):
         return spec()
     return FunctionActivation(spec)
+
+
+# The annotation a component's ``activation`` option takes (components/configurable.py).
+Activation = Annotated[ActivationSpec, check_activation]

@@ -13,7 +13,8 @@ from brickwork.registry import Registry
 class Feedforward(Configurable):
     """Base of every feedforward: ``forward(x) -> y``, x and y ``[B, T, dim_model]``.
 
-    Subclasses carry a ``Config`` dataclass with their options and keep the built one in ``config``.
+    Options are the typed ``__init__`` parameters; the built ``Config`` is kept in ``config``
+    (components/configurable.py).
     """
 
     dim_model: int
@@ -26,6 +27,14 @@ class Feedforward(Configurable):
     def tp_plan(self) -> dict[str, str]:
         """Tensor-parallel styles of the child modules; empty means replicated."""
         return {}
+
+    def projections(self) -> tuple[str, ...]:
+        """The child linear layers that carry the features (not routers); DeepNorm scales them."""
+        return ()
+
+    def residual_projections(self) -> tuple[str, ...]:
+        """Children whose output is added back onto the residual stream (scaled by some inits)."""
+        return ()
 
 
 FEEDFORWARD_REGISTRY: Registry[Feedforward] = Registry("feedforward", Feedforward)

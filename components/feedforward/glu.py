@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from brickwork.checks import check_bool, check_optional_positive_int, check_positive_int, check_probability
+from brickwork.checks import Flag, PositiveInt, Probability
 
-from .activations import ActivationSpec, check_activation, create_activation
+from .activations import Activation, create_activation
 from .base import Feedforward, register_feedforward
 
 
@@ -17,22 +15,6 @@ def default_glu_hidden_dim(dim_model: int, multiple_of: int = 8) -> int:
     """``8/3 * dim_model`` rounded up to ``multiple_of``: about the parameter count of a 4x MLP."""
     hidden = (8 * dim_model + 2) // 3
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
-
-
-@dataclass
-class GatedOptions:
-    """Options every gated feedforward shares."""
-
-    dim_model: int
-    hidden_dim: int | None = None
-    dropout: float = 0.0
-    bias: bool = False
-
-    def __post_init__(self) -> None:
-        check_positive_int(self.dim_model, "dim_model")
-        check_optional_positive_int(self.hidden_dim, "hidden_dim")
-        check_probability(self.dropout, "dropout")
-        check_bool(self.bias, "bias")
 
 
 @register_feedforward("glu")
@@ -43,24 +25,15 @@ class GLU(Feedforward):
     GLU-variants paper and LLaMA. ``activation`` is any name, module or callable (``relu`` gives ReGLU).
     """
 
-    @dataclass
-    class Config(GatedOptions):
-        activation: ActivationSpec = "silu"
-
-        def __post_init__(self) -> None:
-            super().__post_init__()
-            check_activation(self.activation)
-
     def __init__(
         self,
-        dim_model: int,
-        hidden_dim: int | None = None,
-        activation: ActivationSpec = "silu",
-        dropout: float = 0.0,
-        bias: bool = False,
+        dim_model: PositiveInt,
+        hidden_dim: PositiveInt | None = None,
+        activation: Activation = "silu",
+        dropout: Probability = 0.0,
+        bias: Flag = False,
     ) -> None:
         super().__init__()
-        GLU.Config(dim_model, hidden_dim, dropout, bias, activation)
         hidden = hidden_dim if hidden_dim is not None else default_glu_hidden_dim(dim_model)
         self.dim_model = dim_model
         self.hidden_dim = hidden
@@ -77,15 +50,23 @@ class GLU(Feedforward):
     def tp_plan(self) -> dict[str, str]:
         return {"gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"}
 
+    def projections(self) -> tuple[str, ...]:
+        return ("gate_proj", "up_proj", "down_proj")
+
+    def residual_projections(self) -> tuple[str, ...]:
+        return ("down_proj",)
+
 
 @register_feedforward("swiglu")
 class SwiGLU(GLU):
     """GLU with SiLU (Swish) gating, as in PaLM and LLaMA."""
 
-    Config = GatedOptions
-
     def __init__(
-        self, dim_model: int, hidden_dim: int | None = None, dropout: float = 0.0, bias: bool = False
+        self,
+        dim_model: PositiveInt,
+        hidden_dim: PositiveInt | None = None,
+        dropout: Probability = 0.0,
+        bias: Flag = False,
     ) -> None:
         super().__init__(dim_model, hidden_dim, "silu", dropout, bias)
 
@@ -94,9 +75,11 @@ class SwiGLU(GLU):
 class GeGLU(GLU):
     """GLU with exact GELU gating (Shazeer 2020)."""
 
-    Config = GatedOptions
-
     def __init__(
-        self, dim_model: int, hidden_dim: int | None = None, dropout: float = 0.0, bias: bool = False
+        self,
+        dim_model: PositiveInt,
+        hidden_dim: PositiveInt | None = None,
+        dropout: Probability = 0.0,
+        bias: Flag = False,
     ) -> None:
         super().__init__(dim_model, hidden_dim, "gelu", dropout, bias)

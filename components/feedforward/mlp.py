@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from brickwork import kernels
-from brickwork.checks import check_bool, check_optional_positive_int, check_positive_int, check_probability
+from brickwork.checks import Flag, PositiveInt, Probability
 
-from .activations import GELU_APPROXIMATION, ActivationSpec, check_activation, create_activation
+from .activations import GELU_APPROXIMATION, Activation, create_activation
 from .base import Feedforward, register_feedforward
 
 
@@ -33,33 +31,17 @@ class MLP(Feedforward):
     (:func:`brickwork.kernels.bias_gelu`) after a bias-free matmul.
     """
 
-    @dataclass
-    class Config:
-        dim_model: int
-        hidden_dim: int | None = None
-        activation: ActivationSpec = "gelu"
-        dropout: float = 0.0
-        bias: bool = True
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.dim_model, "dim_model")
-            check_optional_positive_int(self.hidden_dim, "hidden_dim")
-            check_activation(self.activation)
-            check_probability(self.dropout, "dropout")
-            check_bool(self.bias, "bias")
-
     def __init__(
         self,
-        dim_model: int,
-        hidden_dim: int | None = None,
-        activation: ActivationSpec = "gelu",
-        dropout: float = 0.0,
-        bias: bool = True,
+        dim_model: PositiveInt,
+        hidden_dim: PositiveInt | None = None,
+        activation: Activation = "gelu",
+        dropout: Probability = 0.0,
+        bias: Flag = True,
     ) -> None:
         """``hidden_dim`` defaults to ``4 * dim_model``; ``activation`` is a name (gelu, gelu_tanh,
         relu, squared_relu, silu), an ``nn.Module`` (class) or a callable."""
         super().__init__()
-        self.Config(dim_model, hidden_dim, activation, dropout, bias)
         hidden = hidden_dim if hidden_dim is not None else 4 * dim_model
         self.dim_model = dim_model
         self.hidden_dim = hidden
@@ -80,3 +62,9 @@ class MLP(Feedforward):
 
     def tp_plan(self) -> dict[str, str]:
         return {"up_proj": "colwise", "down_proj": "rowwise"}
+
+    def projections(self) -> tuple[str, ...]:
+        return ("up_proj", "down_proj")
+
+    def residual_projections(self) -> tuple[str, ...]:
+        return ("down_proj",)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from brickwork.checks import check_bool, check_positive_int
+from brickwork.checks import Flag, PositiveInt
 
 from .base import PositionalEncoding, register_positional
 
@@ -34,43 +33,39 @@ class ALiBi(PositionalEncoding):
     so a cached decode step is placed after its keys). Future keys are left to the causal mask; with
     ``symmetric=True`` (bidirectional encoders) the distance is ``|p_i - j|`` instead.
 
-    Tensor parallel: ``tp_divide = ("num_heads",)``. The bias is built from the ``slopes`` buffer
+    Tensor parallel: :meth:`tp_divide` names ``num_heads``. The bias is built from the ``slopes`` buffer
     ``[H]``, not from ``num_heads``, so a parallel layer shards heads by replacing ``slopes`` with this
     rank's contiguous slice (dim 0), matching the head split of the attention projections.
     """
 
-    tp_divide: tuple[str, ...] = ("num_heads",)
-
-    @dataclass
-    class Config:
-        num_heads: int
-        symmetric: bool = False
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.num_heads, "num_heads")
-            check_bool(self.symmetric, "symmetric")
-
-    def __init__(self, num_heads: int, symmetric: bool = False) -> None:
+    def __init__(self, num_heads: PositiveInt, symmetric: Flag = False) -> None:
         super().__init__()
-        self.Config(num_heads, symmetric)
         self.num_heads = num_heads
         self.symmetric = symmetric
+        # Distances per (tq, tk, device), built once: every layer asks for the same shapes each step.
+        self._distances: dict[tuple[int, int, str], torch.Tensor] = {}
         # Derived from num_heads, so kept out of checkpoints.
         self.register_buffer(
             "slopes", torch.tensor(alibi_slopes(num_heads), dtype=torch.float32), persistent=False
         )
+
+    def tp_divide(self) -> tuple[str, ...]:
+        return ("num_heads",)
 
     def forward(self, tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor:
         for name, value in (("tq", tq), ("tk", tk)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         device = self.slopes.device if device is None else device
-        query_pos = torch.arange(tk - tq, tk, device=device, dtype=torch.float32)
-        key_pos = torch.arange(tk, device=device, dtype=torch.float32)
-        distance = query_pos[:, None] - key_pos[None, :]
-        if self.symmetric:
-            distance = distance.abs()
-        return -self.slopes.to(device=device, dtype=torch.float32)[:, None, None] * distance
+        key = (tq, tk, str(device))
+        if key not in self._distances:
+            query_pos = torch.arange(tk - tq, tk, device=device, dtype=torch.float32)
+            key_pos = torch.arange(tk, device=device, dtype=torch.float32)
+            distance = query_pos[:, None] - key_pos[None, :]
+            self._distances[key] = distance.abs() if self.symmetric else distance
+            while len(self._distances) > 8:
+                self._distances.pop(next(iter(self._distances)))
+        return -self.slopes.to(device=device, dtype=torch.float32)[:, None, None] * self._distances[key]
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, symmetric={self.symmetric}"

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from brickwork.checks import check_positive_int
+from brickwork.checks import PositiveInt
 
 from .base import PositionalEncoding, check_offset, register_positional
 
@@ -19,18 +17,8 @@ class LearnedPositionalEmbedding(PositionalEncoding):
     Positions past ``max_seq_len`` have no row and raise ValueError.
     """
 
-    @dataclass
-    class Config:
-        max_seq_len: int
-        dim_model: int
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.max_seq_len, "max_seq_len")
-            check_positive_int(self.dim_model, "dim_model")
-
-    def __init__(self, max_seq_len: int, dim_model: int) -> None:
+    def __init__(self, max_seq_len: PositiveInt, dim_model: PositiveInt) -> None:
         super().__init__()
-        self.Config(max_seq_len, dim_model)
         self.max_seq_len = max_seq_len
         self.dim_model = dim_model
         self.weight = nn.Parameter(torch.empty(max_seq_len, dim_model))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from brickwork.checks import check_bool, check_positive_float, check_positive_int
+from brickwork.checks import Flag, PositiveFloat, PositiveInt
 from brickwork.errors import ConfigError
 
 from .base import PositionalEncoding, check_offset, register_positional
@@ -34,44 +33,16 @@ class RotaryEmbedding(PositionalEncoding):
     ``max_seq_len`` positions are cached; later positions are computed when asked.
     """
 
-    @dataclass
-    class Config:
-        dim_head: int
-        base: float = 10000.0
-        fraction: float = 1.0
-        interleaved: bool = False
-        scaling: Mapping[str, Any] | None = None
-        max_seq_len: int = 2048
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.dim_head, "dim_head")
-            check_positive_float(self.base, "base")
-            check_positive_float(self.fraction, "fraction")
-            if self.fraction > 1:
-                raise ConfigError(f"must be in (0, 1], got {self.fraction!r}", "fraction")
-            rotated = rotary_dim(self.dim_head, self.fraction)
-            if rotated < 2 or rotated % 2:
-                raise ConfigError(
-                    f"int(dim_head * fraction) = {rotated} rotating channels; it must be even and at least 2",
-                    "fraction",
-                )
-            check_bool(self.interleaved, "interleaved")
-            scaling = check_scaling(self.scaling)
-            if scaling is not None and scaling["type"] == "ntk" and rotated < 4:
-                raise ConfigError("ntk scaling needs at least 4 rotating channels", "scaling.type")
-            check_positive_int(self.max_seq_len, "max_seq_len")
-
     def __init__(
         self,
-        dim_head: int,
-        base: float = 10000.0,
-        fraction: float = 1.0,
-        interleaved: bool = False,
+        dim_head: PositiveInt,
+        base: PositiveFloat = 10000.0,
+        fraction: PositiveFloat = 1.0,
+        interleaved: Flag = False,
         scaling: Mapping[str, Any] | None = None,
-        max_seq_len: int = 2048,
+        max_seq_len: PositiveInt = 2048,
     ) -> None:
         super().__init__()
-        self.Config(dim_head, base, fraction, interleaved, scaling, max_seq_len)
         self.dim_head = dim_head
         self.base = float(base)
         self.fraction = float(fraction)
@@ -85,6 +56,20 @@ class RotaryEmbedding(PositionalEncoding):
         self.register_buffer("cos_cached", torch.empty(0), persistent=False)
         self.register_buffer("sin_cached", torch.empty(0), persistent=False)
         self.reset_parameters()
+
+    @staticmethod
+    def check_options(options: Any) -> None:
+        if options.fraction > 1:
+            raise ConfigError(f"must be in (0, 1], got {options.fraction!r}", "fraction")
+        rotated = rotary_dim(options.dim_head, options.fraction)
+        if rotated < 2 or rotated % 2:
+            raise ConfigError(
+                f"int(dim_head * fraction) = {rotated} rotating channels; it must be even and at least 2",
+                "fraction",
+            )
+        scaling = check_scaling(options.scaling)
+        if scaling is not None and scaling["type"] == "ntk" and rotated < 4:
+            raise ConfigError("ntk scaling needs at least 4 rotating channels", "scaling.type")
 
     def reset_parameters(self) -> None:
         """Recompute ``inv_freq`` and the cos/sin cache (fp32) on the buffers' device."""

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from brickwork.checks import check_positive_float, check_positive_int
+from brickwork.checks import PositiveFloat, PositiveInt
 
 from .base import PositionalEncoding, check_offset, register_positional
 
@@ -26,18 +24,8 @@ class SinePositionalEncoding(PositionalEncoding):
     """``x + PE[offset : offset + T]``; x ``[B, T, dim_model]`` (any leading dims). No parameters, no
     length limit: the table is computed for the positions asked."""
 
-    @dataclass
-    class Config:
-        dim_model: int
-        base: float = 10000.0
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.dim_model, "dim_model")
-            check_positive_float(self.base, "base")
-
-    def __init__(self, dim_model: int, base: float = 10000.0) -> None:
+    def __init__(self, dim_model: PositiveInt, base: PositiveFloat = 10000.0) -> None:
         super().__init__()
-        self.Config(dim_model, base)
         self.dim_model = dim_model
         self.base = float(base)
 

@@ -7,19 +7,17 @@ Post-norm with the residual up-weighted by ``alpha`` and the branch weights init
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from brickwork.checks import check_positive_float
+from brickwork.checks import PositiveFloat, check_positive_float
 from brickwork.errors import ConfigError
 
 from .base import Branch, ResidualStyle, apply_norm, register_residual
 
 PARTS = ("encoder", "decoder")
-# Linear layers DeepNet scales by beta: attention values and output, and every feedforward projection.
-BETA_SCALED = ("v_proj", "out_proj", "up_proj", "gate_proj", "down_proj")
 
 
 def _check_layers(value: object, option: str) -> None:
@@ -66,42 +64,30 @@ class DeepNormResidual(ResidualStyle):
     :func:`deepnorm_init_`, which must be applied to the model once after initialisation.
     """
 
-    @dataclass
-    class Config:
-        alpha: float | None = None
-        beta: float | None = None
-        num_encoder_layers: int = 0
-        num_decoder_layers: int = 0
-        part: str | None = None
-
-        def __post_init__(self) -> None:
-            from_depth = self.num_encoder_layers != 0 or self.num_decoder_layers != 0 or self.part is not None
-            if from_depth:
-                if self.alpha is not None or self.beta is not None:
-                    raise ConfigError("give alpha/beta or the layer counts, not both", "alpha")
-                deepnorm_coefficients(self.num_encoder_layers, self.num_decoder_layers, self.part)
-            elif self.alpha is None:
-                raise ConfigError(
-                    "deepnorm needs alpha, or num_encoder_layers / num_decoder_layers to derive it", "alpha"
-                )
-            for option in ("alpha", "beta"):
-                if getattr(self, option) is not None:
-                    check_positive_float(getattr(self, option), option)
-
     def __init__(
         self,
-        alpha: float | None = None,
-        beta: float | None = None,
+        alpha: PositiveFloat | None = None,
+        beta: PositiveFloat | None = None,
         num_encoder_layers: int = 0,
         num_decoder_layers: int = 0,
         part: str | None = None,
     ) -> None:
         super().__init__()
-        cfg = self.Config(alpha, beta, num_encoder_layers, num_decoder_layers, part)
-        if cfg.alpha is None:
+        if alpha is None:
             alpha, beta = deepnorm_coefficients(num_encoder_layers, num_decoder_layers, part)
         self.alpha = float(alpha)
         self.beta = 1.0 if beta is None else float(beta)
+
+    @staticmethod
+    def check_options(options: Any) -> None:
+        n, m, part = options.num_encoder_layers, options.num_decoder_layers, options.part
+        if n != 0 or m != 0 or part is not None:
+            if options.alpha is not None or options.beta is not None:
+                raise ConfigError("give alpha/beta or the layer counts, not both", "alpha")
+            deepnorm_coefficients(n, m, part)
+        elif options.alpha is None:
+            raise ConfigError("deepnorm needs alpha, or num_encoder_layers / num_decoder_layers to derive it",
+                              "alpha")  # fmt: skip
 
     def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
         for norm, fn in branches:
@@ -112,36 +98,36 @@ class DeepNormResidual(ResidualStyle):
         return f"alpha={self.alpha:.4g}, beta={self.beta:.4g}"
 
 
-def _value_rows(attention: nn.Module) -> list[slice]:
-    """Rows of a fused ``qkv_proj`` weight that produce values: per kv group, its query heads, then
-    its key head, then its value head (the layout in docs/architecture.md)."""
-    try:
-        heads, kv_heads, dim_head = attention.num_heads, attention.num_kv_heads, attention.dim_head
-    except AttributeError as err:
-        raise ValueError(
-            f"{type(attention).__name__} has a fused qkv_proj but no num_heads/num_kv_heads/dim_head"
-        ) from err
-    group = (heads // kv_heads + 2) * dim_head
-    return [slice(g * group + group - dim_head, (g + 1) * group) for g in range(kv_heads)]
-
-
 @torch.no_grad()
 def deepnorm_init_(model: nn.Module, beta: float) -> list[str]:
-    """Multiply by ``beta``, in place, the weights DeepNet down-scales: every ``Linear`` named ``v_proj``,
-    ``out_proj``, ``up_proj``, ``gate_proj`` or ``down_proj``, and the value rows of fused ``qkv_proj``.
-    Query/key projections, routers, embeddings and norms are left alone. Returns the scaled names."""
+    """Multiply by ``beta``, in place, the weights DeepNet down-scales: in every attention layer its
+    value projection (the value rows of a fused ``qkv_proj``) and its residual output, and in every
+    feedforward each of its ``projections()``. Query/key projections, routers, embeddings and norms
+    are left alone. Returns the scaled names.
+
+    Layers say what they hold through ``value_projection()``, ``residual_projections()`` and
+    ``projections()`` (:class:`MultiHeadAttention`, the feedforwards), never through their names.
+    """
     check_positive_float(beta, "beta")
     scaled = []
     for name, module in model.named_modules():
-        for child_name, child in module.named_children():
-            if not isinstance(child, nn.Linear):
-                continue
-            path = f"{name}.{child_name}" if name else child_name
-            if child_name in BETA_SCALED:
-                child.weight.mul_(beta)
-                scaled.append(path)
-            elif child_name == "qkv_proj":
-                for rows in _value_rows(module):
-                    child.weight[rows].mul_(beta)
-                scaled.append(f"{path} (value rows)")
+        prefix = f"{name}." if name else ""
+        children: tuple[str, ...] = ()
+        if callable(getattr(module, "value_projection", None)):
+            values = module.value_projection()
+            if values is not None:
+                linear, layout = values
+                child = next(n for n, c in module.named_children() if c is linear)
+                if layout is None:
+                    linear.weight.mul_(beta)
+                    scaled.append(prefix + child)
+                else:
+                    layout.value_rows(linear.weight).mul_(beta)
+                    scaled.append(f"{prefix}{child} (value rows)")
+            children = module.residual_projections()
+        elif callable(getattr(module, "projections", None)):
+            children = module.projections()
+        for child in children:
+            getattr(module, child).weight.mul_(beta)
+            scaled.append(prefix + child)
     return scaled

@@ -3,31 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 from torch import nn
 
 from brickwork import kernels
-from brickwork.checks import check_bool, check_positive_float, check_positive_int
+from brickwork.checks import Flag, PositiveFloat, PositiveInt
 from brickwork.components.configurable import Configurable
-from brickwork.errors import ConfigError
+from brickwork.kernels._runtime import check_backend
 from brickwork.registry import Registry
 
 NORM_REGISTRY: Registry[nn.Module] = Registry("norm", nn.Module)
-BACKENDS = ("torch", "triton")
+# A kernel backend (null picks by device); checked by the kernels' own rule.
+KernelBackend = Annotated[str | None, lambda value, option: check_backend(value)]
 
 
 def register_norm(name: str) -> Callable[[type], type]:
     """Decorator registering a norm (an ``nn.Module`` built as ``cls(dim, ...)``) under ``name``."""
     return NORM_REGISTRY.register(name)
-
-
-def check_backend(value: object) -> None:
-    if value is not None and value not in BACKENDS:
-        raise ConfigError(
-            f"unknown kernel backend {value!r} (null picks by device)", "backend", BACKENDS, value
-        )
 
 
 class _Norm(Configurable):
@@ -48,22 +42,10 @@ class LayerNorm(_Norm):
     (None | "torch" | "triton") is passed to the kernel; None picks Triton for CUDA tensors.
     """
 
-    @dataclass
-    class Config:
-        dim: int
-        eps: float = 1e-5
-        bias: bool = True
-        backend: str | None = None
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.dim, "dim")
-            check_positive_float(self.eps, "eps")
-            check_bool(self.bias, "bias")
-            check_backend(self.backend)
-
-    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True, backend: str | None = None) -> None:
+    def __init__(
+        self, dim: PositiveInt, eps: PositiveFloat = 1e-5, bias: Flag = True, backend: KernelBackend = None
+    ) -> None:
         super().__init__()
-        self.Config(dim, eps, bias, backend)
         self.dim, self.eps, self.backend = dim, float(eps), backend
         self.weight = nn.Parameter(torch.empty(dim))
         self.bias = nn.Parameter(torch.empty(dim)) if bias else None
@@ -87,20 +69,8 @@ class RMSNorm(_Norm):
     """RMSNorm (Zhang & Sennrich 2019) over the last dimension via :func:`brickwork.kernels.rms_norm`:
     ``x / sqrt(mean(x²) + eps) * weight``; x ``[..., dim]``, parameter ``weight`` ``[dim]`` (ones)."""
 
-    @dataclass
-    class Config:
-        dim: int
-        eps: float = 1e-6
-        backend: str | None = None
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.dim, "dim")
-            check_positive_float(self.eps, "eps")
-            check_backend(self.backend)
-
-    def __init__(self, dim: int, eps: float = 1e-6, backend: str | None = None) -> None:
+    def __init__(self, dim: PositiveInt, eps: PositiveFloat = 1e-6, backend: KernelBackend = None) -> None:
         super().__init__()
-        self.Config(dim, eps, backend)
         self.dim, self.eps, self.backend = dim, float(eps), backend
         self.weight = nn.Parameter(torch.empty(dim))
         self.reset_parameters()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -13,10 +12,6 @@ from .base import Branch, ResidualStyle, apply_norm, register_residual
 @register_residual("pre")
 class PreNormResidual(ResidualStyle):
     """``x = x + fn(norm(x))`` for each branch (GPT-2, LLaMA): the stream itself is never normalised."""
-
-    @dataclass
-    class Config:
-        pass
 
     def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
         for norm, fn in branches:
@@ -28,10 +23,6 @@ class PreNormResidual(ResidualStyle):
 class PostNormResidual(ResidualStyle):
     """``x = norm(x + fn(x))`` for each branch (the original Transformer, BERT)."""
 
-    @dataclass
-    class Config:
-        pass
-
     def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
         for norm, fn in branches:
             x = apply_norm(norm, x + fn(x))
@@ -41,10 +32,6 @@ class PostNormResidual(ResidualStyle):
 @register_residual("parallel")
 class ParallelResidual(ResidualStyle):
     """``x + sum(fn(norm(x)))`` over all branches, each off the same input (GPT-J, GPT-NeoX, PaLM)."""
-
-    @dataclass
-    class Config:
-        pass
 
     def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
         out = x

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from brickwork.components.attention import MultiHeadAttention
+from brickwork.components.attention.masks import causal_keep
 
 from .layout import blocks_to_groups
 
@@ -144,8 +145,7 @@ class TorchAttentionAdapter(nn.Module):
         x = query if self.batch_first else query.transpose(0, 1)  # [B, T, d]
         mask = _allowed(attn_mask, key_padding_mask, x.dtype)
         if is_causal and attn_mask is None:
-            t = x.shape[1]
-            causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            causal = causal_keep(x.shape[1], x.shape[1], x.device)
             mask = causal if mask is None else mask & causal
         out = self.attention(x, attn_mask=mask)
         return (out if self.batch_first else out.transpose(0, 1)), None

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from factory_specs import run, tiny_decoder
+from factory_specs import run, tiny_decoder, tiny_encoder
 from torch import nn
 
 from brickwork.components.attention import LocalAttention, ScaledDotProduct
@@ -201,3 +201,19 @@ def test_block_spec_takes_rotary_but_not_embedding_positions() -> None:
         build_block(
             {"type": "encoder", "dim_model": 16, "position": "learned", "attention": {"num_heads": 2}}
         )
+
+
+def test_alibi_defaults_to_the_symmetric_bias_in_an_encoder_only() -> None:
+    encoder = tiny_encoder()
+    encoder["position"] = {"name": "alibi"}
+    model = build_model(encoder)
+    assert model.spec["position"] == {"name": "alibi", "symmetric": True}
+    bias = model.layers[0].attention.position_bias(4, 4, "cpu")  # (H, Tq, Tk)
+    # Row 0 falls off toward later keys as row 3 does toward earlier ones: -slope * |i - j|.
+    torch.testing.assert_close(bias[:, 0], bias[:, 3].flip(-1))
+    assert (bias[:, 0, 1:] < 0).all()
+    decoder = tiny_decoder()
+    decoder["position"] = {"name": "alibi"}
+    assert build_model(decoder).spec["position"] == {"name": "alibi", "symmetric": False}
+    encoder["position"] = {"name": "alibi", "symmetric": False}
+    assert build_model(encoder).spec["position"]["symmetric"] is False

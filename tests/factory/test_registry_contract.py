@@ -13,8 +13,14 @@ from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY
 from brickwork.factory import INIT_REGISTRY, build_model
 
 # Options a component cannot do without in these tiny models.
-REQUIRED_OPTIONS: dict[str, dict[str, Any]] = {"linformer": {"seq_len": 6}, "nystrom": {"num_landmarks": 2}}
-SEQ = 6
+REQUIRED_OPTIONS: dict[str, dict[str, Any]] = {
+    "linformer": {"seq_len": 9},
+    "lambda_layer": {"seq_len": 9},
+    "nystrom": {"num_landmarks": 2},
+    "ortho": {"num_landmarks": 2},
+    "blocksparse": {"block_size": 2},
+}
+SEQ = 9  # 3 x 3: the grid mixers (visual) need a square
 
 
 def built_in(registry: Any) -> list[str]:

@@ -132,7 +132,7 @@ def test_wrong_types(edit: Callable[[dict[str, Any]], None], path: str, fragment
             "must be a positive integer, got -2",
         ),
         (lambda s: s["decoder"].update(num_layers=0), "decoder.num_layers", "positive"),
-        (lambda s: s.update(dropout=1.0), "dropout", "must be in [0, 1), got 1.0"),
+        (lambda s: s.update(dropout=1.0), "dropout", "must be a number in [0, 1), got 1.0"),
         (lambda s: block(s)["attention"].update(dropout=-0.1), "decoder.block.attention.dropout", "[0, 1)"),
         (
             lambda s: block(s)["feedforward"].update(dropout=1.5),
@@ -170,13 +170,9 @@ def test_num_heads_must_be_a_multiple_of_num_kv_heads() -> None:
 
 
 def test_rotary_needs_an_even_head_dim() -> None:
+    # The rotary component's own rule, with the head size the attention layer gives it.
     spec = {**tiny_decoder(), "dim_model": 12, "position": {"name": "rotary"}}
-    expect_error(
-        spec,
-        "decoder.block.attention.num_heads",
-        "rotary positions (position) need an even head dim",
-        "dim_head=3",
-    )
+    expect_error(spec, "position.fraction", "int(dim_head * fraction) = 3 rotating channels", "even")
 
 
 def test_learned_positions_need_max_seq_len() -> None:

@@ -10,6 +10,7 @@ from brickwork.components.attention import (
     FavorAttention,
     LinformerAttention,
     LocalAttention,
+    NystromAttention,
     ScaledDotProduct,
 )
 from brickwork.factory import ConfigError, build_model, from_xformers_config
@@ -173,7 +174,7 @@ def test_several_stacks_of_one_kind_become_per_layer_overrides() -> None:
 @pytest.mark.parametrize(
     ("edit", "path", "fragment"),
     [
-        (lambda c: c[0].update(reversible=True), "0.reversible", "only False is supported"),
+        (lambda c: c[0].update(reversible=True), "0.reversible", "pre-norm"),
         (lambda c: c[0].update(dim_modle=EMB), "0.dim_modle", "did you mean 'dim_model'"),
         (lambda c: c[0].update(block_type="decodr"), "0.block_type", "unknown block_type 'decodr'"),
         (
@@ -182,9 +183,14 @@ def test_several_stacks_of_one_kind_become_per_layer_overrides() -> None:
             "has no brickwork equivalent",
         ),
         (
-            lambda c: c[0]["multi_head_config"]["attention"].update(window_size=3),
-            "0.multi_head_config.attention.window_size",
-            "unknown key 'window_size'",
+            lambda c: c[0]["multi_head_config"]["attention"].update(seq_lenn=3),
+            "0.multi_head_config.attention.seq_lenn",
+            "did you mean 'seq_len'",
+        ),
+        (
+            lambda c: c[0]["multi_head_config"]["attention"].update(name="nystrom", landmark_pooling="conv"),
+            "0.multi_head_config.attention.landmark_pooling",
+            "only None is supported",
         ),
         (
             lambda c: c[0]["multi_head_config"].update(num_heads=5),
@@ -233,19 +239,6 @@ def test_unknown_and_unsupported_keys_raise_at_the_xformers_path(edit, path: str
     assert str(info.value).startswith(f"{path}: "), str(info.value)
 
 
-def test_the_readme_encoder_decoder_with_causal_nystrom_is_refused_with_its_path() -> None:
-    cfg = encoder_decoder_config()
-    cfg["stack_configs"]["decoder"]["multi_head_config_masked"]["attention"] = {
-        "name": "nystrom",
-        "dropout": 0,
-        "causal": True,
-        "seq_len": SEQ,
-    }
-    with pytest.raises(ConfigError, match="has no causal form") as info:
-        from_xformers_config(cfg)
-    assert info.value.path == "stack_configs.decoder.multi_head_config_masked.attention.name"
-
-
 def test_model_level_rules() -> None:
     cfg = encoder_decoder_config()
     cfg["tie_embedding_weights"] = False
@@ -262,3 +255,258 @@ def test_model_level_rules() -> None:
     assert from_xformers_config(sine, vocab_size=VOCAB)["position"] == {"name": "sine"}
     with pytest.raises(ConfigError, match=r"^weight_init: unknown weight_init 'he'"):
         from_xformers_config({"stack_configs": encoder_config(), "weight_init": "he"})
+
+
+def _train_step(model: torch.nn.Module, loss_fn) -> None:
+    """One SGD step: every parameter gets a gradient, and the loss on the same batch goes down."""
+    torch.manual_seed(0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loss = loss_fn(model)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, f"no gradient reaches {name}"
+    optimizer.step()
+    with torch.no_grad():
+        assert loss_fn(model) < loss
+
+
+def readme_encoder_decoder(seq: int = 128) -> list[dict[str, Any]]:
+    """xformers' README encoder-decoder, key for key (smaller sizes): a linformer encoder, then a
+    decoder with causal Nyström self-attention and causal FAVOR cross-attention."""
+    position = {"name": "vocab", "seq_len": seq, "vocab_size": VOCAB}
+    feedforward = {"name": "MLP", "dropout": 0, "activation": "relu", "hidden_layer_multiplier": 4}
+    return [
+        {
+            "reversible": False,
+            "block_type": "encoder",
+            "num_layers": 2,
+            "dim_model": EMB,
+            "residual_norm_style": "pre",
+            "position_encoding_config": position,
+            "multi_head_config": {
+                "num_heads": HEADS,
+                "residual_dropout": 0,
+                "attention": {"name": "linformer", "dropout": 0, "seq_len": seq},
+            },
+            "feedforward_config": feedforward,
+        },
+        {
+            "reversible": False,
+            "block_type": "decoder",
+            "num_layers": 2,
+            "dim_model": EMB,
+            "residual_norm_style": "pre",
+            "position_encoding_config": position,
+            "multi_head_config_masked": {
+                "num_heads": HEADS,
+                "residual_dropout": 0,
+                "attention": {"name": "nystrom", "dropout": 0, "causal": True, "seq_len": seq},
+            },
+            "multi_head_config_cross": {
+                "num_heads": HEADS,
+                "residual_dropout": 0,
+                "attention": {"name": "favor", "dropout": 0, "causal": True, "seq_len": seq},
+            },
+            "feedforward_config": feedforward,
+        },
+    ]
+
+
+def test_the_readme_encoder_decoder_converts_and_trains_a_step() -> None:
+    cfg = {"stack_configs": readme_encoder_decoder(), "tie_embedding_weights": True}
+    spec = from_xformers_config(cfg)
+    assert spec["decoder"]["block"]["cross_attention"]["mechanism"]["causal"] is True
+    model = build_model(spec)
+    self_attention = model.decoder_layers[0].attention.mechanism
+    assert isinstance(self_attention, NystromAttention) and self_attention.causal
+    assert model.decoder_layers[0].cross_attention.mechanism.causal
+    src, tgt = torch.randint(0, VOCAB, (2, 128)), torch.randint(0, VOCAB, (2, 100))
+    # Causal all the way: a later target token changes no earlier logit, through the
+    # landmark path (100 > 64 landmarks) and the causal cross-attention alike.
+    logits = model(src, tgt)
+    changed = tgt.clone()
+    changed[:, 70:] = (changed[:, 70:] + 1) % VOCAB
+    torch.testing.assert_close(model(src, changed)[:, :70], logits[:, :70], atol=1e-5, rtol=1e-5)
+
+    def loss(m: torch.nn.Module) -> torch.Tensor:
+        out = m(src, tgt[:, :-1])
+        return torch.nn.functional.cross_entropy(out.flatten(0, 1), tgt[:, 1:].flatten())
+
+    _train_step(model, loss)
+
+
+def microgpt_config(attention: str = "scaled_dot_product") -> list[dict[str, Any]]:
+    """xformers' microGPT example config, key for key: every mechanism gets seq_len and num_rules."""
+    return [
+        {
+            "reversible": False,
+            "block_type": "encoder",
+            "num_layers": 2,
+            "dim_model": EMB,
+            "residual_norm_style": "post",
+            "position_encoding_config": {"name": "vocab", "seq_len": SEQ, "vocab_size": VOCAB},
+            "multi_head_config": {
+                "num_heads": HEADS,
+                "residual_dropout": 0.0,
+                "use_rotary_embeddings": True,
+                "attention": {
+                    "name": attention,
+                    "dropout": 0.0,
+                    "causal": True,
+                    "seq_len": SEQ,
+                    "num_rules": HEADS,
+                },
+            },
+            "feedforward_config": {
+                "name": "FusedMLP",
+                "dropout": 0.0,
+                "activation": "gelu",
+                "hidden_layer_multiplier": 4,
+            },
+        }
+    ]
+
+
+@pytest.mark.parametrize("attention", ["scaled_dot_product", "nystrom", "favor", "local"])
+def test_microgpt_converts_and_trains_a_step(attention: str) -> None:
+    spec = from_xformers_config(microgpt_config(attention))
+    assert (
+        spec["model"] == "decoder_lm"
+        and "num_rules" not in spec["decoder"]["block"]["attention"]["mechanism"]
+    )
+    model = build_model(spec)
+    ids = torch.randint(0, VOCAB, (2, SEQ))
+
+    def loss(m: torch.nn.Module) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+
+    _train_step(model, loss)
+
+
+def test_causal_linformer_converts_as_xformers_ran_it_with_a_warning() -> None:
+    with pytest.warns(UserWarning, match="bidirectionally"):
+        spec = from_xformers_config(microgpt_config("linformer"))
+    assert spec["model"] == "encoder" and "causal" not in spec["encoder"]["block"]["attention"]["mechanism"]
+
+
+def vit_config(patch: int = 4, image: int = 16) -> list[dict[str, Any]]:
+    """xformers' CIFAR ViT example config, key for key (smaller sizes)."""
+    return [
+        {
+            "block_type": "encoder",
+            "num_layers": 2,
+            "dim_model": EMB,
+            "residual_norm_style": "pre",
+            "multi_head_config": {
+                "num_heads": HEADS,
+                "residual_dropout": 0.0,
+                "use_rotary_embeddings": False,
+                "attention": {"name": "scaled_dot_product", "dropout": 0.0, "causal": False},
+            },
+            "feedforward_config": {
+                "name": "FusedMLP",
+                "dropout": 0.0,
+                "activation": "gelu",
+                "hidden_layer_multiplier": 4,
+            },
+            "position_encoding_config": {
+                "name": "learnable",
+                "seq_len": (image // patch) ** 2,
+                "dim_model": EMB,
+                "add_class_token": True,
+            },
+            "patch_embedding_config": {
+                "in_channels": 3,
+                "out_channels": EMB,
+                "kernel_size": patch,
+                "stride": patch,
+            },
+        }
+    ]
+
+
+def test_vit_converts_and_trains_a_step() -> None:
+    spec = from_xformers_config(vit_config())
+    assert (spec["model"], spec["image_size"], spec["patch_size"], spec["class_token"]) == (
+        "image_encoder",
+        16,
+        4,
+        True,
+    )
+    model = build_model(spec)
+    images, labels = torch.randn(2, 3, 16, 16), torch.tensor([0, 1])
+    assert model(images).shape == (2, 17, EMB)
+    head = torch.nn.Linear(EMB, 2)
+
+    def loss(m: torch.nn.Module) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(head(m(images)[:, 0]), labels)
+
+    _train_step(model, loss)
+    cfg = vit_config()
+    cfg[0]["patch_embedding_config"]["stride"] = 2
+    with pytest.raises(ConfigError, match=r"^0\.patch_embedding_config\.stride: .*kernel_size"):
+        from_xformers_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("attention", "check"),
+    [
+        ({"name": "random", "r": 0.5, "constant_masking": True, "force_sparsity": False}, {"r": 0.5}),
+        (
+            {"name": "global", "attention_query_mask": [[True], [True]] + [[False]] * (SEQ - 2)},
+            {"num_global_tokens": 2},
+        ),
+        (
+            {
+                "name": "blocksparse",
+                "block_size": 4,
+                "layout": [[[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]] * HEADS,
+            },
+            {"block_size": 4},
+        ),
+        (
+            {
+                "name": "ortho",
+                "num_landmarks": 4,
+                "subsample_fraction": 0.5,
+                "landmark_selection": "orthogonal",
+            },
+            {"num_landmarks": 4},
+        ),
+        ({"name": "lambda_layer", "seq_len": SEQ, "dim_head": EMB // HEADS}, {"seq_len": SEQ}),
+        ({"name": "compositional", "num_rules": 2, "dim_model": EMB, "num_heads": HEADS}, {"num_rules": 2}),
+        ({"name": "visual", "dim_model": EMB}, {}),
+    ],
+)
+def test_the_new_mechanisms_convert_from_xformers_keys(
+    attention: dict[str, Any], check: dict[str, Any]
+) -> None:
+    cfg = encoder_config()
+    cfg[0]["multi_head_config"]["attention"] = {**attention, "dropout": 0.0, "seq_len": SEQ}
+    spec = from_xformers_config(cfg)
+    mechanism = spec["encoder"]["block"]["attention"]["mechanism"]
+    assert mechanism["name"] == attention["name"] and check.items() <= mechanism.items()
+    model = build_model(spec)
+    assert model(torch.randint(0, VOCAB, (2, SEQ))).shape == (2, SEQ, EMB)
+
+
+def test_a_global_query_mask_must_mark_leading_tokens() -> None:
+    cfg = encoder_config()
+    cfg[0]["multi_head_config"]["attention"] = {"name": "global", "attention_query_mask": [False, True]}
+    with pytest.raises(ConfigError, match="leading positions") as info:
+        from_xformers_config(cfg)
+    assert info.value.path == "0.multi_head_config.attention.attention_query_mask"
+
+
+def test_reversible_stacks_convert_to_the_reversible_key() -> None:
+    cfg = microgpt_config()
+    cfg[0].update(reversible=True, residual_norm_style="pre")
+    spec = from_xformers_config(cfg)
+    assert spec["decoder"]["reversible"] is True
+    model = build_model(spec)
+    ids = torch.randint(0, VOCAB, (2, SEQ))
+
+    def loss(m: torch.nn.Module) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+
+    _train_step(model, loss)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from brickwork.factory.hf.layout import blocks_to_groups, fuse_qkv, groups_to_blocks, split_qkv
+from brickwork.components.attention.qkv_layout import QKVLayout
+from brickwork.factory.hf.layout import blocks_to_groups, groups_to_blocks
 
 
 def _labelled(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -19,15 +20,17 @@ def _labelled(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, t
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(3, 3, 5), (6, 2, 3), (4, 1, 2)])
 def test_fused_rows_are_grouped_per_kv_head(heads: int, kv_heads: int, head_dim: int) -> None:
     q, k, v = _labelled(heads, kv_heads, head_dim)
-    fused = fuse_qkv(q, k, v, heads, kv_heads, head_dim)
+    layout = QKVLayout(heads, kv_heads, head_dim)
+    fused = layout.fuse(q, k, v)
     group = heads // kv_heads
     expected = []
     for g in range(kv_heads):
         expected += [(0, g * group + j) for j in range(group) for _ in range(head_dim)]
         expected += [(1, g)] * head_dim + [(2, g)] * head_dim
     assert fused.tolist() == [list(r) for r in expected]
-    for a, b in zip(split_qkv(fused, heads, kv_heads, head_dim), (q, k, v)):
+    for a, b in zip(layout.split(fused), (q, k, v)):
         assert torch.equal(a, b)
+    assert layout.value_rows(fused).flatten(0, 2).tolist() == v.tolist()
 
 
 def test_gpt2_blocks_become_neox_heads() -> None:
@@ -44,6 +47,4 @@ def test_gpt2_blocks_become_neox_heads() -> None:
 
 def test_wrong_row_count_is_refused() -> None:
     with pytest.raises(ValueError, match="rows"):
-        split_qkv(torch.zeros(10, 4), 2, 1, 3)
-    with pytest.raises(ValueError, match="multiple"):
-        split_qkv(torch.zeros(15, 4), 3, 2, 3)
+        QKVLayout(2, 1, 3).split(torch.zeros(10, 4))

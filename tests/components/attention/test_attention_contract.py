@@ -1,14 +1,24 @@
 """The contract every registered attention mechanism keeps, checked through MultiHeadAttention."""
 
+import pickle
+
 import pytest
 import torch
 
 from brickwork.components.attention import ATTENTION_REGISTRY, AttentionMechanism, MultiHeadAttention
 from brickwork.errors import ConfigError
 
-B, T, DIM, HEADS = 2, 10, 16, 2
+B, T, DIM, HEADS = 2, 9, 16, 2  # T = 3 x 3: the grid mixers (visual) need a square
 # Options a few mechanisms need at this tiny size; any other registered mechanism runs on its defaults.
-OPTIONS = {"linformer": {"seq_len": T}, "nystrom": {"num_landmarks": 3}, "favor": {"seed": 0}}
+OPTIONS = {
+    "linformer": {"seq_len": T},
+    "nystrom": {"num_landmarks": 3},
+    "favor": {"seed": 0},
+    "ortho": {"num_landmarks": 3},
+    "lambda_layer": {"seq_len": T},
+    "blocksparse": {"block_size": 4},
+    "random": {"r": 0.3},
+}
 NAMES = ATTENTION_REGISTRY.names()
 
 
@@ -25,7 +35,10 @@ def _padding() -> torch.Tensor:
 
 
 def test_registry_holds_the_builtin_mechanisms() -> None:
-    expected = {"scaled_dot_product", "local", "linformer", "nystrom", "favor", "fourier_mix", "pooling"}
+    expected = {
+        "scaled_dot_product", "local", "linformer", "nystrom", "favor", "fourier_mix", "pooling", "ortho",
+        "lambda_layer", "random", "global", "blocksparse", "compositional", "visual",
+    }  # fmt: skip
     assert expected <= set(NAMES)
     for name in NAMES:
         cls = ATTENTION_REGISTRY.get(name)
@@ -106,3 +119,28 @@ def test_config_round_trip(name: str) -> None:
     built = _layer(name).mechanism
     rebuilt = cls.from_config(built.config)
     assert type(rebuilt) is cls and rebuilt.config == built.config
+    assert pickle.loads(pickle.dumps(built.config)) == built.config  # found again as cls.Config
+
+
+CAUSAL = [name for name in NAMES if ATTENTION_REGISTRY.get(name).causal_safe]
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_causal_never_looks_ahead_in_bf16(name: str) -> None:
+    # Not even by rounding: the earlier outputs are bit-for-bit the same.
+    layer = _layer(name, causal=True).to(torch.bfloat16)
+    x = torch.randn(B, T, DIM, dtype=torch.bfloat16)
+    changed = x.clone()
+    changed[:, 6:] = torch.randn(B, T - 6, DIM, dtype=torch.bfloat16)
+    before, after = layer(x), layer(changed)
+    assert torch.equal(after[:, :6], before[:, :6])
+    assert not torch.equal(after[:, 6:], before[:, 6:])
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if ATTENTION_REGISTRY.get(n).supports_gqa])
+def test_grouped_kv_heads_equal_repeated_kv_heads(name: str) -> None:
+    mechanism = _layer(name).mechanism.eval()
+    q = torch.randn(B, 4, T, 8)
+    k, v = torch.randn(B, 2, T, 8), torch.randn(B, 2, T, 8)
+    repeated = mechanism(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1))
+    torch.testing.assert_close(mechanism(q, k, v), repeated, atol=1e-5, rtol=1e-5)

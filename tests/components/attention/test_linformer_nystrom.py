@@ -92,9 +92,27 @@ def test_nystrom_approximates_softmax_attention() -> None:
     assert fine < coarse and fine < 0.05 * exact.abs().mean()
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_causal_nystrom_approximates_causal_attention_without_looking_ahead(padded: bool) -> None:
+    gen = torch.Generator().manual_seed(2)
+    walk = torch.randn(3, 1, 1, 64, 8, generator=gen).cumsum(dim=3) * 0.1
+    q, k, v = walk[0].expand(2, 2, 64, 8), walk[1].expand(2, 2, 64, 8), walk[2].expand(2, 2, 64, 8)
+    keep = torch.ones(2, 1, 1, 64, dtype=torch.bool)
+    if padded:
+        keep[1, ..., 20:40] = False  # whole landmark segments of padding in the middle
+    mask = keep if padded else None
+    exact = reference_attention(q, k, v, mask, causal=True).float()
+    errors = []
+    for m in (4, 16):
+        out = NystromAttention(num_landmarks=m, causal=True)(q, k, v, mask)
+        errors.append((out - exact).abs().mean())
+        # Rows before the first landmark are exact.
+        torch.testing.assert_close(out[..., : 64 // m - 1, :], exact[..., : 64 // m - 1, :])
+    assert errors[1] < errors[0] < 0.2 * exact.abs().mean()
+    assert errors[1] < 0.06 * exact.abs().mean()
+
+
 def test_nystrom_errors() -> None:
-    with pytest.raises(ConfigError, match="causal"):
-        NystromAttention(causal=True)
     with pytest.raises(ConfigError, match="num_landmarks"):
         NystromAttention(num_landmarks=0)
     with pytest.raises(ConfigError, match="inv_iterations"):

@@ -7,7 +7,7 @@ import torch
 from attention_reference import reference_attention
 
 from brickwork.components.attention import LocalAttention
-from brickwork.components.attention.local import MAX_CACHED_BLOCK_MASKS
+from brickwork.components.attention.sparse import MAX_CACHED_MASKS
 from brickwork.errors import ConfigError
 
 SHAPES = [(6, 6), (3, 9), (1, 7)]  # (Tq, Tk): full sequence, a decode chunk, a single decode step
@@ -83,8 +83,8 @@ def test_flex_block_masks_are_cached_with_a_bound() -> None:
     attention = LocalAttention(window_size=3, backend="flex")
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for t in range(1, MAX_CACHED_BLOCK_MASKS + 4):
+        for t in range(1, MAX_CACHED_MASKS + 4):
             x = torch.randn(1, 1, t, 4)
             attention(x, x, x)
             attention(x, x, x)
-    assert len(attention._block_masks) == MAX_CACHED_BLOCK_MASKS
+    assert len(attention._masks) == MAX_CACHED_MASKS

@@ -198,7 +198,7 @@ def test_position_bias_is_added_to_the_scores() -> None:
 def _shard(layer: MultiHeadAttention, rank: int, tp: int) -> MultiHeadAttention:
     """What a tensor-parallel layer would hold on ``rank``: divided head counts, sliced projections."""
     part = copy.deepcopy(layer)
-    for attribute in layer.tp_divide:
+    for attribute in layer.tp_divide():
         setattr(part, attribute, getattr(layer, attribute) // tp)
     for name, style in layer.tp_plan().items():
         full = getattr(layer, name)
@@ -223,7 +223,7 @@ def test_head_sharded_layers_sum_to_the_full_layer(fused: bool, num_kv_heads: in
 
 
 def test_tp_declarations() -> None:
-    assert MultiHeadAttention.tp_divide == ("num_heads", "num_kv_heads")
+    assert MultiHeadAttention(DIM, HEADS).tp_divide() == ("num_heads", "num_kv_heads")
     assert MultiHeadAttention(DIM, HEADS).tp_plan() == {
         "q_proj": "colwise",
         "k_proj": "colwise",

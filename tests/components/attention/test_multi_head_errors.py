@@ -26,7 +26,7 @@ from brickwork.errors import ConfigError
         ({"dim_model": 16, "num_heads": 4, "attention": 3}, "attention"),
         ({"dim_model": 16, "num_heads": 4, "attention_options": {"windw": 3}}, r"attention_options\.windw"),
         ({"dim_model": 16, "num_heads": 4, "attention_options": ["causal"]}, "attention_options"),
-        ({"dim_model": 16, "num_heads": 4, "attention": "linformer", "causal": True}, "no causal mode"),
+        ({"dim_model": 16, "num_heads": 4, "attention": "linformer", "causal": True}, "no causal form"),
         (
             {"dim_model": 16, "num_heads": 4, "causal": True, "attention_options": {"causal": False}},
             "conflicts with causal=True",

@@ -4,9 +4,11 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from brickwork.components.attention import FourierMix, MultiHeadAttention, Pooling
 from brickwork.errors import ConfigError
+from brickwork.parallel.tensor_parallel import check_tensor_parallel, component_plan
 
 
 def _dft(n: int) -> torch.Tensor:
@@ -24,7 +26,7 @@ def test_fourier_mix_layer_is_fnet_over_the_hidden_state() -> None:
     torch.manual_seed(0)
     layer = MultiHeadAttention(12, 1, attention="fourier_mix")
     assert sorted(name for name, _ in layer.named_parameters()) == ["out_proj.bias", "out_proj.weight"]
-    assert layer.tp_plan() == {"out_proj": "replicate"} and layer.tp_divide == ()
+    assert layer.tp_plan() == {"out_proj": "replicate"} and layer.tp_divide() == ()
     x = torch.randn(2, 5, 12)
     mixed = (_dft(5) @ x.double().to(torch.complex128) @ _dft(12)).real.float()
     torch.testing.assert_close(layer(x), layer.out_proj(mixed), atol=1e-5, rtol=1e-5)
@@ -62,3 +64,27 @@ def test_mixer_layers_refuse_what_they_cannot_use() -> None:
     x = torch.randn(1, 4, 8)
     with pytest.raises(ValueError, match="memory"):
         layer(x, memory=x)
+
+
+def test_single_head_mixer_passes_the_tensor_parallel_check() -> None:
+    # The mixer has no heads to split, so a TP size that does not divide num_heads=1 is fine.
+    layer = MultiHeadAttention(16, 1, attention="fourier_mix")
+    check_tensor_parallel(layer, component_plan(layer), 2)
+    attention = MultiHeadAttention(16, 1)
+    with pytest.raises(ValueError, match="num_heads"):
+        check_tensor_parallel(attention, component_plan(attention), 2)
+
+
+def test_visual_attention_gates_the_grid_by_its_large_kernel_convolutions() -> None:
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(8, 2, attention="visual")
+    mixer = layer.mechanism
+    x = torch.randn(2, 16, 8)
+    grid = x.view(2, 4, 4, 8).permute(0, 3, 1, 2)  # tokens row by row on a 4 x 4 grid
+    attn = F.conv2d(grid, mixer.depthwise.weight, mixer.depthwise.bias, padding=2, groups=8)
+    attn = F.conv2d(attn, mixer.dilated.weight, mixer.dilated.bias, padding=9, dilation=3, groups=8)
+    attn = F.conv2d(attn, mixer.pointwise.weight, mixer.pointwise.bias)
+    mixed = (grid * attn).permute(0, 2, 3, 1).reshape(2, 16, 8)
+    torch.testing.assert_close(layer(x), layer.out_proj(mixed), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="square number of tokens"):
+        layer(torch.randn(2, 10, 8))
