@@ -114,9 +114,10 @@ def test_moe_with_a_starved_expert_trains_under_data_parallel(key: str) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_fp16_overflow_skips_exactly_that_step_on_every_rank() -> None:
+@pytest.mark.parametrize("layout", ["dp2", "zero3", "tp2"])
+def test_fp16_overflow_skips_exactly_that_step_on_every_rank(layout: str) -> None:
     for rank_result in results(2):
-        record = rank_result["fp16"]["record"]
+        record = rank_result["fp16"][layout]["record"]
         assert [r["skipped"] for r in record] == [False, True, False]
         assert [r["changed"] for r in record] == [True, False, True]
         assert record[1]["scale"] == record[0]["scale"] / 2

@@ -277,9 +277,14 @@ def fp16_overflow(layout: dict[str, Any], overflow_at: int) -> dict[str, Any]:
 
 def run_world(cases: list[tuple[str, str, dict[str, Any]]], extras: bool) -> dict[str, Any]:
     """Everything one spawned world checks: the layouts, and with ``extras`` (2 ranks) the fp16
-    overflow under dp2 and the tp2 batch mismatch."""
+    overflow under dp2, ZeRO-3 and tp2, and the tp2 batch mismatch."""
     out = {"layouts": train_layouts(cases)}
     if extras:
-        out["fp16"] = fp16_overflow({"data_parallel_size": 2}, overflow_at=1)
+        fp16_layouts = {
+            "dp2": {"data_parallel_size": 2},
+            "zero3": {"data_parallel_size": 2, "zero_stage": 3},
+            "tp2": {"tensor_parallel_size": 2},
+        }
+        out["fp16"] = {name: fp16_overflow(lay, overflow_at=1) for name, lay in fp16_layouts.items()}
         out["mismatch"] = mismatched_tp_batches("decoder")
     return out
