@@ -40,6 +40,10 @@ EXTRA_2 = {
         "seq2seq",
         {**DP2, "zero_stage": 3, "activation_checkpointing": "selective"},
     ),
+    "bf16/zero3-mixed": (
+        "mlm",
+        {**DP2, "zero_stage": 3, "mixed_precision": "bf16", "precision": "bf16-mixed"},
+    ),
     "moe/dp2": ("decoder", {**DP2, "moe": True}),
     "moe/zero3": ("decoder", {**DP2, "zero_stage": 3, "moe": True}),
     "moe/pp2": ("decoder", {**LAYOUTS_2["pp2"], "moe": True}),
@@ -52,7 +56,7 @@ CASES_4 = [(f"{f}/dp2-tp2", f, {**DP2, "tensor_parallel_size": 2}) for f in FAMI
 SUPPORTED_2 = [
     key
     for key, family, _ in CASES_2
-    if (family, key.split("/")[1]) not in REFUSED and not key.startswith(("moe", "callable/pp2"))
+    if (family, key.split("/")[1]) not in REFUSED and not key.startswith(("moe", "callable/pp2", "bf16"))
 ]
 
 
@@ -86,6 +90,12 @@ def test_unsupported_pairs_are_refused_naming_the_limitation(family: str, layout
     for rank_result in results(2):
         error = rank_result["layouts"][f"{family}/{layout}"].get("error", "no error")
         assert "pipeline" in error and REFUSED[(family, layout)] in error
+
+
+@pytest.mark.timeout(600)
+def test_bf16_mixed_under_zero3_uses_fsdp_policy_and_stays_close() -> None:
+    # bf16 compute (FSDP's MixedPrecisionPolicy) against the fp32 loop: close, not equal.
+    check([r["layouts"] for r in results(2)], "bf16/zero3-mixed", single_process("mlm"), tol=3e-2)
 
 
 @pytest.mark.timeout(600)

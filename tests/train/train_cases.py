@@ -194,13 +194,13 @@ def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
 def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
     """On every rank: for each (key, family, dist dict + test keys), parallelize, take STEPS TrainSteps.
 
-    Test keys: ``grad_accum_steps``, ``grad_clip``, ``moe``, ``callable`` (the task as a user's
+    Test keys: ``grad_accum_steps``, ``grad_clip``, ``precision``, ``moe``, ``callable`` (the task as a user's
     function). A case that raises records its message.
     """
     out: dict[str, Any] = {}
     for key, family, layout in cases:
         layout = dict(layout)
-        options = {k: layout.pop(k) for k in ("grad_accum_steps", "grad_clip") if k in layout}
+        options = {k: layout.pop(k) for k in ("grad_accum_steps", "grad_clip", "precision") if k in layout}
         moe = layout.pop("moe", False)
         as_callable = layout.pop("callable", False)
         try:
