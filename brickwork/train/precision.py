@@ -6,19 +6,20 @@
 | ``bf16``     | bf16 autocast      | fp32                                                  |
 | ``bf16-mixed``| bf16              | fp32 master weights; FSDP's MixedPrecisionPolicy (bf16 |
 |              |                    | parameters in compute, fp32 reduce) where sharded     |
-| ``fp16``     | fp16 autocast      | fp32, loss scaled dynamically (GradScaler, or          |
-|              |                    | ShardedGradScaler over every rank when distributed)   |
+| ``fp16``     | fp16 autocast      | fp32, loss scaled dynamically (:class:`LossScaler`)    |
 
-An fp16 step whose gradients overflow is skipped, never applied, and the scale halves.
+An fp16 step whose gradients overflow is skipped on every rank, never applied, and the scale halves.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 
 import torch
+import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+from torch.distributed.tensor import DTensor
 
 from brickwork.parallel import ParallelState
 
@@ -50,12 +51,7 @@ class Precision:
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         if precision == "bf16-mixed" and not sharded:
             self.dtype = torch.bfloat16
-        self.scaler: torch.amp.GradScaler | None = None
-        if precision == "fp16":
-            # Every rank must agree to skip: the sharded scaler all-reduces "found inf" over the world.
-            distributed = state is not None and torch.distributed.get_world_size() > 1
-            scaler = ShardedGradScaler if distributed else torch.amp.GradScaler
-            self.scaler = scaler(device=self.device_type)
+        self.scaler = LossScaler(device, distributed=state is not None) if precision == "fp16" else None
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.dtype is None:
@@ -63,4 +59,48 @@ class Precision:
         return torch.autocast(self.device_type, dtype=self.dtype)
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        return self.scaler.scale(loss) if self.scaler is not None else loss
+        return loss * self.scaler.scale if self.scaler is not None else loss
+
+
+class LossScaler:
+    """Dynamic loss scaling with torch GradScaler's policy: start at 2**16, halve on an overflow,
+    double after 2000 steps without one.
+
+    It unscales each rank's local gradient pieces (``to_local`` of DTensor shards) with torch's own
+    fused ``_amp_foreach_non_finite_check_and_unscale_``: torch's GradScaler and ShardedGradScaler
+    cannot take the mix of DTensor and plain gradients that tensor parallel leaves. The found-inf
+    flag is all-reduced over every rank, so all of them skip the same step.
+    """
+
+    def __init__(self, device: torch.device, distributed: bool, init_scale: float = 2.0**16) -> None:
+        self.device = device
+        self.distributed = distributed
+        self.scale = init_scale
+        self.growth_interval = 2000
+        self._clean_steps = 0
+
+    @torch.no_grad()
+    def unscale_(self, params: Sequence[torch.Tensor]) -> bool:
+        """Divide every gradient by the scale in place; True when one held an inf or NaN."""
+        found = torch.zeros(1, device=self.device)
+        inverse = torch.full((1,), 1.0 / self.scale, device=self.device)
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for param in params:
+            if param.grad is not None:
+                grad = param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
+                by_dtype.setdefault(grad.dtype, []).append(grad)
+        for grads in by_dtype.values():
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inverse)
+        if self.distributed:
+            dist.all_reduce(found, op=dist.ReduceOp.MAX)
+        return bool(found.item())
+
+    def update(self, overflowed: bool) -> None:
+        if overflowed:
+            self.scale /= 2
+            self._clean_steps = 0
+            return
+        self._clean_steps += 1
+        if self._clean_steps == self.growth_interval:
+            self.scale *= 2
+            self._clean_steps = 0

@@ -115,7 +115,7 @@ class TrainStep:
                 self.state.set_gradient_sync(i == len(micro_batches) - 1)
             with self.precision.autocast():
                 part, part_count = self.task(self.model, micro)
-            part_count = torch.as_tensor(part_count, device=self.device)
+            part, part_count = _plain(part), torch.as_tensor(_plain(part_count), device=self.device)
             objective = part
             if self.moe:
                 aux = sum(m.aux_loss_weight * m.aux_loss for m in self.moe)
@@ -168,31 +168,27 @@ class TrainStep:
         if self.state is not None:
             self.state.finish_gradients()
         scaler = self.precision.scaler
+        overflowed = scaler.unscale_(self.params) if scaler is not None else False
+        self.metrics["skipped"] = overflowed
         if scaler is not None:
-            scaler.unscale_(self.optimizer)
-        dp = self.state.config.data_parallel_size if self.state is not None else 1
-        # DDP and FSDP average over dp; the mean is over every scored position of the global batch.
-        factor = dp * self._divisor / global_count
-        with torch.no_grad():
-            for param in self.params:
-                if param.grad is not None:
-                    param.grad.mul_(factor)
-        if self.grad_clip is not None:
-            norm = (
-                self.state.clip_grad_norm(self.grad_clip)
-                if self.state is not None
-                else torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
-            )
-            self.metrics["grad_norm"] = float(norm)
-        if scaler is not None:
-            scale_before = scaler.get_scale()
-            scaler.step(self.optimizer)
-            scaler.update()
-            self.metrics["skipped"] = scaler.get_scale() < scale_before
-            self.metrics["loss_scale"] = scaler.get_scale()
-        else:
+            scaler.update(overflowed)
+            self.metrics["loss_scale"] = scaler.scale  # the scale of the next step
+        if not overflowed:
+            dp = self.state.config.data_parallel_size if self.state is not None else 1
+            # DDP and FSDP average over dp; the mean is over every scored position of the global batch.
+            factor = dp * self._divisor / global_count
+            with torch.no_grad():
+                for param in self.params:
+                    if param.grad is not None:
+                        param.grad.mul_(factor)
+            if self.grad_clip is not None:
+                norm = (
+                    self.state.clip_grad_norm(self.grad_clip)
+                    if self.state is not None
+                    else torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+                )
+                self.metrics["grad_norm"] = float(norm)
             self.optimizer.step()
-            self.metrics["skipped"] = False
         for param in self.params:
             param.grad = None
 
@@ -218,7 +214,7 @@ def evaluate(model: nn.Module, batches: Iterable[Batch | None], task: str | Task
                     part, count = task.loss(model(batch[task.pipeline_input]), batch["labels"])
                 else:
                     part, count = task(model, batch)
-                count = torch.as_tensor(count, device=device)
+                part, count = _plain(part), torch.as_tensor(_plain(count), device=device)
                 totals += torch.stack([part.detach().double().reshape(()), count.double().reshape(())])
     finally:
         model.train(was_training)
@@ -259,6 +255,12 @@ def loss_context(state: ParallelState | None) -> contextlib.AbstractContextManag
     if state is not None and state.config.tensor_parallel_size > 1:
         return loss_parallel()
     return contextlib.nullcontext()
+
+
+def _plain(value: Any) -> Any:
+    """A task's loss or count as a plain tensor: a user's task may return loss_parallel's replicated
+    DTensor (the local value is the whole one, and autograd flows through ``to_local``)."""
+    return value.to_local() if isinstance(value, DTensor) else value
 
 
 def _reduce(

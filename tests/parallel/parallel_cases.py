@@ -92,7 +92,7 @@ def logits_of(output: Any) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output.logits
 
 
-def reference(kind: str, max_grad_norm: float | None = None) -> dict[str, Any]:
+def reference(kind: str, grad_clip: float | None = None) -> dict[str, Any]:
     """The single-process run: losses per step and the weights after STEPS steps."""
     model = build(kind)
     opt = optimizer(model.parameters(), "sgd")
@@ -104,8 +104,8 @@ def reference(kind: str, max_grad_norm: float | None = None) -> dict[str, Any]:
         opt.zero_grad()
         loss = F.cross_entropy(logits_of(model(ids[step])).flatten(0, 1), labels[step].flatten())
         loss.backward()
-        if max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        if grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         opt.step()
         losses.append(loss.item())
     return {"losses": losses, "state": model.state_dict(), "logits": first_logits}
@@ -247,12 +247,12 @@ def bad_batches(kind: str, layout: dict[str, Any], rows: list[int]) -> list[str]
 
 
 @functools.cache
-def single_process(kind: str, max_grad_norm: float | None = None) -> dict:
-    return reference(kind, max_grad_norm)
+def single_process(kind: str, grad_clip: float | None = None) -> dict:
+    return reference(kind, grad_clip)
 
 
-def check_against_reference(per_rank: list[dict], key: str, kind: str, max_grad_norm: float | None) -> None:
-    ref = single_process(kind, max_grad_norm)
+def check_against_reference(per_rank: list[dict], key: str, kind: str, grad_clip: float | None) -> None:
+    ref = single_process(kind, grad_clip)
     got = per_rank[0][key]
     for rank_result in per_rank[1:]:
         assert rank_result[key]["losses"] == got["losses"], "ranks returned different losses"

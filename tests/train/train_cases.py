@@ -194,13 +194,13 @@ def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
 def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
     """On every rank: for each (key, family, dist dict + test keys), parallelize, take STEPS TrainSteps.
 
-    Test keys: ``grad_accum_steps``, ``grad_clip``, ``moe``, ``callable`` (the task as a user's
+    Test keys: ``grad_accum_steps``, ``grad_clip``, ``precision``, ``moe``, ``callable`` (the task as a user's
     function). A case that raises records its message.
     """
     out: dict[str, Any] = {}
     for key, family, layout in cases:
         layout = dict(layout)
-        options = {k: layout.pop(k) for k in ("grad_accum_steps", "grad_clip") if k in layout}
+        options = {k: layout.pop(k) for k in ("grad_accum_steps", "grad_clip", "precision") if k in layout}
         moe = layout.pop("moe", False)
         as_callable = layout.pop("callable", False)
         try:
@@ -277,9 +277,14 @@ def fp16_overflow(layout: dict[str, Any], overflow_at: int) -> dict[str, Any]:
 
 def run_world(cases: list[tuple[str, str, dict[str, Any]]], extras: bool) -> dict[str, Any]:
     """Everything one spawned world checks: the layouts, and with ``extras`` (2 ranks) the fp16
-    overflow under dp2 and the tp2 batch mismatch."""
+    overflow under dp2, ZeRO-3 and tp2, and the tp2 batch mismatch."""
     out = {"layouts": train_layouts(cases)}
     if extras:
-        out["fp16"] = fp16_overflow({"data_parallel_size": 2}, overflow_at=1)
+        fp16_layouts = {
+            "dp2": {"data_parallel_size": 2},
+            "zero3": {"data_parallel_size": 2, "zero_stage": 3},
+            "tp2": {"tensor_parallel_size": 2},
+        }
+        out["fp16"] = {name: fp16_overflow(lay, overflow_at=1) for name, lay in fp16_layouts.items()}
         out["mismatch"] = mismatched_tp_batches("decoder")
     return out
