@@ -29,6 +29,7 @@ from brickwork.parallel.data_parallel import LocalShards, ZeroOptimizers, apply_
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import materialize, take_source, uses_meta_init
 from brickwork.parallel.mesh import build_mesh, start_process_group
+from brickwork.parallel.plans import plan_for
 from brickwork.parallel.styles import PACKED_ATTR, unpack_full
 from brickwork.parallel.tensor_parallel import (
     apply_tensor_parallel,
@@ -55,7 +56,8 @@ def parallelize(
     holding this rank's stages and the schedule. Tensor parallel follows the components' own
     ``tp_plan()`` declarations, plus ``plan`` (glob pattern -> style), whose entries win over a
     component's entry for the same module: that is how a model brickwork did not build is sharded
-    (``divide`` names attributes such as head counts to divide by the TP size). Every check runs
+    (``divide`` names attributes such as head counts to divide by the TP size). HF GPT-2, Llama and
+    GPT-NeoX models need neither: their plans come from parallel/plans/ by model type. Every check runs
     before the first collective, so a bad dist dict raises the same ConfigError on every rank. Rank 0
     may pass the real model while the others pass it built on the meta device (parallel/materialize.py),
     except under a pipeline. In a plain ``python`` process this is a world of one.
@@ -67,8 +69,12 @@ def parallelize(
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
     if parallel_state(model) is not None:
         raise ValueError(f"this {type(model).__name__} is already parallelized; build a fresh model")
-    entries = merge_plans(component_plan(model), name_plan(model, plan) if plan else [])
     tp = config.tensor_parallel_size
+    known = plan_for(model) if plan is None else None
+    if known is not None:  # an unmodified HF model of a family with a plan in parallel/plans/
+        known.check(tp)
+        plan, divide = known.plan, {**known.divide, **(divide or {})}
+    entries = merge_plans(component_plan(model), name_plan(model, plan) if plan else [])
     if tp > 1:
         if not entries:
             raise ConfigError(
