@@ -35,6 +35,8 @@ __all__ = [
 
 prepare_interpreter()
 
+# Each function checks its inputs once: the twin's path here, the Triton path in its ``*_triton`` entry.
+
 
 def layer_norm(
     x: torch.Tensor,
@@ -44,11 +46,11 @@ def layer_norm(
     backend: str | None = None,
 ) -> torch.Tensor:
     """LayerNorm over the last dimension. x [..., N]; weight, bias [N] or None -> [..., N] in x's dtype."""
-    check_norm(x, weight, bias, eps)
     if use_triton(backend, x):
         from .fused.layer_norm import layer_norm_triton
 
         return layer_norm_triton(x, weight, bias, eps)
+    check_norm(x, weight, bias, eps)
     return layer_norm_ref(x, weight, bias, eps)
 
 
@@ -56,11 +58,11 @@ def rms_norm(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, backend: str | None = None
 ) -> torch.Tensor:
     """RMSNorm over the last dimension. x [..., N]; weight [N] or None -> [..., N] in x's dtype."""
-    check_norm(x, weight, None, eps)
     if use_triton(backend, x):
         from .fused.rms_norm import rms_norm_triton
 
         return rms_norm_triton(x, weight, eps)
+    check_norm(x, weight, None, eps)
     return rms_norm_ref(x, weight, eps)
 
 
@@ -68,11 +70,11 @@ def bias_gelu(
     x: torch.Tensor, bias: torch.Tensor | None, approximate: str = "none", backend: str | None = None
 ) -> torch.Tensor:
     """``gelu(x + bias)``. x [..., N]; bias [N] or None; approximate "none" (erf) or "tanh"."""
-    check_gelu(x, bias, approximate)
     if use_triton(backend, x):
         from .fused.bias_gelu import bias_gelu_triton
 
         return bias_gelu_triton(x, bias, approximate)
+    check_gelu(x, bias, approximate)
     return bias_gelu_ref(x, bias, approximate)
 
 
@@ -90,13 +92,13 @@ def bias_gelu_dropout(
     No mask is stored: the backward pass redraws it. The same (seed, shape) gives the same mask on every
     backend and device; pass a fresh seed each step. ``training=False`` (or ``p=0``) is ``bias_gelu``.
     """
-    check_gelu(x, bias, approximate)
-    check_dropout(p, seed)
+    check_dropout(p, seed)  # before training=False drops p, so that a bad p is never accepted
     p = p if training else 0.0
     if use_triton(backend, x):
         from .fused.bias_gelu import bias_gelu_triton
 
         return bias_gelu_triton(x, bias, approximate, p, seed)
+    check_gelu(x, bias, approximate)
     return bias_gelu_dropout_ref(x, bias, p, seed, approximate)
 
 
@@ -113,9 +115,9 @@ def masked_softmax(
     query i when ``j > i + Tk - Tq`` (bottom-right aligned). Rows with nothing to attend to give zeros
     and zero gradient.
     """
-    check_softmax(scores, mask, causal)
     if use_triton(backend, scores):
         from .fused.masked_softmax import masked_softmax_triton
 
         return masked_softmax_triton(scores, mask, scale, causal)
+    check_softmax(scores, mask, causal)
     return masked_softmax_ref(scores, mask, scale, causal)

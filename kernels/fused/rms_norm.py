@@ -3,6 +3,10 @@
 ``y = x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x**2) + eps)`` in float32. The layout follows
 ``layer_norm.py``: strided rows, one block per row when it fits and a looped path beyond, and a
 deterministic weight gradient from per-program partial sums that torch adds up afterwards.
+
+As in ``layer_norm.py``, ``rstd`` and the row mean use correctly rounded division and square root: at
+width 1, ``dx = w dy rstd (1 - xhat**2)`` cancels almost completely, so a few ulps of error in an
+approximate ``rstd`` become a large relative error in dx. NaN and infinities propagate as in the twin.
 """
 
 import torch
@@ -10,15 +14,16 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_float, check_grad, check_norm
+from .._checks import KERNEL_DTYPES, check_float, check_norm
 from ._launch import (
     DEFAULT_MAX_BLOCK,
     check_launch,
+    check_max_block,
+    direct,
     partial_sums,
     reduction_programs,
-    row_block,
+    row_launch,
     sum_partials,
-    warps_for,
 )
 
 
@@ -34,7 +39,7 @@ def _rms_norm_fwd_kernel(
         cols = tl.arange(0, BLOCK_N)
         inside = cols < n_cols
         x = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        rstd = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(tl.sum(x * x, axis=0), n_cols * 1.0) + eps))
         y = x * rstd
         if HAS_WEIGHT:
             y = y * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
@@ -45,7 +50,7 @@ def _rms_norm_fwd_kernel(
             cols = start + tl.arange(0, BLOCK_N)
             x = tl.load(x_row + cols * x_col_stride, mask=cols < n_cols, other=0.0).to(tl.float32)
             squares += x * x
-        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / n_cols + eps)
+        rstd = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(tl.sum(squares, axis=0), n_cols * 1.0) + eps))
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             inside = cols < n_cols
@@ -84,7 +89,7 @@ def _rms_norm_bwd_kernel(
                 dweight += dy * xhat
             else:
                 wdy = dy
-            c1 = tl.sum(xhat * wdy, axis=0) / n_cols
+            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
             dx = (wdy - xhat * c1) * rstd
             tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
         if HAS_WEIGHT:
@@ -103,7 +108,7 @@ def _rms_norm_bwd_kernel(
                 if HAS_WEIGHT:
                     wdy = wdy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
                 sum_xhat_wdy += x.to(tl.float32) * rstd * wdy
-            c1 = tl.sum(sum_xhat_wdy, axis=0) / n_cols
+            c1 = tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0)
             for start in range(0, n_cols, BLOCK_N):
                 cols = start + tl.arange(0, BLOCK_N)
                 inside = cols < n_cols
@@ -122,22 +127,23 @@ def _rms_norm_bwd_kernel(
 
 
 def rms_norm_forward(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int = DEFAULT_MAX_BLOCK
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int = DEFAULT_MAX_BLOCK, wrap=direct
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [..., N] -> (y [..., N] in x's dtype, rstd [M] in float32), M the number of rows."""
-    check_norm(x, weight, None, eps)
-    check_float("x", x, KERNEL_DTYPES)
-    check_launch(x, weight)
+    """x [..., N] -> (y [..., N] in x's dtype, rstd [M] in float32), M the number of rows.
+
+    Takes inputs checked by :func:`rms_norm_triton`. ``wrap`` wraps the kernel before launch.
+    """
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    block, single = row_block(n_cols, max_block)
+    launch = row_launch(n_cols, max_block)
     if n_rows > 0:
-        wrap_triton(_rms_norm_fwd_kernel)[(n_rows,)](
+        wrap(_rms_norm_fwd_kernel)[(n_rows,)](
             x2, x2 if weight is None else weight, y, rstd, x2.stride(0), x2.stride(1), n_cols, eps,
-            HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
+            HAS_WEIGHT=weight is not None, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
+            num_warps=launch.warps,
         )  # fmt: skip
     return y, rstd
 
@@ -148,41 +154,58 @@ def rms_norm_backward(
     weight: torch.Tensor | None,
     rstd: torch.Tensor,
     max_block: int = DEFAULT_MAX_BLOCK,
+    wrap=direct,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dweight [N]); without a weight, dweight has shape [0]."""
-    check_grad(dy, x)
-    check_launch(dy, x, weight, rstd)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows)
-    block, single = row_block(n_cols, max_block)
+    launch = row_launch(n_cols, max_block)
     # The looped path adds into its partial rows, so they must start at zero.
-    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=not single or n_rows == 0)
+    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=not launch.single or n_rows == 0)
     if n_rows > 0:
-        wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
+        wrap(_rms_norm_bwd_kernel)[(programs,)](
             x2, x2 if weight is None else weight, dy2, dx, rstd, dweight,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
             triton.cdiv(n_rows, programs),
-            HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
+            HAS_WEIGHT=weight is not None, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
+            num_warps=launch.warps,
         )  # fmt: skip
     return dx, sum_partials(dweight, weight)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, max_block):
+        y, rstd = rms_norm_forward(x, weight, eps, max_block)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.max_block = max_block
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        dx, dweight = rms_norm_backward(dy, x, weight, rstd, ctx.max_block)
+        return dx, None if weight is None else dweight, None, None
 
 
 @triton_op("brickwork::rms_norm_fwd", mutates_args={})
 def _rms_norm_fwd_op(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return rms_norm_forward(x, weight, eps, max_block)
+    return rms_norm_forward(x, weight, eps, max_block, wrap_triton)
 
 
 @triton_op("brickwork::rms_norm_bwd", mutates_args={})
 def _rms_norm_bwd_op(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor, max_block: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return rms_norm_backward(dy, x, weight, rstd, max_block)
+    return rms_norm_backward(dy, x, weight, rstd, max_block, wrap_triton)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -206,5 +229,13 @@ def rms_norm_triton(
     """Differentiable Triton RMSNorm. x [..., N]; weight [N] or None -> [..., N].
 
     ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
+    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
+    launches the kernels directly; under ``torch.compile`` the ``torch.library`` op runs instead.
     """
-    return _rms_norm_fwd_op(x, weight, eps, max_block)[0]
+    check_norm(x, weight, None, eps)
+    check_float("x", x, KERNEL_DTYPES)
+    check_max_block(max_block)
+    check_launch(x, weight)
+    if torch.compiler.is_compiling():
+        return _rms_norm_fwd_op(x, weight, eps, max_block)[0]
+    return _RMSNormFunction.apply(x, weight, eps, max_block)
