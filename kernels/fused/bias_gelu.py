@@ -10,7 +10,8 @@ partial sums, which torch adds up afterwards, so it is deterministic.
 NaN and infinities give what the twin gives in float64: NaN stays NaN, ``gelu(+inf) = +inf``,
 ``gelu(-inf) = NaN`` (``-inf * 0``), and the slope at either infinity is NaN. (torch's vectorised
 float32 CPU GELU returns NaN at ``+inf``, the only place where it disagrees with its float64 self.)
-A dropped element is 0 and passes no gradient, whatever its value.
+A dropped element is 0; its gradient is ``0 * slope``, which is NaN where ``x + bias`` is not finite
+(the twin's ``where`` followed by GELU's backward gives the same).
 """
 
 import functools
@@ -91,10 +92,11 @@ def _bias_gelu_bwd_kernel(
             # Phi(z) + z * phi(z), phi the standard normal density.
             slope = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
             slope += z * 0.3989422804014327 * tl.exp(-0.5 * z * z)
-        dx = dy * slope
         if DROPOUT:
+            # The mask applies to dy before the slope, as in the twin: a dropped NaN slope gives NaN.
             bits = tl.randint(seed, rows[:, None] * n_cols + cols[None, :])
-            dx = tl.where((bits >> 1).to(tl.int32) >= keep_threshold, dx * keep_scale, 0.0)
+            dy = tl.where((bits >> 1).to(tl.int32) >= keep_threshold, dy * keep_scale, 0.0)
+        dx = dy * slope
         # Out-of-range elements must add nothing, even where a non-finite bias makes their slope NaN.
         dx = tl.where(inside, dx, 0.0)
         dbias += tl.sum(dx, axis=0)

@@ -14,7 +14,8 @@ The row statistics use correctly rounded division and square root (``tl.div_rn``
 the default ones are approximate on GPUs, and at width 1 an inexact ``x / 1`` leaves ``x - mean``
 a rounding error away from zero, which ``rstd = 1 / sqrt(eps)`` then magnifies. With them a width-1
 row gives ``y = bias`` and ``dx = 0`` exactly, as the twin does. NaN and infinities propagate as in
-the twin: every step is arithmetic, so a non-finite element makes its row's statistics non-finite.
+the twin: a non-finite x makes its row's statistics, and so the row, NaN; a non-finite dy makes the
+backward's row sums non-finite, and then its whole dx row is NaN.
 """
 
 import torch
@@ -113,7 +114,8 @@ def _layer_norm_bwd_kernel(
             wdy = dy * w if HAS_WEIGHT else dy
             c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
             c2 = tl.div_rn(tl.sum(wdy, axis=0), n_cols * 1.0)
-            dx = (wdy - (xhat * c1 + c2)) * rstd
+            # A non-finite row reduction makes the whole row NaN, as in the twin (0 * inf is NaN).
+            dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
             tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
             if HAS_WEIGHT:
                 dweight += dy * xhat
@@ -159,7 +161,7 @@ def _layer_norm_bwd_kernel(
                 if HAS_BIAS:
                     partial = dbias_ptr + partial_row + cols
                     tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy, mask=inside)
-                dx = (wdy - (xhat * c1 + c2)) * rstd
+                dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
                 tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
 
 

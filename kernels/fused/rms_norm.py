@@ -4,9 +4,9 @@
 ``layer_norm.py``: strided rows, one block per row when it fits and a looped path beyond, and a
 deterministic weight gradient from per-program partial sums that torch adds up afterwards.
 
-As in ``layer_norm.py``, ``rstd`` and the row mean use correctly rounded division and square root: at
-width 1, ``dx = w dy rstd (1 - xhat**2)`` cancels almost completely, so a few ulps of error in an
-approximate ``rstd`` become a large relative error in dx. NaN and infinities propagate as in the twin.
+As in ``layer_norm.py``, ``rstd`` and the row mean use correctly rounded division and square root.
+At width 1, ``dx = w dy rstd (1 - xhat**2)`` cancels almost completely, so that case uses the exact
+identity ``1 - xhat**2 = eps rstd**2`` instead. NaN and infinities propagate as in the twin.
 """
 
 import torch
@@ -64,7 +64,7 @@ def _rms_norm_fwd_kernel(
 @triton.jit
 def _rms_norm_bwd_kernel(
     x_ptr, weight_ptr, dy_ptr, dx_ptr, rstd_ptr, dweight_ptr,
-    x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program,
+    x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program, eps,
     HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
 ):  # fmt: skip
     # dx = rstd * (w*dy - xhat * mean(w*dy * xhat)), xhat = x * rstd, the mean taken over the row.
@@ -90,7 +90,10 @@ def _rms_norm_bwd_kernel(
             else:
                 wdy = dy
             c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
-            dx = (wdy - xhat * c1) * rstd
+            # At width 1, 1 - xhat**2 is eps * rstd**2 exactly: no cancellation. Adding (xhat + c1) * 0
+            # keeps the NaN that a non-finite x or dy gives the general formula.
+            exact = wdy * (eps * rstd * rstd) + (xhat + c1) * 0.0
+            dx = tl.where(n_cols == 1, exact, wdy - xhat * c1) * rstd
             tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
         if HAS_WEIGHT:
             tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
@@ -153,6 +156,7 @@ def rms_norm_backward(
     x: torch.Tensor,
     weight: torch.Tensor | None,
     rstd: torch.Tensor,
+    eps: float,
     max_block: int = DEFAULT_MAX_BLOCK,
     wrap=direct,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,7 +174,7 @@ def rms_norm_backward(
         wrap(_rms_norm_bwd_kernel)[(programs,)](
             x2, x2 if weight is None else weight, dy2, dx, rstd, dweight,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
-            triton.cdiv(n_rows, programs),
+            triton.cdiv(n_rows, programs), eps,
             HAS_WEIGHT=weight is not None, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
             num_warps=launch.warps,
         )  # fmt: skip
@@ -184,13 +188,13 @@ class _RMSNormFunction(torch.autograd.Function):
     def forward(ctx, x, weight, eps, max_block):
         y, rstd = rms_norm_forward(x, weight, eps, max_block)
         ctx.save_for_backward(x, weight, rstd)
-        ctx.max_block = max_block
+        ctx.options = (eps, max_block)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
-        dx, dweight = rms_norm_backward(dy, x, weight, rstd, ctx.max_block)
+        dx, dweight = rms_norm_backward(dy, x, weight, rstd, *ctx.options)
         return dx, None if weight is None else dweight, None, None
 
 
@@ -203,20 +207,25 @@ def _rms_norm_fwd_op(
 
 @triton_op("brickwork::rms_norm_bwd", mutates_args={})
 def _rms_norm_bwd_op(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor, max_block: int
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    rstd: torch.Tensor,
+    eps: float,
+    max_block: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return rms_norm_backward(dy, x, weight, rstd, max_block, wrap_triton)
+    return rms_norm_backward(dy, x, weight, rstd, eps, max_block, wrap_triton)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    x, weight, _, max_block = inputs
+    x, weight, eps, max_block = inputs
     ctx.save_for_backward(x, weight, output[1])
-    ctx.max_block = max_block
+    ctx.options = (eps, max_block)
 
 
 def _backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dweight = _rms_norm_bwd_op(dy, x, weight, rstd, ctx.max_block)
+    dx, dweight = _rms_norm_bwd_op(dy, x, weight, rstd, *ctx.options)
     return dx, None if weight is None else dweight, None, None
 
 
