@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_dropout, check_gelu, check_norm, check_softmax
+from ._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu, check_norm, check_softmax
 from ._runtime import prepare_interpreter, use_triton
+from .linear_cross_entropy import check_linear_cross_entropy, linear_cross_entropy
 from .reference import (
     bias_gelu_dropout_ref,
     bias_gelu_ref,
@@ -25,6 +26,7 @@ __all__ = [
     "bias_gelu_dropout",
     "bias_gelu_dropout_ref",
     "bias_gelu_ref",
+    "fused_linear_cross_entropy",
     "layer_norm",
     "layer_norm_ref",
     "masked_softmax",
@@ -121,3 +123,36 @@ def masked_softmax(
         return masked_softmax_triton(scores, mask, scale, causal)
     check_softmax(scores, mask, causal)
     return masked_softmax_ref(scores, mask, scale, causal)
+
+
+def fused_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """``cross_entropy(hidden @ weight.T + bias, labels)`` without materialising the logits.
+
+    hidden [..., D], weight [V, D] (same dtype), bias [V] or None, labels [...] (int64 or int32; entries
+    equal to ``ignore_index`` are not scored) -> a float32 scalar. ``reduction="sum"`` is the sum over
+    scored tokens; ``"mean"`` divides it by their count, ``(labels != ignore_index).sum()`` (NaN when
+    that is 0, as in torch). A training step that needs a sum and a count uses ``"sum"`` and counts
+    itself. Tokens are processed ``chunk_size`` at a time (default: see ``default_chunk_size``); the
+    logits are computed in the weight's dtype and the softmax in float32. Differentiable in hidden,
+    weight and bias: the forward pass computes their gradients, the backward pass scales them.
+    """
+    check_linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
+    if use_triton(backend, hidden):
+        from .fused._launch import check_launch
+        from .fused.cross_entropy import cross_entropy_chunk_triton
+
+        check_float("hidden", hidden, KERNEL_DTYPES)
+        check_launch(hidden, weight, labels, bias)
+        return linear_cross_entropy(
+            hidden, weight, labels, bias, ignore_index, reduction, chunk_size, cross_entropy_chunk_triton
+        )
+    return linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)

@@ -1,0 +1,161 @@
+"""Fused linear + cross-entropy for a language-model head, chunked over tokens.
+
+``loss = cross_entropy(hidden @ weight.T + bias, labels)`` without ever holding the [N, V] logits:
+tokens are taken ``chunk_size`` at a time; for each chunk the logits [C, V] are computed in the
+weight's dtype (as an unfused head computes them), the chunk step turns them in place into
+d loss / d logits while computing the float32 losses, and the gradients of hidden, weight and bias
+are accumulated from that chunk at once. So the forward pass already holds every gradient, and the
+backward pass only scales them by the incoming gradient of the loss. Peak extra memory is one chunk of
+logits plus the gradients, instead of [N, V] logits, their float32 copy and the gradient of that copy.
+
+The chunk step is the Triton kernel (``brickwork.kernels.fused.cross_entropy``) or its torch twin
+(``reference.cross_entropy_chunk_ref``); the matmuls are torch's. The weight gradient accumulates in
+float32 across chunks whatever the weight's dtype, and is rounded once at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from brickwork.errors import ConfigError
+
+from ._checks import check_float
+from .reference import cross_entropy_chunk_ref
+
+REDUCTIONS = ("mean", "sum")
+
+ChunkStep = Callable[[torch.Tensor, torch.Tensor, int, bool], torch.Tensor]
+
+
+def default_chunk_size(n_tokens: int, vocab_size: int, dim: int) -> int:
+    """Tokens per chunk: a power of two for which one chunk of logits is about as large as ``hidden``.
+
+    ``n_tokens / ceil(V / D)`` tokens of V logits hold about ``n_tokens * D`` values, so the chunk never
+    costs more than the input it comes from (the choice Liger-Kernel makes too).
+    """
+    per_chunk = math.ceil(n_tokens / max(1, math.ceil(vocab_size / dim)))
+    return 1 << max(0, per_chunk - 1).bit_length()
+
+
+def check_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int | None,
+) -> None:
+    """Shapes, dtypes, devices and options of ``fused_linear_cross_entropy``; labels in [0, V) or ignored.
+
+    The label values are checked only in eager mode: it costs one host-device synchronisation, and a
+    compiled graph cannot raise from data. (Under ``torch.compile`` an out-of-range label gives NaN.)
+    """
+    if reduction not in REDUCTIONS:
+        raise ConfigError(
+            f"unknown reduction {reduction!r}", path="reduction", choices=REDUCTIONS, got=reduction
+        )
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+    ):
+        raise ConfigError(f"chunk_size must be a positive int or None, got {chunk_size!r}", path="chunk_size")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise ConfigError(f"ignore_index must be an int, got {ignore_index!r}", path="ignore_index")
+    check_float("hidden", hidden)
+    if hidden.dim() < 1 or weight.dim() != 2 or weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(
+            "hidden [..., D] and weight [V, D] must agree on D, "
+            f"got {tuple(hidden.shape)} and {tuple(weight.shape)}"
+        )
+    if weight.dtype != hidden.dtype:
+        raise TypeError(f"weight has dtype {weight.dtype} but hidden has {hidden.dtype}; they must match")
+    if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != hidden.dtype):
+        raise ValueError(
+            f"bias must have shape ({weight.shape[0]},) and dtype {hidden.dtype}, "
+            f"got {tuple(bias.shape)} {bias.dtype}"
+        )
+    if labels.dtype not in (torch.int64, torch.int32) or labels.shape != hidden.shape[:-1]:
+        raise TypeError(
+            f"labels must be an int64 or int32 tensor of shape {tuple(hidden.shape[:-1])}, "
+            f"got {labels.dtype} of shape {tuple(labels.shape)}"
+        )
+    devices = {t.device for t in (hidden, weight, labels, bias) if t is not None}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+    if not torch.compiler.is_compiling():
+        bad = (labels != ignore_index) & ((labels < 0) | (labels >= weight.shape[0]))
+        if bad.any():
+            raise ValueError(
+                f"label {labels[bad][0].item()} is outside [0, {weight.shape[0]}) and is not ignore_index "
+                f"({ignore_index})"
+            )
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    """Forward computes the loss and every needed gradient chunk by chunk; backward scales them."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, bias, ignore_index, reduction, chunk_size, chunk_step):
+        needs_hidden, needs_weight, _, needs_bias = ctx.needs_input_grad[:4]
+        compute_grad = needs_hidden or needs_weight or needs_bias
+        n_tokens, device = hidden.shape[0], hidden.device
+        # Sums across chunks in float32 (float64 inputs: float64); a weight of that dtype adds in place.
+        acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=device) if needs_hidden else None
+        grad_weight = torch.zeros(weight.shape, dtype=acc, device=device) if needs_weight else None
+        grad_bias = torch.zeros(weight.shape[0], dtype=acc, device=device) if needs_bias else None
+        loss_sum = torch.zeros((), dtype=acc, device=device)
+        for start in range(0, n_tokens, chunk_size):
+            end = min(start + chunk_size, n_tokens)
+            chunk = hidden[start:end]
+            logits = F.linear(chunk, weight, bias)  # [C, V]; becomes d loss_sum / d logits below
+            loss_sum += chunk_step(logits, labels[start:end], ignore_index, compute_grad).sum()
+            if grad_hidden is not None:
+                torch.mm(logits, weight, out=grad_hidden[start:end])
+            if grad_weight is not None:
+                if weight.dtype == acc:
+                    grad_weight.addmm_(logits.t(), chunk)
+                else:
+                    grad_weight += (logits.t() @ chunk).to(acc)
+            if grad_bias is not None:
+                grad_bias += logits.sum(0, dtype=acc)
+        count = (labels != ignore_index).sum()
+        scale = 1.0 / count if reduction == "mean" else None
+        grads = [grad_hidden, grad_weight, grad_bias]
+        if scale is not None:
+            grads = [None if g is None else g.mul_(scale) for g in grads]
+        grads[1:] = [None if g is None else g.to(weight.dtype) for g in grads[1:]]
+        ctx.save_for_backward(*grads)
+        return loss_sum if scale is None else loss_sum * scale
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        scaled = [None if g is None else g * grad_loss for g in (grad_hidden, grad_weight, grad_bias)]
+        return scaled[0], scaled[1], None, scaled[2], None, None, None, None
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int | None,
+    chunk_step: ChunkStep = cross_entropy_chunk_ref,
+) -> torch.Tensor:
+    """The chunked loss on checked inputs with the given chunk step; hidden [..., D] -> a scalar.
+
+    The loss is float32 (float64 for float64 inputs, which only the torch twin takes).
+    """
+    hidden2 = hidden.reshape(-1, hidden.shape[-1])
+    labels1 = labels.reshape(-1)
+    chunk = chunk_size or default_chunk_size(hidden2.shape[0], weight.shape[0], weight.shape[1])
+    return _FusedLinearCrossEntropy.apply(
+        hidden2, weight, labels1, bias, ignore_index, reduction, chunk, chunk_step
+    )
