@@ -134,9 +134,12 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
-        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
-        scaled = [None if g is None else g * grad_loss for g in (grad_hidden, grad_weight, grad_bias)]
-        return scaled[0], scaled[1], None, scaled[2], None, None, None, None
+        # In place: a second copy of the weight gradient would double the memory this saves. (A second
+        # backward through the same graph then fails autograd's saved-tensor version check.)
+        grad_hidden, grad_weight, grad_bias = (
+            None if g is None else g.mul_(grad_loss) for g in ctx.saved_tensors
+        )
+        return grad_hidden, grad_weight, None, grad_bias, None, None, None, None
 
 
 def linear_cross_entropy(
