@@ -46,10 +46,10 @@ def _unfused(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -
     return F.cross_entropy(F.linear(hidden, weight).float(), labels)
 
 
-def loss_function(provider: str, device: torch.device) -> LossFn | None:
-    """The loss of ``provider``, or None where it cannot run here."""
+def loss_function(provider: str, device: torch.device, chunk_size: int | None = None) -> LossFn | None:
+    """The loss of ``provider``, or None where it cannot run here (``chunk_size``: brickwork's)."""
     if provider == "brickwork":
-        return lambda h, w, y: fused_linear_cross_entropy(h, w, y)
+        return lambda h, w, y: fused_linear_cross_entropy(h, w, y, chunk_size=chunk_size)
     if provider == "torch":
         return _unfused
     if provider == "torch.compile":
@@ -102,10 +102,11 @@ def peak_extra_bytes(fn: LossFn, hidden, weight, labels) -> int:
     return _resident_bytes("VmHWM") - before
 
 
-def measure(provider: str, tokens: int, dim: int, vocab: int, dtype: str, repeats: int) -> dict | None:
+def measure(args: argparse.Namespace, provider: str) -> dict | None:
     """One provider in this process: peak extra memory of a first (cold) step, then its time."""
+    tokens, dim, vocab, dtype, repeats = args.tokens, args.dim, args.vocab, args.dtype, args.repeats
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    fn = loss_function(provider, device)
+    fn = loss_function(provider, device, args.chunk_size)
     if fn is None:
         return None
     inputs = make_inputs(tokens, dim, vocab, DTYPES[dtype], device)
@@ -137,6 +138,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dim", type=int, help="default 768")
     parser.add_argument("--vocab", type=int, help="default 50257")
     parser.add_argument("--dtype", choices=list(DTYPES), help="default bfloat16 on GPU, float32 on CPU")
+    parser.add_argument("--chunk-size", type=int, help="brickwork's tokens per chunk (default: its own)")
     parser.add_argument("--repeats", type=int, default=3, help="CPU: timed steps (median)")
     parser.add_argument("--threads", type=int, default=1, help="CPU: torch threads")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="results folder")
@@ -146,8 +148,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for key in ("tokens", "dim", "vocab", "dtype"):
         if getattr(args, key) is None:
             setattr(args, key, shape[key])
-    if min(args.tokens, args.dim, args.vocab, args.repeats, args.threads) < 1:
-        parser.error("--tokens, --dim, --vocab, --repeats and --threads must be positive")
+    if min(args.tokens, args.dim, args.vocab, args.repeats, args.threads, args.chunk_size or 1) < 1:
+        parser.error("--tokens, --dim, --vocab, --chunk-size, --repeats and --threads must be positive")
     return args
 
 
@@ -157,6 +159,8 @@ def _run_in_child(provider: str, args: argparse.Namespace) -> dict | None:
     command += ["--providers", provider, "--tokens", str(args.tokens), "--dim", str(args.dim)]
     command += ["--vocab", str(args.vocab), "--dtype", args.dtype, "--repeats", str(args.repeats)]
     command += ["--threads", str(args.threads)]
+    if args.chunk_size:
+        command += ["--chunk-size", str(args.chunk_size)]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -176,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for provider in args.providers:
         if gpu:
-            row = measure(provider, args.tokens, args.dim, args.vocab, args.dtype, args.repeats)
+            row = measure(args, provider)
             torch.cuda.empty_cache()
         else:
             row = _run_in_child(provider, args)
@@ -191,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"fused_linear_cross_entropy_{device_slug(device)}.json"
     meta = {"device": device, "torch": torch.__version__, "shape": shape, "threads": args.threads}
+    meta["chunk_size"] = args.chunk_size
     path.write_text(json.dumps({"metadata": meta, "results": rows}, indent=2) + "\n")
     print(f"wrote {path}")
     return 0

@@ -141,7 +141,8 @@ def fused_linear_cross_entropy(
     equal to ``ignore_index`` are not scored) -> a float32 scalar. ``reduction="sum"`` is the sum over
     scored tokens; ``"mean"`` divides it by their count, ``(labels != ignore_index).sum()`` (NaN when
     that is 0, as in torch). A training step that needs a sum and a count uses ``"sum"`` and counts
-    itself. Tokens are processed ``chunk_size`` at a time (default: see ``default_chunk_size``); the
+    itself. Tokens are processed ``chunk_size`` at a time (default: the largest power of two whose float32
+    logits fit 64 MiB, see ``linear_cross_entropy.default_chunk_size``); the
     logits are computed in the weight's dtype and the softmax in float32. Differentiable in hidden,
     weight and bias: the forward pass computes their gradients, the backward pass scales them.
     """

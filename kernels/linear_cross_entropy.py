@@ -15,7 +15,6 @@ float32 across chunks whatever the weight's dtype, and is rounded once at the en
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -31,14 +30,19 @@ REDUCTIONS = ("mean", "sum")
 ChunkStep = Callable[[torch.Tensor, torch.Tensor, int, bool], torch.Tensor]
 
 
-def default_chunk_size(n_tokens: int, vocab_size: int, dim: int) -> int:
-    """Tokens per chunk: a power of two for which one chunk of logits is about as large as ``hidden``.
+# Float32 bytes of logits one chunk may hold by default: small against the [N, V] logits of a real
+# batch (1.6 GB for 8 x 1024 tokens of GPT-2's vocabulary), large enough for efficient matmuls.
+CHUNK_LOGITS_BYTES = 64 * 2**20
 
-    ``n_tokens / ceil(V / D)`` tokens of V logits hold about ``n_tokens * D`` values, so the chunk never
-    costs more than the input it comes from (the choice Liger-Kernel makes too).
+
+def default_chunk_size(n_tokens: int, vocab_size: int) -> int:
+    """Tokens per chunk: the largest power of two whose float32 logits fit ``CHUNK_LOGITS_BYTES``.
+
+    At least 1, and no more than ``n_tokens`` rounded up to a power of two. GPT-2's vocabulary of
+    50257 gives 256 tokens per chunk; Llama-2's 32000 gives 512.
     """
-    per_chunk = math.ceil(n_tokens / max(1, math.ceil(vocab_size / dim)))
-    return 1 << max(0, per_chunk - 1).bit_length()
+    fitting = max(1, CHUNK_LOGITS_BYTES // (4 * vocab_size))
+    return min(1 << (fitting.bit_length() - 1), 1 << max(0, n_tokens - 1).bit_length())
 
 
 def check_linear_cross_entropy(
@@ -158,7 +162,7 @@ def linear_cross_entropy(
     """
     hidden2 = hidden.reshape(-1, hidden.shape[-1])
     labels1 = labels.reshape(-1)
-    chunk = chunk_size or default_chunk_size(hidden2.shape[0], weight.shape[0], weight.shape[1])
+    chunk = chunk_size or default_chunk_size(hidden2.shape[0], weight.shape[0])
     return _FusedLinearCrossEntropy.apply(
         hidden2, weight, labels1, bias, ignore_index, reduction, chunk, chunk_step
     )

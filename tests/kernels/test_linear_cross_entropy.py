@@ -136,10 +136,11 @@ def test_decoder_lm_exposes_hidden_states_and_head_weight():
     torch.testing.assert_close(fused, unfused, rtol=1e-5, atol=1e-4)
 
 
-def test_default_chunk_keeps_a_chunk_of_logits_near_the_size_of_hidden():
-    assert default_chunk_size(8192, 50257, 768) == 128  # ceil(8192 / 66) = 125 -> 128
-    assert default_chunk_size(3, 10, 64) == 4
-    assert default_chunk_size(1, 50257, 768) == 1
+def test_default_chunk_holds_at_most_64_mib_of_float32_logits():
+    assert default_chunk_size(8192, 50257) == 256  # 256 x 50257 x 4 bytes = 49 MiB
+    assert default_chunk_size(8192, 32000) == 512
+    assert default_chunk_size(100, 50257) == 128  # never more than the tokens, rounded up
+    assert default_chunk_size(1, 2**30) == 1
 
 
 def test_bad_inputs_raise_clear_errors():
