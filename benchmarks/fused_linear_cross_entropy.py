@@ -148,7 +148,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for key in ("tokens", "dim", "vocab", "dtype"):
         if getattr(args, key) is None:
             setattr(args, key, shape[key])
-    if min(args.tokens, args.dim, args.vocab, args.repeats, args.threads, args.chunk_size or 1) < 1:
+    chunk_size = 1 if args.chunk_size is None else args.chunk_size
+    if min(args.tokens, args.dim, args.vocab, args.repeats, args.threads, chunk_size) < 1:
         parser.error("--tokens, --dim, --vocab, --chunk-size, --repeats and --threads must be positive")
     return args
 
@@ -161,7 +162,9 @@ def _run_in_child(provider: str, args: argparse.Namespace) -> dict | None:
     command += ["--threads", str(args.threads)]
     if args.chunk_size:
         command += ["--chunk-size", str(args.chunk_size)]
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"measuring {provider} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -171,11 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not gpu:
         torch.set_num_threads(args.threads)
     if args.one:
-        print(
-            json.dumps(
-                measure(args.providers[0], args.tokens, args.dim, args.vocab, args.dtype, args.repeats)
-            )
-        )
+        print(json.dumps(measure(args, args.providers[0])))
         return 0
     rows = []
     for provider in args.providers:
