@@ -101,13 +101,12 @@ def cross_entropy_chunk_ref(
     ``softmax(row) - onehot(label)`` (zero rows where ignored), so the chunk needs no second buffer.
     """
     ct = _compute_dtype(logits)
-    wide = logits.to(ct)
-    lse = torch.logsumexp(wide, dim=-1)
+    log_probs = torch.log_softmax(logits.to(ct), dim=-1)
     kept = labels != ignore_index
     safe = labels.masked_fill(~kept, 0).unsqueeze(-1)
-    losses = torch.where(kept, lse - wide.gather(-1, safe).squeeze(-1), 0.0)
+    losses = torch.where(kept, -log_probs.gather(-1, safe).squeeze(-1), 0.0)
     if compute_grad:
-        grad = torch.exp(wide - lse.unsqueeze(-1))
+        grad = log_probs.exp_()  # the softmax, in the log-probabilities' buffer
         grad.scatter_add_(-1, safe, torch.full_like(safe, -1, dtype=ct))
         logits.copy_(grad.masked_fill_(~kept.unsqueeze(-1), 0.0))
     return losses

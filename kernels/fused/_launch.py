@@ -41,12 +41,24 @@ def check_max_block(max_block: int, name: str = "max_block") -> None:
         raise ValueError(f"{name} must be a power of two >= 1, got {max_block!r}")
 
 
+# Elements in one backward tile of narrow rows: BLOCK_M rows of BLOCK_N, BLOCK_M = TILE // BLOCK_N.
+TILE_ELEMENTS = 4096
+MAX_TILE_ROWS = 16
+
+
 class RowLaunch(NamedTuple):
-    """How a row kernel covers rows of one width: the block, whether one block holds a row, the warps."""
+    """How a row kernel covers rows of one width.
+
+    ``block`` elements per step along a row, ``single`` when one block holds the row, ``warps`` for
+    one row per program; a backward pass over rows that fit one block takes ``tile_rows`` rows per
+    step with ``tile_warps`` warps.
+    """
 
     block: int
     single: bool
     warps: int
+    tile_rows: int
+    tile_warps: int
 
 
 @functools.lru_cache(maxsize=1024)
@@ -55,7 +67,8 @@ def row_launch(n_cols: int, max_block: int) -> RowLaunch:
     block = triton.next_power_of_2(n_cols)
     single = block <= max_block
     block = block if single else max_block
-    return RowLaunch(block, single, warps_for(block))
+    tile_rows = max(1, min(MAX_TILE_ROWS, TILE_ELEMENTS // block)) if single else 1
+    return RowLaunch(block, single, warps_for(block), tile_rows, warps_for(block * tile_rows))
 
 
 def warps_for(block: int) -> int:

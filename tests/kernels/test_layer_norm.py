@@ -186,3 +186,9 @@ def test_width_one_gives_the_bias_and_zero_input_gradient_exactly(device, max_bl
     assert torch.equal(y, b.detach().expand(9, 1))
     dx, dw, _ = torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
     assert torch.equal(dx, torch.zeros_like(dx)) and torch.equal(dw, torch.zeros_like(dw))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_narrow_rows_take_several_row_tiles_per_program(device):
+    # Width 300 runs tiles of 8 rows; 67 rows over four programs give each three tiles, the last partial.
+    check_against_twin(_triton(), _twin, [_x((67, 300), device), *_params(300, device)], torch.float32)

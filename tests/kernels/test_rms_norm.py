@@ -114,3 +114,10 @@ def test_width_one_matches_the_float64_twin_closely(device):
     ref = torch.autograd.grad(rms_norm_ref(x64, w64, 1e-6), (x64, w64), dy.double())
     for grad, expected in zip(grads, ref, strict=True):
         torch.testing.assert_close(grad.double(), expected, rtol=1e-5, atol=0.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_narrow_rows_take_several_row_tiles_per_program(device):
+    # Width 300 runs tiles of 8 rows; 67 rows over four programs give each three tiles, the last partial.
+    x, w = _x((67, 300), device), _w(300, device)
+    check_against_twin(_triton(), _twin, [x, w], torch.float32)
