@@ -46,6 +46,11 @@ TILE_ELEMENTS = 4096
 MAX_TILE_ROWS = 16
 
 
+def needs_autograd(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd must record a call on ``tensors``; if not, the launchers can run without it."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 class RowLaunch(NamedTuple):
     """How a row kernel covers rows of one width.
 

@@ -23,7 +23,15 @@ from torch.library import triton_op, wrap_triton
 
 from .._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu
 from ..philox import dropout_threshold
-from ._launch import check_launch, check_max_block, device_programs, direct, partial_sums, sum_partials
+from ._launch import (
+    check_launch,
+    check_max_block,
+    device_programs,
+    direct,
+    needs_autograd,
+    partial_sums,
+    sum_partials,
+)
 
 # Elements per tile: enough work per program to hide memory latency, small enough to stay in registers.
 DEFAULT_TILE = 4096
@@ -240,7 +248,8 @@ def bias_gelu_triton(
 
     ``p = 0`` is plain bias-GELU. ``max_tile`` caps the elements per program tile (a power of two).
     Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
-    launches the kernels directly; under ``torch.compile`` the ``torch.library`` op runs instead.
+    launches the kernels directly (with nothing to differentiate, the launchers alone);
+    under ``torch.compile`` the ``torch.library`` op runs instead.
     """
     check_gelu(x, bias, approximate)
     check_dropout(p, seed)
@@ -249,4 +258,6 @@ def bias_gelu_triton(
     check_launch(x, bias)
     if torch.compiler.is_compiling():
         return _bias_gelu_fwd_op(x, bias, approximate, p, seed, max_tile)
-    return _BiasGeluFunction.apply(x, bias, approximate, p, seed, max_tile)
+    if needs_autograd(x, bias):
+        return _BiasGeluFunction.apply(x, bias, approximate, p, seed, max_tile)
+    return bias_gelu_forward(x, bias, approximate, p, seed, max_tile)

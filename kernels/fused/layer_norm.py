@@ -29,6 +29,7 @@ from ._launch import (
     check_launch,
     check_max_block,
     direct,
+    needs_autograd,
     partial_sums,
     reduction_programs,
     row_launch,
@@ -302,7 +303,8 @@ def layer_norm_triton(
 
     ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
     Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
-    launches the kernels directly; under ``torch.compile`` the ``torch.library`` op runs instead.
+    launches the kernels directly (with nothing to differentiate, the launchers alone);
+    under ``torch.compile`` the ``torch.library`` op runs instead.
     """
     check_norm(x, weight, bias, eps)
     check_float("x", x, KERNEL_DTYPES)
@@ -310,4 +312,6 @@ def layer_norm_triton(
     check_launch(x, weight, bias)
     if torch.compiler.is_compiling():
         return _layer_norm_fwd_op(x, weight, bias, eps, max_block)[0]
-    return _LayerNormFunction.apply(x, weight, bias, eps, max_block)
+    if needs_autograd(x, weight, bias):
+        return _LayerNormFunction.apply(x, weight, bias, eps, max_block)
+    return layer_norm_forward(x, weight, bias, eps, max_block)[0]

@@ -22,7 +22,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from .._checks import KERNEL_DTYPES, check_float, check_softmax
-from ._launch import DEFAULT_MAX_BLOCK, check_launch, check_max_block, direct, row_launch
+from ._launch import DEFAULT_MAX_BLOCK, check_launch, check_max_block, direct, needs_autograd, row_launch
 
 _NO_MASK, _BOOL_MASK, _ADDITIVE_MASK = 0, 1, 2
 
@@ -290,7 +290,8 @@ def masked_softmax_triton(
 
     ``max_block`` caps the elements one program holds; rows wider than it take the online path.
     Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
-    launches the kernels directly; under ``torch.compile`` the ``torch.library`` op runs instead.
+    launches the kernels directly (with nothing to differentiate, the launchers alone);
+    under ``torch.compile`` the ``torch.library`` op runs instead.
     """
     check_softmax(scores, mask, causal)
     check_float("scores", scores, KERNEL_DTYPES)
@@ -298,4 +299,6 @@ def masked_softmax_triton(
     check_launch(scores, mask)
     if torch.compiler.is_compiling():
         return _masked_softmax_fwd_op(scores, mask, scale, causal, max_block)
-    return _MaskedSoftmaxFunction.apply(scores, mask, scale, causal, max_block)
+    if needs_autograd(scores, mask):
+        return _MaskedSoftmaxFunction.apply(scores, mask, scale, causal, max_block)
+    return masked_softmax_forward(scores, mask, scale, causal, max_block)

@@ -20,6 +20,7 @@ from ._launch import (
     check_launch,
     check_max_block,
     direct,
+    needs_autograd,
     partial_sums,
     reduction_programs,
     row_launch,
@@ -245,7 +246,8 @@ def rms_norm_triton(
 
     ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
     Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
-    launches the kernels directly; under ``torch.compile`` the ``torch.library`` op runs instead.
+    launches the kernels directly (with nothing to differentiate, the launchers alone);
+    under ``torch.compile`` the ``torch.library`` op runs instead.
     """
     check_norm(x, weight, None, eps)
     check_float("x", x, KERNEL_DTYPES)
@@ -253,4 +255,6 @@ def rms_norm_triton(
     check_launch(x, weight)
     if torch.compiler.is_compiling():
         return _rms_norm_fwd_op(x, weight, eps, max_block)[0]
-    return _RMSNormFunction.apply(x, weight, eps, max_block)
+    if needs_autograd(x, weight):
+        return _RMSNormFunction.apply(x, weight, eps, max_block)
+    return rms_norm_forward(x, weight, eps, max_block)[0]

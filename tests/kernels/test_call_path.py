@@ -75,6 +75,16 @@ def test_eager_skips_the_library_op_and_compiling_uses_it_with_equal_results(dev
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", KERNELS)
+def test_calls_with_nothing_to_differentiate_give_the_same_output_without_a_graph(device, name):
+    fn, args = _cases(device)[name]
+    with_grad, _, _ = _run(fn, args)
+    with torch.no_grad():
+        plain = fn(*args)
+    assert plain.grad_fn is None and torch.equal(plain, with_grad)
+
+
 def test_launch_parameters_are_cached_per_width():
     from brickwork.kernels.fused._launch import row_launch
 
