@@ -31,7 +31,7 @@ ChunkStep = Callable[[torch.Tensor, torch.Tensor, int, bool], torch.Tensor]
 
 
 # Float32 bytes of logits one chunk may hold by default: small against the [N, V] logits of a real
-# batch (1.6 GB for 8 x 1024 tokens of GPT-2's vocabulary), large enough for efficient matmuls.
+# batch (1.6 GB for 8 x 1024 tokens of GPT-2's vocabulary), yet hundreds of tokens per matmul.
 CHUNK_LOGITS_BYTES = 64 * 2**20
 
 

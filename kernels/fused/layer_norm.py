@@ -3,12 +3,13 @@
 Rows are read through their strides, so a non-contiguous input costs no copy when its leading dims
 collapse to one row stride. Statistics are float32 whatever the input dtype. A row that fits one block
 (``BLOCK_N <= max_block``) is read once; wider rows are walked in chunks: the forward merges each
-chunk's mean and squared deviations into running ones (Chan et al.'s pairwise update) and then writes,
-the backward sums its two row reductions and then writes dx.
+chunk's mean and squared deviations into running ones (Chan et al.'s pairwise update) and then writes;
+the backward first takes each row's two sums, then walks one column chunk at a time over its rows,
+writing dx and summing the parameter gradients of that chunk in registers.
 
 The weight and bias gradients are sums over rows. Each backward program owns a contiguous range of
-rows and one row of a float32 partial-sum buffer; torch adds the buffer's rows afterwards. No atomics,
-so the result is bit-for-bit reproducible.
+rows and one row of a float32 partial-sum buffer, which it stores once (never reads back); torch
+adds the buffer's rows afterwards. No atomics, so the result is bit-for-bit reproducible.
 
 The row statistics use correctly rounded division and square root (``tl.div_rn``, ``tl.sqrt_rn``):
 the default ones are approximate on GPUs, and at width 1 an inexact ``x / 1`` leaves ``x - mean``
@@ -90,7 +91,7 @@ def _layer_norm_fwd_kernel(
 
 @triton.jit
 def _layer_norm_bwd_kernel(
-    x_ptr, weight_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, dweight_ptr, dbias_ptr,
+    x_ptr, weight_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, dweight_ptr, dbias_ptr, row_sums_ptr,
     x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -135,7 +136,7 @@ def _layer_norm_bwd_kernel(
         if HAS_BIAS:
             tl.store(dbias_ptr + partial_row + cols, tl.sum(dbias, axis=0), mask=cols_inside)
     else:
-        # The partial-sum row is private to this program, so read-add-write needs no atomics.
+        # Pass 1, row by row: each row's two sums, kept in row_sums [2, n_rows].
         for row in range(first_row, last_row):
             mean = tl.load(mean_ptr + row)
             rstd = tl.load(rstd_ptr + row)
@@ -152,26 +153,38 @@ def _layer_norm_bwd_kernel(
                     dy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
                 sum_xhat_wdy += xhat * dy
                 sum_wdy += dy
-            c1 = tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0)
-            c2 = tl.div_rn(tl.sum(sum_wdy, axis=0), n_cols * 1.0)
-            for start in range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                inside = cols < n_cols
+            tl.store(row_sums_ptr + row, tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0))
+            tl.store(row_sums_ptr + n_rows + row, tl.div_rn(tl.sum(sum_wdy, axis=0), n_cols * 1.0))
+        # The sums stored above are read below by other threads of this program.
+        tl.debug_barrier()
+        # Pass 2, one column chunk at a time over this program's rows: dx, and the parameter
+        # gradients summed in registers and stored once per chunk (no read-add-write of partial rows).
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            inside = cols < n_cols
+            if HAS_WEIGHT:
+                w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+            dbias = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for row in range(first_row, last_row):
                 x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
                 dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
                 dy = dy.to(tl.float32)
-                xhat = tl.where(inside, (x.to(tl.float32) - mean) * rstd, 0.0)
-                if HAS_WEIGHT:
-                    wdy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-                    partial = dweight_ptr + partial_row + cols
-                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy * xhat, mask=inside)
-                else:
-                    wdy = dy
-                if HAS_BIAS:
-                    partial = dbias_ptr + partial_row + cols
-                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy, mask=inside)
+                rstd = tl.load(rstd_ptr + row)
+                xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
+                wdy = dy * w if HAS_WEIGHT else dy
+                c1 = tl.load(row_sums_ptr + row)
+                c2 = tl.load(row_sums_ptr + n_rows + row)
                 dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
                 tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+                if HAS_WEIGHT:
+                    dweight += dy * xhat
+                if HAS_BIAS:
+                    dbias += dy
+            if HAS_WEIGHT:
+                tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
+            if HAS_BIAS:
+                tl.store(dbias_ptr + partial_row + cols, dbias, mask=inside)
 
 
 def layer_norm_forward(
@@ -221,13 +234,14 @@ def layer_norm_backward(
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows)
     launch = row_launch(n_cols, max_block)
-    # The looped path adds into its partial rows, so they must start at zero.
-    zeroed = not launch.single or n_rows == 0
-    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed)
-    dbias = partial_sums(bias, programs, n_cols, x.device, zeroed)
+    # Every program stores each of its partial rows once; with no rows they must read as zero.
+    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=n_rows == 0)
+    dbias = partial_sums(bias, programs, n_cols, x.device, zeroed=n_rows == 0)
+    # The looped path keeps each row's two sums between its passes.
+    row_sums = mean if launch.single else torch.empty(2 * n_rows, dtype=torch.float32, device=x.device)
     if n_rows > 0:
         wrap(_layer_norm_bwd_kernel)[(programs,)](
-            x2, x2 if weight is None else weight, dy2, dx, mean, rstd, dweight, dbias,
+            x2, x2 if weight is None else weight, dy2, dx, mean, rstd, dweight, dbias, row_sums,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
             triton.cdiv(n_rows, programs),
             HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=launch.block,

@@ -1,8 +1,9 @@
 """RMSNorm over the last dimension: Triton forward and backward kernels, launchers, autograd.
 
 ``y = x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x**2) + eps)`` in float32. The layout follows
-``layer_norm.py``: strided rows, one block per row when it fits and a looped path beyond, and a
-deterministic weight gradient from per-program partial sums that torch adds up afterwards.
+``layer_norm.py``: strided rows, one block per row when it fits (several rows per step in the
+backward) and a looped path beyond (two passes in the backward: row sums, then column chunks), and
+a deterministic weight gradient from per-program partial sums that torch adds up afterwards.
 
 As in ``layer_norm.py``, ``rstd`` and the row mean use correctly rounded division and square root.
 At width 1, ``dx = w dy rstd (1 - xhat**2)`` cancels almost completely, so that case uses the exact
@@ -64,7 +65,7 @@ def _rms_norm_fwd_kernel(
 
 @triton.jit
 def _rms_norm_bwd_kernel(
-    x_ptr, weight_ptr, dy_ptr, dx_ptr, rstd_ptr, dweight_ptr,
+    x_ptr, weight_ptr, dy_ptr, dx_ptr, rstd_ptr, dweight_ptr, row_sums_ptr,
     x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program, eps,
     HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
@@ -105,7 +106,7 @@ def _rms_norm_bwd_kernel(
         if HAS_WEIGHT:
             tl.store(dweight_ptr + partial_row + cols, tl.sum(dweight, axis=0), mask=cols_inside)
     else:
-        # The partial-sum row is private to this program, so read-add-write needs no atomics.
+        # Pass 1, row by row: each row's sum, kept in row_sums [n_rows].
         for row in range(first_row, last_row):
             rstd = tl.load(rstd_ptr + row)
             sum_xhat_wdy = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -118,22 +119,32 @@ def _rms_norm_bwd_kernel(
                 if HAS_WEIGHT:
                     wdy = wdy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
                 sum_xhat_wdy += x.to(tl.float32) * rstd * wdy
-            c1 = tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0)
-            for start in range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                inside = cols < n_cols
+            tl.store(row_sums_ptr + row, tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0))
+        # The sums stored above are read below by other threads of this program.
+        tl.debug_barrier()
+        # Pass 2, one column chunk at a time over this program's rows: dx, and the weight gradient
+        # summed in registers and stored once per chunk (no read-add-write of partial rows).
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            inside = cols < n_cols
+            if HAS_WEIGHT:
+                w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for row in range(first_row, last_row):
                 x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
                 dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
                 dy = dy.to(tl.float32)
+                rstd = tl.load(rstd_ptr + row)
                 xhat = x.to(tl.float32) * rstd
                 if HAS_WEIGHT:
-                    wdy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-                    partial = dweight_ptr + partial_row + cols
-                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy * xhat, mask=inside)
+                    wdy = dy * w
+                    dweight += dy * xhat
                 else:
                     wdy = dy
-                dx = (wdy - xhat * c1) * rstd
+                dx = (wdy - xhat * tl.load(row_sums_ptr + row)) * rstd
                 tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+            if HAS_WEIGHT:
+                tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
 
 
 def rms_norm_forward(
@@ -175,11 +186,13 @@ def rms_norm_backward(
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows)
     launch = row_launch(n_cols, max_block)
-    # The looped path adds into its partial rows, so they must start at zero.
-    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=not launch.single or n_rows == 0)
+    # Every program stores each of its partial rows once; with no rows they must read as zero.
+    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=n_rows == 0)
+    # The looped path keeps each row's sum between its passes.
+    row_sums = rstd if launch.single else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     if n_rows > 0:
         wrap(_rms_norm_bwd_kernel)[(programs,)](
-            x2, x2 if weight is None else weight, dy2, dx, rstd, dweight,
+            x2, x2 if weight is None else weight, dy2, dx, rstd, dweight, row_sums,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
             triton.cdiv(n_rows, programs), eps,
             HAS_WEIGHT=weight is not None, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
