@@ -4,7 +4,7 @@ The work is cut into [BLOCK_M, BLOCK_N] tiles of the [M, N] row view of x (read 
 Dropout draws its mask from Philox (``tl.randint``) keyed by the seed and counted by each element's
 row-major index in x, so the backward pass regenerates the same mask instead of storing it, and the
 torch twin (``brickwork.kernels.philox``) can rebuild it bit for bit. The bias gradient is a sum over
-rows: each backward program owns a range of rows for one column block and writes one row of float32
+rows: each backward program owns 16 rows for one column block and writes one row of float32
 partial sums, which torch adds up afterwards, so it is deterministic.
 
 NaN and infinities give what the twin gives in float64: NaN stays NaN, ``gelu(+inf) = +inf``,
@@ -26,7 +26,6 @@ from ..philox import dropout_threshold
 from ._launch import (
     check_launch,
     check_max_block,
-    device_programs,
     direct,
     needs_autograd,
     partial_sums,
@@ -35,6 +34,8 @@ from ._launch import (
 
 # Elements per tile: enough work per program to hide memory latency, small enough to stay in registers.
 DEFAULT_TILE = 4096
+# Rows one backward program covers (rounded to whole tiles); see bias_gelu_backward.
+ROWS_PER_PROGRAM = 16
 
 
 @triton.jit
@@ -168,10 +169,9 @@ def bias_gelu_backward(
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     block_m, block_n, warps = _tile(n_cols, max_tile)
     col_blocks = triton.cdiv(n_cols, block_n)
-    # About four programs per SM in all, each summing the bias gradient over a run of whole row tiles.
-    target = device_programs(x.device, 4)
-    row_tiles = triton.cdiv(n_rows, block_m)
-    rows_per_program = triton.cdiv(row_tiles, max(1, min(row_tiles, target // col_blocks))) * block_m
+    # Each program sums the bias gradient over ROWS_PER_PROGRAM rows (whole tiles): enough programs to
+    # fill a GPU many times over, and a partial-sum buffer of 1/16 of the rows, read once by torch.
+    rows_per_program = block_m * max(1, ROWS_PER_PROGRAM // block_m)
     row_programs = max(1, triton.cdiv(n_rows, rows_per_program))
     dbias = partial_sums(bias, row_programs, n_cols, x.device)
     if n_rows > 0:
