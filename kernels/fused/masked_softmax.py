@@ -13,7 +13,8 @@ max: the exponentials' sum is 0 exactly when every logit is -inf (the row is dea
 logit is NaN or +inf (``exp(inf - inf)``), and is at least 1 otherwise; a NaN sum makes the whole
 row NaN. In the backward pass, positions hidden by a bool or causal mask get a zero gradient whatever
 dy holds (the twin's ``masked_fill`` passes none back), and so does every position of a dead row
-(recognised by y being zero throughout: a live row's largest y is at least 1 / Tk).
+(recognised by y being zero throughout: a live row's largest y is at least 1 / Tk). Both only need
+enforcing when ``sum(y * dy)`` is not finite, so only such rows read the mask in the backward pass.
 """
 
 import torch
@@ -117,15 +118,20 @@ def _masked_softmax_bwd_kernel(
     y_row = y_ptr + row * n_keys
     dx_row = dx_ptr + row * n_keys
     last_key = q + n_keys - n_queries
+    # With a finite sum(y * dy) every hidden key (y = 0, and so finite dy there) already gets 0, and so
+    # does a dead row; only a non-finite sum needs the mask read and the dead row recognised.
     if SINGLE_BLOCK:
         cols = tl.arange(0, BLOCK_N)
         inside = cols < n_keys
         y = tl.load(y_row + cols, mask=inside, other=0.0).to(tl.float32)
         dy = tl.load(dy_row + cols * dy_stride_k, mask=inside, other=0.0).to(tl.float32)
-        dead = tl.sum((y != 0.0).to(tl.int32), axis=0) == 0
-        dx = scale * y * (dy - tl.sum(y * dy, axis=0))
-        hidden = _hidden(m_row, cols, m_stride_k, n_keys, last_key, MASK, CAUSAL)
-        tl.store(dx_row + cols, tl.where(hidden | dead, 0.0, dx).to(dx_ptr.dtype.element_ty), mask=inside)
+        y_dot_dy = tl.sum(y * dy, axis=0)
+        dx = scale * y * (dy - y_dot_dy)
+        if (y_dot_dy != y_dot_dy) | (tl.abs(y_dot_dy) == float("inf")):
+            dead = tl.sum((y != 0.0).to(tl.int32), axis=0) == 0
+            hidden = _hidden(m_row, cols, m_stride_k, n_keys, last_key, MASK, CAUSAL)
+            dx = tl.where(hidden | dead, 0.0, dx)
+        tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
     else:
         dot = tl.zeros([BLOCK_N], dtype=tl.float32)
         nonzero = tl.zeros([BLOCK_N], dtype=tl.int32)
@@ -137,6 +143,7 @@ def _masked_softmax_bwd_kernel(
             dot += y * dy
             nonzero += (y != 0.0).to(tl.int32)
         y_dot_dy = tl.sum(dot, axis=0)
+        non_finite = (y_dot_dy != y_dot_dy) | (tl.abs(y_dot_dy) == float("inf"))
         dead = tl.sum(nonzero, axis=0) == 0
         for start in range(0, n_keys, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
@@ -144,8 +151,10 @@ def _masked_softmax_bwd_kernel(
             y = tl.load(y_row + cols, mask=inside, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + cols * dy_stride_k, mask=inside, other=0.0).to(tl.float32)
             dx = scale * y * (dy - y_dot_dy)
-            hidden = _hidden(m_row, cols, m_stride_k, n_keys, last_key, MASK, CAUSAL)
-            tl.store(dx_row + cols, tl.where(hidden | dead, 0.0, dx).to(dx_ptr.dtype.element_ty), mask=inside)
+            if non_finite:
+                hidden = _hidden(m_row, cols, m_stride_k, n_keys, last_key, MASK, CAUSAL)
+                dx = tl.where(hidden | dead, 0.0, dx)
+            tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
 
 
 def _as_4d(t: torch.Tensor) -> torch.Tensor:
