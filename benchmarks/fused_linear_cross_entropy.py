@@ -34,7 +34,7 @@ from .timing import time_ms
 
 PROVIDERS = ("brickwork", "torch", "torch.compile", "liger")
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-# GPT-2 small's head and the 8 x 1024 tokens on GPU; a CPU run keeps the vocabulary and
+# GPT-2 small's head and a batch of 8 x 1024 tokens on GPU; a CPU run keeps the vocabulary and
 # scales the tokens down so that the unfused provider fits comfortably.
 GPU_SHAPE = {"tokens": 8192, "dim": 768, "vocab": 50257, "dtype": "bfloat16"}
 CPU_SHAPE = {"tokens": 1024, "dim": 768, "vocab": 50257, "dtype": "float32"}
