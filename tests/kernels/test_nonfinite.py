@@ -125,15 +125,21 @@ def test_masked_softmax(device, mask_kind, where, causal, max_block):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("max_block", [16384, 2])
+@pytest.mark.parametrize("max_block", [16384, 2, None])
 def test_the_reported_rows(device, max_block):
     # A NaN or +inf score makes the whole row NaN, as torch.softmax does, instead of a row summing to 4.5.
+    # max_block None is the public function's torch backend, the twin.
+    def softmax(scores, mask):
+        if max_block is None:
+            return kernels.masked_softmax(scores, mask, backend="torch")
+        return masked_softmax_triton(scores, mask, 1.0, False, max_block=max_block)
+
     scores = torch.tensor([[0.5, 1.0, NAN, -0.3, 0.2], [0.5, 1.0, INF, -0.3, 0.2]], device=device)
-    y = masked_softmax_triton(scores, None, 1.0, False, max_block=max_block)
+    y = softmax(scores, None)
     assert y.isnan().all()
     # Hidden by a bool mask, the same values change nothing.
     keep = torch.tensor([True, True, False, True, True], device=device)
-    y = masked_softmax_triton(scores, keep, 1.0, False, max_block=max_block)
+    y = softmax(scores, keep)
     expected = torch.softmax(scores[:, [0, 1, 3, 4]], dim=-1)
     torch.testing.assert_close(y[:, [0, 1, 3, 4]], expected)
     assert torch.equal(y[:, 2], torch.zeros(2, device=device))
