@@ -41,29 +41,17 @@ def check_max_block(max_block: int, name: str = "max_block") -> None:
         raise ValueError(f"{name} must be a power of two >= 1, got {max_block!r}")
 
 
-# Elements in one backward tile of narrow rows: BLOCK_M rows of BLOCK_N, BLOCK_M = TILE // BLOCK_N.
-TILE_ELEMENTS = 4096
-MAX_TILE_ROWS = 16
-
-
 def needs_autograd(*tensors: torch.Tensor | None) -> bool:
     """Whether autograd must record a call on ``tensors``; if not, the launchers can run without it."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 class RowLaunch(NamedTuple):
-    """How a row kernel covers rows of one width.
-
-    ``block`` elements per step along a row, ``single`` when one block holds the row, ``warps`` for
-    one row per program; a backward pass over rows that fit one block takes ``tile_rows`` rows per
-    step with ``tile_warps`` warps.
-    """
+    """How a row kernel covers rows of one width: the block, whether one block holds a row, the warps."""
 
     block: int
     single: bool
     warps: int
-    tile_rows: int
-    tile_warps: int
 
 
 @functools.lru_cache(maxsize=1024)
@@ -72,8 +60,7 @@ def row_launch(n_cols: int, max_block: int) -> RowLaunch:
     block = triton.next_power_of_2(n_cols)
     single = block <= max_block
     block = block if single else max_block
-    tile_rows = max(1, min(MAX_TILE_ROWS, TILE_ELEMENTS // block)) if single else 1
-    return RowLaunch(block, single, warps_for(block), tile_rows, warps_for(block * tile_rows))
+    return RowLaunch(block, single, warps_for(block))
 
 
 def warps_for(block: int) -> int:

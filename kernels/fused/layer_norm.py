@@ -94,7 +94,6 @@ def _layer_norm_bwd_kernel(
     x_ptr, weight_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, dweight_ptr, dbias_ptr, row_sums_ptr,
     x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
 ):  # fmt: skip
     # dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy * xhat)), means taken over the row.
     pid = tl.program_id(0).to(tl.int64)
@@ -102,39 +101,32 @@ def _layer_norm_bwd_kernel(
     last_row = tl.minimum(first_row + rows_per_program, n_rows)
     partial_row = pid * n_cols
     if SINGLE_BLOCK:
-        # Tiles of BLOCK_M rows: narrow rows keep several rows' loads in flight per step.
         cols = tl.arange(0, BLOCK_N)
-        cols_inside = cols < n_cols
+        inside = cols < n_cols
         if HAS_WEIGHT:
-            w = tl.load(weight_ptr + cols, mask=cols_inside, other=0.0).to(tl.float32)[None, :]
-        dweight = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        dbias = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for start in range(first_row, last_row, BLOCK_M):
-            rows = start + tl.arange(0, BLOCK_M)
-            rows_inside = rows < last_row
-            inside = rows_inside[:, None] & cols_inside[None, :]
-            x_tile = x_ptr + rows[:, None] * x_row_stride + cols[None, :] * x_col_stride
-            dy_tile = dy_ptr + rows[:, None] * dy_row_stride + cols[None, :] * dy_col_stride
-            x = tl.load(x_tile, mask=inside, other=0.0).to(tl.float32)
-            dy = tl.load(dy_tile, mask=inside, other=0.0).to(tl.float32)
-            mean = tl.load(mean_ptr + rows, mask=rows_inside, other=0.0)[:, None]
-            rstd = tl.load(rstd_ptr + rows, mask=rows_inside, other=0.0)[:, None]
-            xhat = tl.where(inside, (x - mean) * rstd, 0.0)
+            w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+        dbias = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for row in range(first_row, last_row):
+            x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+            dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+            dy = dy.to(tl.float32)
+            rstd = tl.load(rstd_ptr + row)
+            xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
             wdy = dy * w if HAS_WEIGHT else dy
-            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=1), n_cols * 1.0)[:, None]
-            c2 = tl.div_rn(tl.sum(wdy, axis=1), n_cols * 1.0)[:, None]
+            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
+            c2 = tl.div_rn(tl.sum(wdy, axis=0), n_cols * 1.0)
             # A non-finite row reduction makes the whole row NaN, as in the twin (0 * inf is NaN).
             dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
-            dx_tile = dx_ptr + rows[:, None] * n_cols + cols[None, :]
-            tl.store(dx_tile, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+            tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
             if HAS_WEIGHT:
                 dweight += dy * xhat
             if HAS_BIAS:
                 dbias += dy
         if HAS_WEIGHT:
-            tl.store(dweight_ptr + partial_row + cols, tl.sum(dweight, axis=0), mask=cols_inside)
+            tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
         if HAS_BIAS:
-            tl.store(dbias_ptr + partial_row + cols, tl.sum(dbias, axis=0), mask=cols_inside)
+            tl.store(dbias_ptr + partial_row + cols, dbias, mask=inside)
     else:
         # Pass 1, row by row: each row's two sums, kept in row_sums [2, n_rows].
         for row in range(first_row, last_row):
@@ -245,7 +237,7 @@ def layer_norm_backward(
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
             triton.cdiv(n_rows, programs),
             HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=launch.block,
-            SINGLE_BLOCK=launch.single, BLOCK_M=launch.tile_rows, num_warps=launch.tile_warps,
+            SINGLE_BLOCK=launch.single, num_warps=launch.warps,
         )  # fmt: skip
     return dx, sum_partials(dweight, weight), sum_partials(dbias, bias)
 

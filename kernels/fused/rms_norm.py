@@ -1,9 +1,9 @@
 """RMSNorm over the last dimension: Triton forward and backward kernels, launchers, autograd.
 
 ``y = x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x**2) + eps)`` in float32. The layout follows
-``layer_norm.py``: strided rows, one block per row when it fits (several rows per step in the
-backward) and a looped path beyond (two passes in the backward: row sums, then column chunks), and
-a deterministic weight gradient from per-program partial sums that torch adds up afterwards.
+``layer_norm.py``: strided rows, one block per row when it fits and a looped path beyond (two
+passes in the backward: row sums, then column chunks), and a deterministic weight gradient from
+per-program partial sums that torch adds up afterwards.
 
 As in ``layer_norm.py``, ``rstd`` and the row mean use correctly rounded division and square root.
 At width 1, ``dx = w dy rstd (1 - xhat**2)`` cancels almost completely, so that case uses the exact
@@ -67,7 +67,7 @@ def _rms_norm_fwd_kernel(
 def _rms_norm_bwd_kernel(
     x_ptr, weight_ptr, dy_ptr, dx_ptr, rstd_ptr, dweight_ptr, row_sums_ptr,
     x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program, eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
 ):  # fmt: skip
     # dx = rstd * (w*dy - xhat * mean(w*dy * xhat)), xhat = x * rstd, the mean taken over the row.
     pid = tl.program_id(0).to(tl.int64)
@@ -75,36 +75,30 @@ def _rms_norm_bwd_kernel(
     last_row = tl.minimum(first_row + rows_per_program, n_rows)
     partial_row = pid * n_cols
     if SINGLE_BLOCK:
-        # Tiles of BLOCK_M rows: narrow rows keep several rows' loads in flight per step.
         cols = tl.arange(0, BLOCK_N)
-        cols_inside = cols < n_cols
+        inside = cols < n_cols
         if HAS_WEIGHT:
-            w = tl.load(weight_ptr + cols, mask=cols_inside, other=0.0).to(tl.float32)[None, :]
-        dweight = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for start in range(first_row, last_row, BLOCK_M):
-            rows = start + tl.arange(0, BLOCK_M)
-            rows_inside = rows < last_row
-            inside = rows_inside[:, None] & cols_inside[None, :]
-            x_tile = x_ptr + rows[:, None] * x_row_stride + cols[None, :] * x_col_stride
-            dy_tile = dy_ptr + rows[:, None] * dy_row_stride + cols[None, :] * dy_col_stride
-            x = tl.load(x_tile, mask=inside, other=0.0).to(tl.float32)
-            dy = tl.load(dy_tile, mask=inside, other=0.0).to(tl.float32)
-            rstd = tl.load(rstd_ptr + rows, mask=rows_inside, other=0.0)[:, None]
-            xhat = x * rstd
+            w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for row in range(first_row, last_row):
+            x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+            dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+            dy = dy.to(tl.float32)
+            rstd = tl.load(rstd_ptr + row)
+            xhat = x.to(tl.float32) * rstd
             if HAS_WEIGHT:
                 wdy = dy * w
                 dweight += dy * xhat
             else:
                 wdy = dy
-            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=1), n_cols * 1.0)[:, None]
+            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
             # At width 1, 1 - xhat**2 is eps * rstd**2 exactly: no cancellation. Adding (xhat + c1) * 0
             # keeps the NaN that a non-finite x or dy gives the general formula.
             exact = wdy * (eps * rstd * rstd) + (xhat + c1) * 0.0
             dx = tl.where(n_cols == 1, exact, wdy - xhat * c1) * rstd
-            dx_tile = dx_ptr + rows[:, None] * n_cols + cols[None, :]
-            tl.store(dx_tile, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+            tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
         if HAS_WEIGHT:
-            tl.store(dweight_ptr + partial_row + cols, tl.sum(dweight, axis=0), mask=cols_inside)
+            tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
     else:
         # Pass 1, row by row: each row's sum, kept in row_sums [n_rows].
         for row in range(first_row, last_row):
@@ -196,7 +190,7 @@ def rms_norm_backward(
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
             triton.cdiv(n_rows, programs), eps,
             HAS_WEIGHT=weight is not None, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
-            BLOCK_M=launch.tile_rows, num_warps=launch.tile_warps,
+            num_warps=launch.warps,
         )  # fmt: skip
     return dx, sum_partials(dweight, weight)
 

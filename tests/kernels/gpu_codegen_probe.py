@@ -44,7 +44,6 @@ def cases() -> list[tuple[str, object, dict, dict]]:
     looped = {"SINGLE_BLOCK": False, "BLOCK_N": 16384}
     out = []
     for layout in (norm, looped):
-        tile = {"BLOCK_M": 16 if layout["SINGLE_BLOCK"] else 1}
         out += [
             (
                 "layer_norm_fwd",
@@ -55,11 +54,11 @@ def cases() -> list[tuple[str, object, dict, dict]]:
             (
                 "layer_norm_bwd",
                 layer_norm._layer_norm_bwd_kernel,
-                {"HAS_WEIGHT": True, "HAS_BIAS": True} | layout | tile,
+                {"HAS_WEIGHT": True, "HAS_BIAS": True} | layout,
                 {},
             ),
             ("rms_norm_fwd", rms_norm._rms_norm_fwd_kernel, {"HAS_WEIGHT": True} | layout, {}),
-            ("rms_norm_bwd", rms_norm._rms_norm_bwd_kernel, {"HAS_WEIGHT": True} | layout | tile, {}),
+            ("rms_norm_bwd", rms_norm._rms_norm_bwd_kernel, {"HAS_WEIGHT": True} | layout, {}),
             (
                 "masked_softmax_fwd",
                 masked_softmax._masked_softmax_fwd_kernel,

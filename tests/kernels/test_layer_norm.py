@@ -189,6 +189,6 @@ def test_width_one_gives_the_bias_and_zero_input_gradient_exactly(device, max_bl
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_narrow_rows_take_several_row_tiles_per_program(device):
-    # Width 300 runs tiles of 8 rows; 67 rows over four programs give each three tiles, the last partial.
+def test_many_rows_per_program(device):
+    # 67 rows over four programs: 17 rows each, the last program 16, all adding into one partial row.
     check_against_twin(_triton(), _twin, [_x((67, 300), device), *_params(300, device)], torch.float32)

@@ -117,7 +117,7 @@ def test_width_one_matches_the_float64_twin_closely(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_narrow_rows_take_several_row_tiles_per_program(device):
-    # Width 300 runs tiles of 8 rows; 67 rows over four programs give each three tiles, the last partial.
+def test_many_rows_per_program(device):
+    # 67 rows over four programs: 17 rows each, the last program 16, all adding into one partial row.
     x, w = _x((67, 300), device), _w(300, device)
     check_against_twin(_triton(), _twin, [x, w], torch.float32)
