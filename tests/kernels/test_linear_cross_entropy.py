@@ -159,3 +159,20 @@ def test_bad_inputs_raise_clear_errors():
         fused_linear_cross_entropy(hidden, weight, torch.tensor([0, 10, -100, 2]))
     with pytest.raises(ValueError, match=r"bias must have shape \(10,\)"):
         fused_linear_cross_entropy(hidden, weight, labels, bias[:5])
+
+
+def test_the_torch_path_compiles_in_one_graph():
+    hidden, weight, bias, labels = _problem(40, 16, 50, "cpu")
+
+    def loss(hidden, weight, bias, labels):
+        return fused_linear_cross_entropy(hidden, weight, labels, bias, reduction="sum", chunk_size=16)
+
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)
+    got, expected = compiled(hidden, weight, bias, labels), loss(hidden, weight, bias, labels)
+    torch.testing.assert_close(got, expected)
+    for a, b in zip(
+        torch.autograd.grad(got, (hidden, weight, bias)),
+        torch.autograd.grad(expected, (hidden, weight, bias)),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b)
