@@ -8,9 +8,10 @@ dtype. Rows whose label is ``ignore_index`` get loss 0 and a zero gradient. So t
 buffer is reused for its gradient and no second [C, V] tensor exists. The torch twin is
 :func:`brickwork.kernels.reference.cross_entropy_chunk_ref`.
 
-A label outside [0, V) (which the eager entry point rejects before any launch) gives a NaN loss and
-a NaN gradient row rather than a read out of bounds. NaN or +inf among a row's logits makes its loss
-and its gradient NaN, as torch's ``cross_entropy`` does.
+A label outside [0, V) (which the entry point rejects for CPU tensors, but does not look for on a
+GPU, where that would synchronise) gives a NaN loss and a NaN gradient row rather than a read out of
+bounds. NaN or +inf among a row's logits makes its loss and its gradient NaN, as torch's
+``cross_entropy`` does.
 """
 
 import torch

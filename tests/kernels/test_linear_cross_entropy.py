@@ -176,3 +176,14 @@ def test_the_torch_path_compiles_in_one_graph():
         strict=True,
     ):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_chunk_kernel_gives_an_out_of_range_label_a_nan_loss_without_reading_out_of_bounds():
+    # On a GPU the entry point does not check label values (that would synchronise): the kernel must
+    # neither read past the row nor hide the error.
+    logits = torch.randn(3, 40)
+    labels = torch.tensor([5, 40, -7])
+    losses = cross_entropy_chunk_forward(logits, labels, -100, True)
+    assert losses[0].isfinite() and losses[1:].isnan().all()
+    assert logits[0].isfinite().all() and logits[1:].isnan().all()
