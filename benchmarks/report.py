@@ -16,7 +16,7 @@ from .cases import MODES, KernelBench
 
 FIELDS = (
     "kernel", "provider", "dtype", "rows", "width", "mode",
-    "ms", "ms_p20", "ms_p80", "gbps", "bandwidth_fraction", "copy_gbps", "error",
+    "ms", "ms_p20", "ms_p80", "host_ms", "gbps", "bandwidth_fraction", "copy_gbps", "error",
 )  # fmt: skip
 KEY = ("kernel", "provider", "dtype", "rows", "width", "mode")
 
@@ -101,8 +101,10 @@ def markdown_table(metadata: dict, rows: list[dict], benches: dict[str, KernelBe
         p for p in ("torch", "torch.compile", "liger", "apex") if any(r["provider"] == p for r in ok)
     ]
     index = {tuple(r[k] for k in KEY): r for r in ok}
+    # Host time is measured apart from device time on GPU only; on CPU all time is host time.
+    hosts = [p for p in ("brickwork", "torch") if any(r["provider"] == p and r.get("host_ms") for r in ok)]
     head = ["kernel", "mode", "dtype", "width", "brickwork ms", "GB/s", "% copy BW"]
-    head += [f"{p} GB/s" for p in providers] + ["x torch", "target", "met"]
+    head += [f"{p} GB/s" for p in providers] + [f"{p} host µs" for p in hosts] + ["x torch", "target", "met"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(
         (r for r in ok if r["provider"] == "brickwork"),
@@ -117,6 +119,10 @@ def markdown_table(metadata: dict, rows: list[dict], benches: dict[str, KernelBe
         cells = [r["kernel"], r["mode"], r["dtype"], str(r["width"]), f"{r['ms']:.4f}", f"{r['gbps']:.0f}"]
         cells += [f"{100 * r['bandwidth_fraction']:.0f}%"]
         cells += [f"{o['gbps']:.0f}" if o else "-" for o in others.values()]
+        host_rows = {"brickwork": r, "torch": torch_row}
+        cells += [
+            f"{1e3 * h['host_ms']:.0f}" if (h := host_rows[p]) and h.get("host_ms") else "-" for p in hosts
+        ]
         lines.append("| " + " | ".join([*cells, speedup, target, met]) + " |")
     return "\n".join(lines) + "\n"
 

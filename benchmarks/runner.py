@@ -31,7 +31,7 @@ from .report import (
     write_plot,
 )
 from .rms_norm import BENCH as RMS_NORM
-from .timing import copy_bandwidth_gbps, mode_step, time_ms
+from .timing import copy_bandwidth_gbps, mode_step, time_case
 
 BENCHES: dict[str, KernelBench] = {b.name: b for b in (LAYER_NORM, RMS_NORM, BIAS_GELU, MASKED_SOFTMAX)}
 PROVIDERS = ("brickwork", "torch", "torch.compile", "liger", "apex")
@@ -87,7 +87,7 @@ def run_case(
         row |= {"mode": mode, "copy_gbps": copy_gbps, "error": None}
         try:
             step, leaves = mode_step(fn, inputs, mode)
-            row["ms"], row["ms_p20"], row["ms_p80"] = time_ms(step, device, leaves)
+            row["ms"], row["ms_p20"], row["ms_p80"], row["host_ms"] = time_case(step, device, leaves)
         except Exception as exc:  # one failing provider (e.g. out of memory) must not end the sweep
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"\n{bench.name}/{provider}/{dtype}/{width}/{mode} failed: {row['error']}", file=sys.stderr)

@@ -80,12 +80,30 @@ class DecoderLM(nn.Module):
         ``attention_mask`` [B, offset + T] (1 = real token, 0 = padding) covers the cached positions
         too; positions stay 0..T-1 (plus the offset) whatever the padding.
         """
+        return self.lm_head(self.hidden_states(input_ids, attention_mask, cache))
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: list[KVCache] | None = None,
+    ) -> torch.Tensor:
+        """input_ids [B, T] -> the final-normed hidden states [B, T, d] that ``lm_head`` maps to logits.
+
+        Takes what ``forward`` takes. With :attr:`head_weight` it is what a fused linear +
+        cross-entropy loss (``brickwork.kernels.fused_linear_cross_entropy``) needs instead of logits.
+        """
         offset = cache[0].length if cache else 0
         h = self.embed(input_ids, offset=offset)
         keys = (input_ids.shape[0], offset + input_ids.shape[1])
         mask = padding_mask("attention_mask", attention_mask, keys)
         h = run_layers(self.layers, h, attn_mask=mask, caches=cache)
-        return self.head(h)
+        return self.final_norm(h)
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The LM head's weight [vocab, d] (the token embedding's when tied); the head has no bias."""
+        return self.lm_head.weight
 
     @torch.no_grad()
     def generate(

@@ -148,7 +148,7 @@ def run_bench(ns: argparse.Namespace) -> int:
 
     import torch
 
-    from brickwork.train import step_benchmark
+    from brickwork.benchmarks import model_step
 
     for option in ("layers", "batch", "seq_len", "repeats"):
         value = getattr(ns, option)
@@ -165,11 +165,11 @@ def run_bench(ns: argparse.Namespace) -> int:
     gpu = torch.cuda.is_available()
     batch, seq = ns.batch or (8 if gpu else 1), ns.seq_len or (1024 if gpu else 128)
     rows = []
-    for case in step_benchmark.CASES:
+    for case in model_step.CASES:
         print(f"timing a training step of {case.name} ({ns.layers} layers, {batch} x {seq} tokens) ...")
-        rows.append(step_benchmark.run_case(case, ns.layers, batch, seq, ns.repeats, ns.compile))
-    print(step_benchmark.markdown_table(rows), end="")
-    written = step_benchmark.write_results(rows, Path(ns.out))
+        rows += model_step.run_case(case, ns.layers, batch, seq, ns.repeats, ns.compile)
+    print(model_step.markdown_table(rows), end="")
+    written = model_step.write_results(rows, Path(ns.out))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

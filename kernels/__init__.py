@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_dropout, check_gelu, check_norm, check_softmax
+from ._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu, check_norm, check_softmax
 from ._runtime import prepare_interpreter, use_triton
+from .linear_cross_entropy import check_linear_cross_entropy, linear_cross_entropy
 from .reference import (
     bias_gelu_dropout_ref,
     bias_gelu_ref,
@@ -25,6 +26,7 @@ __all__ = [
     "bias_gelu_dropout",
     "bias_gelu_dropout_ref",
     "bias_gelu_ref",
+    "fused_linear_cross_entropy",
     "layer_norm",
     "layer_norm_ref",
     "masked_softmax",
@@ -35,6 +37,8 @@ __all__ = [
 
 prepare_interpreter()
 
+# Each function checks its inputs once: the twin's path here, the Triton path in its ``*_triton`` entry.
+
 
 def layer_norm(
     x: torch.Tensor,
@@ -44,11 +48,11 @@ def layer_norm(
     backend: str | None = None,
 ) -> torch.Tensor:
     """LayerNorm over the last dimension. x [..., N]; weight, bias [N] or None -> [..., N] in x's dtype."""
-    check_norm(x, weight, bias, eps)
     if use_triton(backend, x):
         from .fused.layer_norm import layer_norm_triton
 
         return layer_norm_triton(x, weight, bias, eps)
+    check_norm(x, weight, bias, eps)
     return layer_norm_ref(x, weight, bias, eps)
 
 
@@ -56,11 +60,11 @@ def rms_norm(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, backend: str | None = None
 ) -> torch.Tensor:
     """RMSNorm over the last dimension. x [..., N]; weight [N] or None -> [..., N] in x's dtype."""
-    check_norm(x, weight, None, eps)
     if use_triton(backend, x):
         from .fused.rms_norm import rms_norm_triton
 
         return rms_norm_triton(x, weight, eps)
+    check_norm(x, weight, None, eps)
     return rms_norm_ref(x, weight, eps)
 
 
@@ -68,11 +72,11 @@ def bias_gelu(
     x: torch.Tensor, bias: torch.Tensor | None, approximate: str = "none", backend: str | None = None
 ) -> torch.Tensor:
     """``gelu(x + bias)``. x [..., N]; bias [N] or None; approximate "none" (erf) or "tanh"."""
-    check_gelu(x, bias, approximate)
     if use_triton(backend, x):
         from .fused.bias_gelu import bias_gelu_triton
 
         return bias_gelu_triton(x, bias, approximate)
+    check_gelu(x, bias, approximate)
     return bias_gelu_ref(x, bias, approximate)
 
 
@@ -90,13 +94,13 @@ def bias_gelu_dropout(
     No mask is stored: the backward pass redraws it. The same (seed, shape) gives the same mask on every
     backend and device; pass a fresh seed each step. ``training=False`` (or ``p=0``) is ``bias_gelu``.
     """
-    check_gelu(x, bias, approximate)
-    check_dropout(p, seed)
+    check_dropout(p, seed)  # before training=False drops p, so that a bad p is never accepted
     p = p if training else 0.0
     if use_triton(backend, x):
         from .fused.bias_gelu import bias_gelu_triton
 
         return bias_gelu_triton(x, bias, approximate, p, seed)
+    check_gelu(x, bias, approximate)
     return bias_gelu_dropout_ref(x, bias, p, seed, approximate)
 
 
@@ -113,9 +117,43 @@ def masked_softmax(
     query i when ``j > i + Tk - Tq`` (bottom-right aligned). Rows with nothing to attend to give zeros
     and zero gradient.
     """
-    check_softmax(scores, mask, causal)
     if use_triton(backend, scores):
         from .fused.masked_softmax import masked_softmax_triton
 
         return masked_softmax_triton(scores, mask, scale, causal)
+    check_softmax(scores, mask, causal)
     return masked_softmax_ref(scores, mask, scale, causal)
+
+
+def fused_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    chunk_size: int | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """``cross_entropy(hidden @ weight.T + bias, labels)`` without materialising the logits.
+
+    hidden [..., D], weight [V, D] (same dtype), bias [V] or None, labels [...] (int64 or int32; entries
+    equal to ``ignore_index`` are not scored) -> a float32 scalar. ``reduction="sum"`` is the sum over
+    scored tokens; ``"mean"`` divides it by their count, ``(labels != ignore_index).sum()`` (NaN when
+    that is 0, as in torch). A training step that needs a sum and a count uses ``"sum"`` and counts
+    itself. Tokens are processed ``chunk_size`` at a time (default: the largest power of two whose float32
+    logits fit 64 MiB, see ``linear_cross_entropy.default_chunk_size``); the
+    logits are computed in the weight's dtype and the softmax in float32. Differentiable in hidden,
+    weight and bias: the forward pass computes their gradients, the backward pass scales them.
+    """
+    check_linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
+    if use_triton(backend, hidden):
+        from .fused._launch import check_launch
+        from .fused.cross_entropy import cross_entropy_chunk_triton
+
+        check_float("hidden", hidden, KERNEL_DTYPES)
+        check_launch(hidden, weight, labels, bias)
+        return linear_cross_entropy(
+            hidden, weight, labels, bias, ignore_index, reduction, chunk_size, cross_entropy_chunk_triton
+        )
+    return linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)

@@ -1,4 +1,4 @@
-"""Input checks shared by the public functions, the torch twins' callers and the Triton launchers.
+"""Input checks shared by the public functions and the Triton entry points (each call checks once).
 
 User mistakes raise ``ValueError`` (shapes, devices, values), ``TypeError`` (dtypes) or ``ConfigError``
 (options), each naming the offending value and what is allowed.
@@ -21,13 +21,6 @@ def check_float(name: str, t: torch.Tensor, allowed: tuple[torch.dtype, ...] | N
     if not ok:
         choices = ", ".join(str(d) for d in allowed) if allowed is not None else "a floating dtype"
         raise TypeError(f"{name} has dtype {t.dtype}; expected {choices}")
-
-
-def check_grad(dy: torch.Tensor, saved: torch.Tensor, saved_name: str = "x") -> None:
-    """For a backward launcher: ``dy`` has the shape of ``saved`` (its forward tensor) and a kernel dtype."""
-    if dy.shape != saved.shape:
-        raise ValueError(f"dy has shape {tuple(dy.shape)} but {saved_name} has shape {tuple(saved.shape)}")
-    check_float("dy", dy, KERNEL_DTYPES)
 
 
 def check_rows(name: str, x: torch.Tensor) -> int:

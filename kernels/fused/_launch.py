@@ -1,8 +1,17 @@
-"""Launch settings shared by the Triton ops: block sizes, warp counts, program counts, device checks."""
+"""Launch settings shared by the Triton ops: block sizes, warp counts, program counts, device checks.
+
+Each op file has two ways in. In eager mode a plain ``torch.autograd.Function`` calls the launchers,
+which launch the kernels directly (``wrap=direct``). Under ``torch.compile`` the ``torch.library``
+ops call the same launchers with ``wrap=wrap_triton``, so that Dynamo and Inductor see the kernels.
+Which one runs is decided per call by ``torch.compiler.is_compiling()``. Launch parameters that only
+depend on the row width are computed once per width and cached.
+"""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import triton
@@ -20,12 +29,38 @@ INTERPRETED = not isinstance(_probe_kernel, triton.runtime.JITFunction)
 DEFAULT_MAX_BLOCK = 16384
 
 
-def row_block(n_cols: int, max_block: int) -> tuple[int, bool]:
-    """(BLOCK_N, single_block) for rows of ``n_cols``: one power-of-two block if it fits, else chunks."""
-    if max_block < 1 or max_block & (max_block - 1):
-        raise ValueError(f"max_block must be a power of two >= 1, got {max_block}")
+def direct(kernel: Callable) -> Callable:
+    """The eager launch: the kernel itself (the compiled path passes ``wrap_triton`` in its place)."""
+    return kernel
+
+
+def check_max_block(max_block: int, name: str = "max_block") -> None:
+    """Raise ValueError unless ``max_block`` is a power of two >= 1."""
+    integer = isinstance(max_block, int) and not isinstance(max_block, bool)
+    if not integer or max_block < 1 or max_block & (max_block - 1):
+        raise ValueError(f"{name} must be a power of two >= 1, got {max_block!r}")
+
+
+def needs_autograd(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd must record a call on ``tensors``; if not, the launchers can run without it."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+class RowLaunch(NamedTuple):
+    """How a row kernel covers rows of one width: the block, whether one block holds a row, the warps."""
+
+    block: int
+    single: bool
+    warps: int
+
+
+@functools.lru_cache(maxsize=1024)
+def row_launch(n_cols: int, max_block: int) -> RowLaunch:
+    """The launch for rows of ``n_cols``: one power-of-two block if it fits ``max_block``, else chunks."""
     block = triton.next_power_of_2(n_cols)
-    return (block, True) if block <= max_block else (max_block, False)
+    single = block <= max_block
+    block = block if single else max_block
+    return RowLaunch(block, single, warps_for(block))
 
 
 def warps_for(block: int) -> int:
@@ -44,7 +79,10 @@ def _sm_count(device_index: int) -> int:
 
 def device_programs(device: torch.device, per_sm: int) -> int:
     """``per_sm`` programs for each SM of a CUDA device; 4 on CPU, where the interpreter runs them in turn."""
-    return per_sm * _sm_count(device.index or 0) if device.type == "cuda" else 4
+    if device.type != "cuda":
+        return 4
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return per_sm * _sm_count(index)
 
 
 def reduction_programs(device: torch.device, n_rows: int) -> int:
@@ -73,7 +111,10 @@ def sum_partials(partials: torch.Tensor, param: torch.Tensor | None) -> torch.Te
 
 
 def check_launch(*tensors: torch.Tensor | None) -> None:
-    """All tensors on one device, and a device the kernel can run on in this process."""
+    """All tensors on one device, and a device the kernel can run on in this process.
+
+    Called once where a Triton call enters (the ``*_triton`` functions); the launchers trust it.
+    """
     present = [t for t in tensors if t is not None]
     devices = {t.device for t in present}
     if len(devices) > 1:

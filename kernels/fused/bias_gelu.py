@@ -4,21 +4,38 @@ The work is cut into [BLOCK_M, BLOCK_N] tiles of the [M, N] row view of x (read 
 Dropout draws its mask from Philox (``tl.randint``) keyed by the seed and counted by each element's
 row-major index in x, so the backward pass regenerates the same mask instead of storing it, and the
 torch twin (``brickwork.kernels.philox``) can rebuild it bit for bit. The bias gradient is a sum over
-rows: each backward program owns a range of rows for one column block and writes one row of float32
+rows: each backward program owns 16 rows for one column block and writes one row of float32
 partial sums, which torch adds up afterwards, so it is deterministic.
+
+NaN and infinities give what the twin gives in float64: NaN stays NaN, ``gelu(+inf) = +inf``,
+``gelu(-inf) = NaN`` (``-inf * 0``), and the slope at either infinity is NaN. (torch's vectorised
+float32 CPU GELU returns NaN at ``+inf``, the only place where it disagrees with its float64 self.)
+A dropped element is 0; its gradient is ``0 * slope``, which is NaN where ``x + bias`` is not finite
+(the twin's ``where`` followed by GELU's backward gives the same).
 """
+
+import functools
 
 import torch
 import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu, check_grad
+from .._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu
 from ..philox import dropout_threshold
-from ._launch import check_launch, device_programs, partial_sums, sum_partials
+from ._launch import (
+    check_launch,
+    check_max_block,
+    direct,
+    needs_autograd,
+    partial_sums,
+    sum_partials,
+)
 
 # Elements per tile: enough work per program to hide memory latency, small enough to stay in registers.
 DEFAULT_TILE = 4096
+# Rows one backward program covers (rounded to whole tiles); see bias_gelu_backward.
+ROWS_PER_PROGRAM = 16
 
 
 @triton.jit
@@ -84,27 +101,25 @@ def _bias_gelu_bwd_kernel(
             # Phi(z) + z * phi(z), phi the standard normal density.
             slope = 0.5 * (1.0 + tl.math.erf(z * 0.7071067811865476))
             slope += z * 0.3989422804014327 * tl.exp(-0.5 * z * z)
-        dx = dy * slope
         if DROPOUT:
+            # The mask applies to dy before the slope, as in the twin: a dropped NaN slope gives NaN.
             bits = tl.randint(seed, rows[:, None] * n_cols + cols[None, :])
-            dx = tl.where((bits >> 1).to(tl.int32) >= keep_threshold, dx * keep_scale, 0.0)
-        # Out-of-range elements loaded dy = 0, so they add nothing here.
+            dy = tl.where((bits >> 1).to(tl.int32) >= keep_threshold, dy * keep_scale, 0.0)
+        dx = dy * slope
+        # Out-of-range elements must add nothing, even where a non-finite bias makes their slope NaN.
+        dx = tl.where(inside, dx, 0.0)
         dbias += tl.sum(dx, axis=0)
         tl.store(dx_ptr + rows[:, None] * n_cols + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=inside)
     if HAS_BIAS:
         tl.store(dbias_ptr + pid_m * n_cols + cols, dbias, mask=cols_inside)
 
 
-def _tile(n_cols: int, max_tile: int) -> tuple[int, int]:
-    if max_tile < 1 or max_tile & (max_tile - 1):
-        raise ValueError(f"max_tile must be a power of two >= 1, got {max_tile}")
+@functools.lru_cache(maxsize=1024)
+def _tile(n_cols: int, max_tile: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps) for rows of ``n_cols`` and at most ``max_tile`` elements per tile."""
     block_n = min(triton.next_power_of_2(n_cols), 1024, max_tile)
-    return max(1, max_tile // block_n), block_n
-
-
-def _dropout_args(p: float, seed: int) -> tuple[int, int, float]:
-    check_dropout(p, seed)
-    return seed, dropout_threshold(p), 1.0 / (1.0 - p)
+    block_m = max(1, max_tile // block_n)
+    return block_m, block_n, 4 if block_m * block_n <= 2048 else 8
 
 
 def bias_gelu_forward(
@@ -114,24 +129,24 @@ def bias_gelu_forward(
     p: float = 0.0,
     seed: int = 0,
     max_tile: int = DEFAULT_TILE,
+    wrap=direct,
 ) -> torch.Tensor:
-    """x [..., N], bias [N] or None -> dropout(gelu(x + bias), p) [..., N] in x's dtype; p = 0: no dropout."""
-    check_gelu(x, bias, approximate)
-    check_float("x", x, KERNEL_DTYPES)
-    check_launch(x, bias)
-    seed, keep_threshold, keep_scale = _dropout_args(p, seed)
+    """x [..., N], bias [N] or None -> dropout(gelu(x + bias), p) [..., N] in x's dtype; p = 0: no dropout.
+
+    Takes inputs checked by :func:`bias_gelu_triton`. ``wrap`` wraps the kernel before launch.
+    """
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    block_m, block_n = _tile(n_cols, max_tile)
+    block_m, block_n, warps = _tile(n_cols, max_tile)
     if n_rows > 0:
         grid = (triton.cdiv(n_rows, block_m), triton.cdiv(n_cols, block_n))
-        wrap_triton(_bias_gelu_fwd_kernel)[grid](
+        wrap(_bias_gelu_fwd_kernel)[grid](
             x2, x2 if bias is None else bias, y, x2.stride(0), x2.stride(1), n_rows, n_cols,
-            seed, keep_threshold, keep_scale,
+            seed, dropout_threshold(p), 1.0 / (1.0 - p),
             HAS_BIAS=bias is not None, TANH=approximate == "tanh", DROPOUT=p > 0,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if block_m * block_n <= 2048 else 8,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
         )  # fmt: skip
     return y
 
@@ -144,40 +159,53 @@ def bias_gelu_backward(
     p: float = 0.0,
     seed: int = 0,
     max_tile: int = DEFAULT_TILE,
+    wrap=direct,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dbias [N]); without a bias, dbias has shape [0]."""
-    check_grad(dy, x)
-    check_launch(dy, x, bias)
-    seed, keep_threshold, keep_scale = _dropout_args(p, seed)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    block_m, block_n = _tile(n_cols, max_tile)
+    block_m, block_n, warps = _tile(n_cols, max_tile)
     col_blocks = triton.cdiv(n_cols, block_n)
-    # About four programs per SM in all, each summing the bias gradient over a run of whole row tiles.
-    target = device_programs(x.device, 4)
-    row_tiles = triton.cdiv(n_rows, block_m)
-    rows_per_program = triton.cdiv(row_tiles, max(1, min(row_tiles, target // col_blocks))) * block_m
+    # Each program sums the bias gradient over ROWS_PER_PROGRAM rows (whole tiles): enough programs to
+    # fill a GPU many times over, and a partial-sum buffer of 1/16 of the rows, read once by torch.
+    rows_per_program = block_m * max(1, ROWS_PER_PROGRAM // block_m)
     row_programs = max(1, triton.cdiv(n_rows, rows_per_program))
     dbias = partial_sums(bias, row_programs, n_cols, x.device)
     if n_rows > 0:
-        wrap_triton(_bias_gelu_bwd_kernel)[(row_programs, col_blocks)](
+        wrap(_bias_gelu_bwd_kernel)[(row_programs, col_blocks)](
             x2, x2 if bias is None else bias, dy2, dx, dbias,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols, rows_per_program,
-            seed, keep_threshold, keep_scale,
+            seed, dropout_threshold(p), 1.0 / (1.0 - p),
             HAS_BIAS=bias is not None, TANH=approximate == "tanh", DROPOUT=p > 0,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4 if block_m * block_n <= 2048 else 8,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
         )  # fmt: skip
     return dx, sum_partials(dbias, bias)
+
+
+class _BiasGeluFunction(torch.autograd.Function):
+    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
+
+    @staticmethod
+    def forward(ctx, x, bias, approximate, p, seed, max_tile):
+        ctx.save_for_backward(x, bias)
+        ctx.options = (approximate, p, seed, max_tile)
+        return bias_gelu_forward(x, bias, approximate, p, seed, max_tile)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, bias = ctx.saved_tensors
+        dx, dbias = bias_gelu_backward(dy, x, bias, *ctx.options)
+        return dx, None if bias is None else dbias, None, None, None, None
 
 
 @triton_op("brickwork::bias_gelu_fwd", mutates_args={})
 def _bias_gelu_fwd_op(
     x: torch.Tensor, bias: torch.Tensor | None, approximate: str, p: float, seed: int, max_tile: int
 ) -> torch.Tensor:
-    return bias_gelu_forward(x, bias, approximate, p, seed, max_tile)
+    return bias_gelu_forward(x, bias, approximate, p, seed, max_tile, wrap_triton)
 
 
 @triton_op("brickwork::bias_gelu_bwd", mutates_args={})
@@ -190,7 +218,7 @@ def _bias_gelu_bwd_op(
     seed: int,
     max_tile: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return bias_gelu_backward(dy, x, bias, approximate, p, seed, max_tile)
+    return bias_gelu_backward(dy, x, bias, approximate, p, seed, max_tile, wrap_triton)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -219,5 +247,17 @@ def bias_gelu_triton(
     """Differentiable Triton ``dropout(gelu(x + bias), p)``. x [..., N]; bias [N] or None -> [..., N].
 
     ``p = 0`` is plain bias-GELU. ``max_tile`` caps the elements per program tile (a power of two).
+    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
+    launches the kernels directly (with nothing to differentiate, the launchers alone);
+    under ``torch.compile`` the ``torch.library`` op runs instead.
     """
-    return _bias_gelu_fwd_op(x, bias, approximate, p, seed, max_tile)
+    check_gelu(x, bias, approximate)
+    check_dropout(p, seed)
+    check_float("x", x, KERNEL_DTYPES)
+    check_max_block(max_tile, "max_tile")
+    check_launch(x, bias)
+    if torch.compiler.is_compiling():
+        return _bias_gelu_fwd_op(x, bias, approximate, p, seed, max_tile)
+    if needs_autograd(x, bias):
+        return _BiasGeluFunction.apply(x, bias, approximate, p, seed, max_tile)
+    return bias_gelu_forward(x, bias, approximate, p, seed, max_tile)

@@ -3,12 +3,20 @@
 Rows are read through their strides, so a non-contiguous input costs no copy when its leading dims
 collapse to one row stride. Statistics are float32 whatever the input dtype. A row that fits one block
 (``BLOCK_N <= max_block``) is read once; wider rows are walked in chunks: the forward merges each
-chunk's mean and squared deviations into running ones (Chan et al.'s pairwise update) and then writes,
-the backward sums its two row reductions and then writes dx.
+chunk's mean and squared deviations into running ones (Chan et al.'s pairwise update) and then writes;
+the backward first takes each row's two sums, then walks one column chunk at a time over its rows,
+writing dx and summing the parameter gradients of that chunk in registers.
 
 The weight and bias gradients are sums over rows. Each backward program owns a contiguous range of
-rows and one row of a float32 partial-sum buffer; torch adds the buffer's rows afterwards. No atomics,
-so the result is bit-for-bit reproducible.
+rows and one row of a float32 partial-sum buffer, which it stores once (never reads back); torch
+adds the buffer's rows afterwards. No atomics, so the result is bit-for-bit reproducible.
+
+The row statistics use correctly rounded division and square root (``tl.div_rn``, ``tl.sqrt_rn``):
+the default ones are approximate on GPUs, and at width 1 an inexact ``x / 1`` leaves ``x - mean``
+a rounding error away from zero, which ``rstd = 1 / sqrt(eps)`` then magnifies. With them a width-1
+row gives ``y = bias`` and ``dx = 0`` exactly, as the twin does. NaN and infinities propagate as in
+the twin: a non-finite x makes its row's statistics, and so the row, NaN; a non-finite dy makes the
+backward's row sums non-finite, and then its whole dx row is NaN.
 """
 
 import torch
@@ -16,15 +24,17 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_float, check_grad, check_norm
+from .._checks import KERNEL_DTYPES, check_float, check_norm
 from ._launch import (
     DEFAULT_MAX_BLOCK,
     check_launch,
+    check_max_block,
+    direct,
+    needs_autograd,
     partial_sums,
     reduction_programs,
-    row_block,
+    row_launch,
     sum_partials,
-    warps_for,
 )
 
 
@@ -41,9 +51,9 @@ def _layer_norm_fwd_kernel(
         cols = tl.arange(0, BLOCK_N)
         inside = cols < n_cols
         x = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / n_cols
+        mean = tl.div_rn(tl.sum(x, axis=0), n_cols * 1.0)
         centred = tl.where(inside, x - mean, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)
+        rstd = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(tl.sum(centred * centred, axis=0), n_cols * 1.0) + eps))
         y = centred * rstd
         if HAS_WEIGHT:
             y = y * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
@@ -58,13 +68,13 @@ def _layer_norm_fwd_kernel(
             inside = cols < n_cols
             x = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32)
             count = tl.minimum(n_cols - start, BLOCK_N).to(tl.float32)
-            chunk_mean = tl.sum(x, axis=0) / count
+            chunk_mean = tl.div_rn(tl.sum(x, axis=0), count)
             deviation = tl.where(inside, x - chunk_mean, 0.0)
             seen = start * 1.0
             delta = chunk_mean - mean
             mean = mean + delta * (count / (seen + count))
             m2 = m2 + tl.sum(deviation * deviation, axis=0) + delta * delta * (seen * count / (seen + count))
-        rstd = 1.0 / tl.sqrt(m2 / n_cols + eps)
+        rstd = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(m2, n_cols * 1.0) + eps))
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             inside = cols < n_cols
@@ -81,7 +91,7 @@ def _layer_norm_fwd_kernel(
 
 @triton.jit
 def _layer_norm_bwd_kernel(
-    x_ptr, weight_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, dweight_ptr, dbias_ptr,
+    x_ptr, weight_ptr, dy_ptr, dx_ptr, mean_ptr, rstd_ptr, dweight_ptr, dbias_ptr, row_sums_ptr,
     x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
 ):  # fmt: skip
@@ -104,9 +114,10 @@ def _layer_norm_bwd_kernel(
             rstd = tl.load(rstd_ptr + row)
             xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
             wdy = dy * w if HAS_WEIGHT else dy
-            c1 = tl.sum(xhat * wdy, axis=0) / n_cols
-            c2 = tl.sum(wdy, axis=0) / n_cols
-            dx = (wdy - (xhat * c1 + c2)) * rstd
+            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
+            c2 = tl.div_rn(tl.sum(wdy, axis=0), n_cols * 1.0)
+            # A non-finite row reduction makes the whole row NaN, as in the twin (0 * inf is NaN).
+            dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
             tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
             if HAS_WEIGHT:
                 dweight += dy * xhat
@@ -117,7 +128,7 @@ def _layer_norm_bwd_kernel(
         if HAS_BIAS:
             tl.store(dbias_ptr + partial_row + cols, dbias, mask=inside)
     else:
-        # The partial-sum row is private to this program, so read-add-write needs no atomics.
+        # Pass 1, row by row: each row's two sums, kept in row_sums [2, n_rows].
         for row in range(first_row, last_row):
             mean = tl.load(mean_ptr + row)
             rstd = tl.load(rstd_ptr + row)
@@ -134,26 +145,38 @@ def _layer_norm_bwd_kernel(
                     dy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
                 sum_xhat_wdy += xhat * dy
                 sum_wdy += dy
-            c1 = tl.sum(sum_xhat_wdy, axis=0) / n_cols
-            c2 = tl.sum(sum_wdy, axis=0) / n_cols
-            for start in range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                inside = cols < n_cols
+            tl.store(row_sums_ptr + row, tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0))
+            tl.store(row_sums_ptr + n_rows + row, tl.div_rn(tl.sum(sum_wdy, axis=0), n_cols * 1.0))
+        # The sums stored above are read below by other threads of this program.
+        tl.debug_barrier()
+        # Pass 2, one column chunk at a time over this program's rows: dx, and the parameter
+        # gradients summed in registers and stored once per chunk (no read-add-write of partial rows).
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            inside = cols < n_cols
+            if HAS_WEIGHT:
+                w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+            dbias = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for row in range(first_row, last_row):
                 x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
                 dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
                 dy = dy.to(tl.float32)
-                xhat = tl.where(inside, (x.to(tl.float32) - mean) * rstd, 0.0)
-                if HAS_WEIGHT:
-                    wdy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-                    partial = dweight_ptr + partial_row + cols
-                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy * xhat, mask=inside)
-                else:
-                    wdy = dy
-                if HAS_BIAS:
-                    partial = dbias_ptr + partial_row + cols
-                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy, mask=inside)
-                dx = (wdy - (xhat * c1 + c2)) * rstd
+                rstd = tl.load(rstd_ptr + row)
+                xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
+                wdy = dy * w if HAS_WEIGHT else dy
+                c1 = tl.load(row_sums_ptr + row)
+                c2 = tl.load(row_sums_ptr + n_rows + row)
+                dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
                 tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+                if HAS_WEIGHT:
+                    dweight += dy * xhat
+                if HAS_BIAS:
+                    dbias += dy
+            if HAS_WEIGHT:
+                tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
+            if HAS_BIAS:
+                tl.store(dbias_ptr + partial_row + cols, dbias, mask=inside)
 
 
 def layer_norm_forward(
@@ -162,24 +185,25 @@ def layer_norm_forward(
     bias: torch.Tensor | None,
     eps: float,
     max_block: int = DEFAULT_MAX_BLOCK,
+    wrap=direct,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x [..., N] -> (y [..., N] in x's dtype, mean [M], rstd [M] in float32), M the number of rows."""
-    check_norm(x, weight, bias, eps)
-    check_float("x", x, KERNEL_DTYPES)
-    check_launch(x, weight, bias)
+    """x [..., N] -> (y [..., N] in x's dtype, mean [M], rstd [M] in float32), M the number of rows.
+
+    Takes inputs checked by :func:`layer_norm_triton`. ``wrap`` wraps the kernel before launch.
+    """
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     mean = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    block, single = row_block(n_cols, max_block)
+    launch = row_launch(n_cols, max_block)
     if n_rows > 0:
-        wrap_triton(_layer_norm_fwd_kernel)[(n_rows,)](
+        wrap(_layer_norm_fwd_kernel)[(n_rows,)](
             x2, x2 if weight is None else weight, x2 if bias is None else bias, y, mean, rstd,
             x2.stride(0), x2.stride(1), n_cols, eps,
-            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=block, SINGLE_BLOCK=single,
-            num_warps=warps_for(block),
+            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=launch.block,
+            SINGLE_BLOCK=launch.single, num_warps=launch.warps,
         )  # fmt: skip
     return y, mean, rstd
 
@@ -192,37 +216,58 @@ def layer_norm_backward(
     rstd: torch.Tensor,
     bias: torch.Tensor | None,
     max_block: int = DEFAULT_MAX_BLOCK,
+    wrap=direct,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dweight [N], dbias [N]); a missing weight or bias gives shape [0]."""
-    check_grad(dy, x)
-    check_launch(dy, x, weight, mean, rstd)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows)
-    block, single = row_block(n_cols, max_block)
-    # The looped path adds into its partial rows, so they must start at zero.
-    zeroed = not single or n_rows == 0
-    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed)
-    dbias = partial_sums(bias, programs, n_cols, x.device, zeroed)
+    launch = row_launch(n_cols, max_block)
+    # Every program stores each of its partial rows once; with no rows they must read as zero.
+    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=n_rows == 0)
+    dbias = partial_sums(bias, programs, n_cols, x.device, zeroed=n_rows == 0)
+    # The looped path keeps each row's two sums between its passes.
+    row_sums = mean if launch.single else torch.empty(2 * n_rows, dtype=torch.float32, device=x.device)
     if n_rows > 0:
-        wrap_triton(_layer_norm_bwd_kernel)[(programs,)](
-            x2, x2 if weight is None else weight, dy2, dx, mean, rstd, dweight, dbias,
+        wrap(_layer_norm_bwd_kernel)[(programs,)](
+            x2, x2 if weight is None else weight, dy2, dx, mean, rstd, dweight, dbias, row_sums,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
             triton.cdiv(n_rows, programs),
-            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=block, SINGLE_BLOCK=single,
-            num_warps=warps_for(block),
+            HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_N=launch.block,
+            SINGLE_BLOCK=launch.single, num_warps=launch.warps,
         )  # fmt: skip
     return dx, sum_partials(dweight, weight), sum_partials(dbias, bias)
+
+
+def _input_grads(dx, dweight, dbias, weight, bias):
+    return dx, None if weight is None else dweight, None if bias is None else dbias, None, None
+
+
+class _LayerNormFunction(torch.autograd.Function):
+    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, max_block):
+        y, mean, rstd = layer_norm_forward(x, weight, bias, eps, max_block)
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.max_block = max_block
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        grads = layer_norm_backward(dy, x, weight, mean, rstd, bias, ctx.max_block)
+        return _input_grads(*grads, weight, bias)
 
 
 @triton_op("brickwork::layer_norm_fwd", mutates_args={})
 def _layer_norm_fwd_op(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, max_block: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return layer_norm_forward(x, weight, bias, eps, max_block)
+    return layer_norm_forward(x, weight, bias, eps, max_block, wrap_triton)
 
 
 @triton_op("brickwork::layer_norm_bwd", mutates_args={})
@@ -235,7 +280,7 @@ def _layer_norm_bwd_op(
     bias: torch.Tensor | None,
     max_block: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return layer_norm_backward(dy, x, weight, mean, rstd, bias, max_block)
+    return layer_norm_backward(dy, x, weight, mean, rstd, bias, max_block, wrap_triton)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -247,8 +292,7 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, dy, _dmean, _drstd):
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    dx, dweight, dbias = _layer_norm_bwd_op(dy, x, weight, mean, rstd, bias, ctx.max_block)
-    return dx, None if weight is None else dweight, None if bias is None else dbias, None, None
+    return _input_grads(*_layer_norm_bwd_op(dy, x, weight, mean, rstd, bias, ctx.max_block), weight, bias)
 
 
 _layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -264,5 +308,16 @@ def layer_norm_triton(
     """Differentiable Triton LayerNorm. x [..., N]; weight, bias [N] or None -> [..., N].
 
     ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
+    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
+    launches the kernels directly (with nothing to differentiate, the launchers alone);
+    under ``torch.compile`` the ``torch.library`` op runs instead.
     """
-    return _layer_norm_fwd_op(x, weight, bias, eps, max_block)[0]
+    check_norm(x, weight, bias, eps)
+    check_float("x", x, KERNEL_DTYPES)
+    check_max_block(max_block)
+    check_launch(x, weight, bias)
+    if torch.compiler.is_compiling():
+        return _layer_norm_fwd_op(x, weight, bias, eps, max_block)[0]
+    if needs_autograd(x, weight, bias):
+        return _LayerNormFunction.apply(x, weight, bias, eps, max_block)
+    return layer_norm_forward(x, weight, bias, eps, max_block)[0]

@@ -6,7 +6,15 @@ program handles one row. Logits are float32: ``scores * scale`` first, then the 
 becomes -inf; float: added), then the bottom-right-aligned causal limit. A row that fits one block is
 read once; wider rows use the online softmax (Milakov & Gimelshein, 2018): one pass keeps a running
 max and a running sum rescaled to it, a second writes the output. A row with every logit at -inf gets
-zeros, not 0/0. The backward pass needs only the output y: ``dx = scale * y * (dy - sum(y * dy))``.
+zeros, not 0/0. The backward pass reads the output y: ``dx = scale * y * (dy - sum(y * dy))``.
+
+NaN and infinities give what the twin gives. ``tl.max`` skips NaN, so a row is never judged by its
+max: the exponentials' sum is 0 exactly when every logit is -inf (the row is dead), is NaN when a
+logit is NaN or +inf (``exp(inf - inf)``), and is at least 1 otherwise; a NaN sum makes the whole
+row NaN. In the backward pass, positions hidden by a bool or causal mask get a zero gradient whatever
+dy holds (the twin's ``masked_fill`` passes none back), and so does every position of a dead row
+(recognised by y being zero throughout: a live row's largest y is at least 1 / Tk). Both only need
+enforcing when ``sum(y * dy)`` is not finite, so only such rows read the mask in the backward pass.
 """
 
 import torch
@@ -14,10 +22,23 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_float, check_grad, check_softmax
-from ._launch import DEFAULT_MAX_BLOCK, check_launch, row_block, warps_for
+from .._checks import KERNEL_DTYPES, check_float, check_softmax
+from ._launch import DEFAULT_MAX_BLOCK, check_launch, check_max_block, direct, needs_autograd, row_launch
 
 _NO_MASK, _BOOL_MASK, _ADDITIVE_MASK = 0, 1, 2
+
+
+@triton.jit
+def _hidden(
+    m_row, cols, m_stride_k, n_keys, last_key, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+):  # fmt: skip
+    # Keys the bool mask or the causal limit take away (out-of-range columns count as hidden).
+    hidden = cols >= n_keys
+    if MASK == 1:
+        hidden = hidden | (tl.load(m_row + cols * m_stride_k, mask=cols < n_keys, other=0) == 0)
+    if CAUSAL:
+        hidden = hidden | (cols > last_key)
+    return hidden
 
 
 @triton.jit
@@ -25,16 +46,11 @@ def _masked_logits(
     s_row, m_row, cols, s_stride_k, m_stride_k, n_keys, last_key, scale,
     MASK: tl.constexpr, CAUSAL: tl.constexpr,
 ):  # fmt: skip
-    inside = cols < n_keys
-    logits = tl.load(s_row + cols * s_stride_k, mask=inside, other=0.0).to(tl.float32) * scale
-    if MASK == 1:
-        keep = tl.load(m_row + cols * m_stride_k, mask=inside, other=0)
-        logits = tl.where(keep != 0, logits, float("-inf"))
+    logits = tl.load(s_row + cols * s_stride_k, mask=cols < n_keys, other=0.0).to(tl.float32) * scale
     if MASK == 2:
-        logits += tl.load(m_row + cols * m_stride_k, mask=inside, other=0.0).to(tl.float32)
-    if CAUSAL:
-        logits = tl.where(cols <= last_key, logits, float("-inf"))
-    return tl.where(inside, logits, float("-inf"))
+        logits += tl.load(m_row + cols * m_stride_k, mask=cols < n_keys, other=0.0).to(tl.float32)
+    # where, not arithmetic: a NaN or +inf score under a hidden key must vanish, as masked_fill does.
+    return tl.where(_hidden(m_row, cols, m_stride_k, n_keys, last_key, MASK, CAUSAL), float("-inf"), logits)
 
 
 @triton.jit
@@ -58,10 +74,11 @@ def _masked_softmax_fwd_kernel(
             s_row, m_row, cols, s_stride_k, m_stride_k, n_keys, last_key, scale, MASK, CAUSAL
         )
         row_max = tl.max(logits, axis=0)
-        # A fully masked row has max -inf; shifting by 0 instead makes every exp 0, the sum 0, and y 0.
+        # A dead row has max -inf; shifting by 0 instead makes every exp 0 and the sum 0.
         e = tl.exp(logits - tl.where(row_max == float("-inf"), 0.0, row_max))
         total = tl.sum(e, axis=0)
-        y = e / tl.where(total > 0.0, total, 1.0)
+        # Only a dead row sums to 0 (its y is then 0 / 1); a NaN sum stays NaN.
+        y = e / tl.where(total == 0.0, 1.0, total)
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_keys)
     else:
         row_max = float("-inf")
@@ -76,7 +93,7 @@ def _masked_softmax_fwd_kernel(
             total = total * tl.exp(row_max - shift) + tl.sum(tl.exp(logits - shift), axis=0)
             row_max = new_max
         shift = tl.where(row_max == float("-inf"), 0.0, row_max)
-        inverse = 1.0 / tl.where(total > 0.0, total, 1.0)
+        inverse = 1.0 / tl.where(total == 0.0, 1.0, total)
         for start in range(0, n_keys, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             logits = _masked_logits(
@@ -88,38 +105,56 @@ def _masked_softmax_fwd_kernel(
 
 @triton.jit
 def _masked_softmax_bwd_kernel(
-    y_ptr, dy_ptr, dx_ptr, dy_stride_b, dy_stride_h, dy_stride_q, dy_stride_k, n_heads, n_queries, n_keys,
-    scale, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
+    y_ptr, dy_ptr, mask_ptr, dx_ptr, dy_stride_b, dy_stride_h, dy_stride_q, dy_stride_k,
+    m_stride_b, m_stride_h, m_stride_q, m_stride_k, n_heads, n_queries, n_keys, scale,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     q = row % n_queries
     h = (row // n_queries) % n_heads
     b = row // (n_queries * n_heads)
     dy_row = dy_ptr + b * dy_stride_b + h * dy_stride_h + q * dy_stride_q
+    m_row = mask_ptr + b * m_stride_b + h * m_stride_h + q * m_stride_q
     y_row = y_ptr + row * n_keys
     dx_row = dx_ptr + row * n_keys
+    last_key = q + n_keys - n_queries
+    # With a finite sum(y * dy) every hidden key (y = 0, and so finite dy there) already gets 0, and so
+    # does a dead row; only a non-finite sum needs the mask read and the dead row recognised.
     if SINGLE_BLOCK:
         cols = tl.arange(0, BLOCK_N)
         inside = cols < n_keys
         y = tl.load(y_row + cols, mask=inside, other=0.0).to(tl.float32)
         dy = tl.load(dy_row + cols * dy_stride_k, mask=inside, other=0.0).to(tl.float32)
-        dx = scale * y * (dy - tl.sum(y * dy, axis=0))
+        y_dot_dy = tl.sum(y * dy, axis=0)
+        dx = scale * y * (dy - y_dot_dy)
+        if (y_dot_dy != y_dot_dy) | (tl.abs(y_dot_dy) == float("inf")):
+            dead = tl.sum((y != 0.0).to(tl.int32), axis=0) == 0
+            hidden = _hidden(m_row, cols, m_stride_k, n_keys, last_key, MASK, CAUSAL)
+            dx = tl.where(hidden | dead, 0.0, dx)
         tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
     else:
         dot = tl.zeros([BLOCK_N], dtype=tl.float32)
+        nonzero = tl.zeros([BLOCK_N], dtype=tl.int32)
         for start in range(0, n_keys, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             inside = cols < n_keys
             y = tl.load(y_row + cols, mask=inside, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + cols * dy_stride_k, mask=inside, other=0.0).to(tl.float32)
             dot += y * dy
+            nonzero += (y != 0.0).to(tl.int32)
         y_dot_dy = tl.sum(dot, axis=0)
+        non_finite = (y_dot_dy != y_dot_dy) | (tl.abs(y_dot_dy) == float("inf"))
+        dead = tl.sum(nonzero, axis=0) == 0
         for start in range(0, n_keys, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             inside = cols < n_keys
             y = tl.load(y_row + cols, mask=inside, other=0.0).to(tl.float32)
             dy = tl.load(dy_row + cols * dy_stride_k, mask=inside, other=0.0).to(tl.float32)
-            tl.store(dx_row + cols, (scale * y * (dy - y_dot_dy)).to(dx_ptr.dtype.element_ty), mask=inside)
+            dx = scale * y * (dy - y_dot_dy)
+            if non_finite:
+                hidden = _hidden(m_row, cols, m_stride_k, n_keys, last_key, MASK, CAUSAL)
+                dx = tl.where(hidden | dead, 0.0, dx)
+            tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
 
 
 def _as_4d(t: torch.Tensor) -> torch.Tensor:
@@ -131,78 +166,123 @@ def _as_4d(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, *t.shape[-3:])
 
 
+def _mask_view(
+    mask: torch.Tensor | None, like: torch.Tensor, like4: torch.Tensor
+) -> tuple[int, torch.Tensor]:
+    """(mask kind, the mask as a [B, H, Tq, Tk] stride-0 broadcast view; ``like4`` stands in for none)."""
+    if mask is None:
+        return _NO_MASK, like4
+    kind = _BOOL_MASK if mask.dtype == torch.bool else _ADDITIVE_MASK
+    return kind, _as_4d(mask.expand(like.shape))
+
+
 def masked_softmax_forward(
     scores: torch.Tensor,
     mask: torch.Tensor | None,
     scale: float,
     causal: bool,
     max_block: int = DEFAULT_MAX_BLOCK,
+    wrap=direct,
 ) -> torch.Tensor:
-    """scores [..., Tq, Tk], mask broadcastable to it (bool or float) -> softmax [..., Tq, Tk]."""
-    check_softmax(scores, mask, causal)
-    check_float("scores", scores, KERNEL_DTYPES)
-    check_launch(scores, mask)
+    """scores [..., Tq, Tk], mask broadcastable to it (bool or float) -> softmax [..., Tq, Tk].
+
+    Takes inputs checked by :func:`masked_softmax_triton`. ``wrap`` wraps the kernel before launch.
+    """
     s4 = _as_4d(scores)
     n_batch, n_heads, n_queries, n_keys = s4.shape
     # Contiguous in the shape of scores: row r of the [B, H, Tq, Tk] view starts at r * Tk.
     y = torch.empty(scores.shape, dtype=scores.dtype, device=scores.device)
-    kind = _NO_MASK if mask is None else _BOOL_MASK if mask.dtype == torch.bool else _ADDITIVE_MASK
-    m4 = s4 if mask is None else _as_4d(mask.expand(scores.shape))
-    block, single = row_block(n_keys, max_block)
+    kind, m4 = _mask_view(mask, scores, s4)
+    launch = row_launch(n_keys, max_block)
     if y.numel() > 0:
-        wrap_triton(_masked_softmax_fwd_kernel)[(n_batch * n_heads * n_queries,)](
+        wrap(_masked_softmax_fwd_kernel)[(n_batch * n_heads * n_queries,)](
             s4, m4, y, *s4.stride(), *m4.stride(), n_heads, n_queries, n_keys, scale,
-            MASK=kind, CAUSAL=causal, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
+            MASK=kind, CAUSAL=causal, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
+            num_warps=launch.warps,
         )  # fmt: skip
     return y
 
 
 def masked_softmax_backward(
-    y: torch.Tensor, dy: torch.Tensor, scale: float, max_block: int = DEFAULT_MAX_BLOCK
+    y: torch.Tensor,
+    dy: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    causal: bool,
+    max_block: int = DEFAULT_MAX_BLOCK,
+    wrap=direct,
 ) -> torch.Tensor:
-    """y = the forward output, dy [..., Tq, Tk] -> d scores [..., Tq, Tk] (``scale`` times d logits)."""
-    check_grad(dy, y, "y")
-    check_launch(y, dy)
+    """y = the forward output, dy [..., Tq, Tk] -> d scores [..., Tq, Tk] (``scale`` times d logits).
+
+    ``mask`` and ``causal`` are the forward's: hidden keys get no gradient.
+    """
     y4 = _as_4d(y.contiguous())
     dy4 = _as_4d(dy)
     n_batch, n_heads, n_queries, n_keys = y4.shape
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-    block, single = row_block(n_keys, max_block)
+    kind, m4 = _mask_view(mask, y, y4)
+    launch = row_launch(n_keys, max_block)
     if dx.numel() > 0:
-        wrap_triton(_masked_softmax_bwd_kernel)[(n_batch * n_heads * n_queries,)](
-            y4, dy4, dx, *dy4.stride(), n_heads, n_queries, n_keys, scale,
-            BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
+        wrap(_masked_softmax_bwd_kernel)[(n_batch * n_heads * n_queries,)](
+            y4, dy4, m4, dx, *dy4.stride(), *m4.stride(), n_heads, n_queries, n_keys, scale,
+            MASK=kind, CAUSAL=causal, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
+            num_warps=launch.warps,
         )  # fmt: skip
     return dx
+
+
+def _input_grads(dlogits: torch.Tensor, scale: float, mask_shape, mask_needs_grad: bool):
+    if not mask_needs_grad:
+        return dlogits, None, None, None, None
+    # An additive mask that needs a gradient gets d logits summed over its broadcast dims.
+    return dlogits * scale, dlogits.sum_to_size(mask_shape), None, None, None
+
+
+class _MaskedSoftmaxFunction(torch.autograd.Function):
+    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
+
+    @staticmethod
+    def forward(ctx, scores, mask, scale, causal, max_block):
+        y = masked_softmax_forward(scores, mask, scale, causal, max_block)
+        ctx.save_for_backward(y, mask)
+        ctx.options = (scale, causal, max_block)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        y, mask = ctx.saved_tensors
+        scale, causal, max_block = ctx.options
+        mask_grad = ctx.needs_input_grad[1]
+        dlogits = masked_softmax_backward(y, dy, mask, 1.0 if mask_grad else scale, causal, max_block)
+        return _input_grads(dlogits, scale, None if mask is None else mask.shape, mask_grad)
 
 
 @triton_op("brickwork::masked_softmax_fwd", mutates_args={})
 def _masked_softmax_fwd_op(
     scores: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: bool, max_block: int
 ) -> torch.Tensor:
-    return masked_softmax_forward(scores, mask, scale, causal, max_block)
+    return masked_softmax_forward(scores, mask, scale, causal, max_block, wrap_triton)
 
 
 @triton_op("brickwork::masked_softmax_bwd", mutates_args={})
-def _masked_softmax_bwd_op(y: torch.Tensor, dy: torch.Tensor, scale: float, max_block: int) -> torch.Tensor:
-    return masked_softmax_backward(y, dy, scale, max_block)
+def _masked_softmax_bwd_op(
+    y: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: bool, max_block: int
+) -> torch.Tensor:
+    return masked_softmax_backward(y, dy, mask, scale, causal, max_block, wrap_triton)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    _, mask, scale, _, max_block = inputs
-    ctx.save_for_backward(output)
-    ctx.scale = scale
-    ctx.max_block = max_block
-    ctx.mask_shape = None if mask is None else mask.shape
+    _, mask, scale, causal, max_block = inputs
+    ctx.save_for_backward(output, mask)
+    ctx.options = (scale, causal, max_block)
 
 
 def _backward(ctx, dy):
-    (y,) = ctx.saved_tensors
-    if not ctx.needs_input_grad[1]:
-        return _masked_softmax_bwd_op(y, dy, ctx.scale, ctx.max_block), None, None, None, None
-    # An additive mask that needs a gradient gets d logits summed over its broadcast dims.
-    dlogits = _masked_softmax_bwd_op(y, dy, 1.0, ctx.max_block)
-    return dlogits * ctx.scale, dlogits.sum_to_size(ctx.mask_shape), None, None, None
+    y, mask = ctx.saved_tensors
+    scale, causal, max_block = ctx.options
+    mask_grad = ctx.needs_input_grad[1]
+    dlogits = _masked_softmax_bwd_op(y, dy, mask, 1.0 if mask_grad else scale, causal, max_block)
+    return _input_grads(dlogits, scale, None if mask is None else mask.shape, mask_grad)
 
 
 _masked_softmax_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -218,5 +298,16 @@ def masked_softmax_triton(
     """Differentiable Triton ``softmax(scores * scale + mask)`` over the last dim; see ``masked_softmax``.
 
     ``max_block`` caps the elements one program holds; rows wider than it take the online path.
+    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
+    launches the kernels directly (with nothing to differentiate, the launchers alone);
+    under ``torch.compile`` the ``torch.library`` op runs instead.
     """
-    return _masked_softmax_fwd_op(scores, mask, scale, causal, max_block)
+    check_softmax(scores, mask, causal)
+    check_float("scores", scores, KERNEL_DTYPES)
+    check_max_block(max_block)
+    check_launch(scores, mask)
+    if torch.compiler.is_compiling():
+        return _masked_softmax_fwd_op(scores, mask, scale, causal, max_block)
+    if needs_autograd(scores, mask):
+        return _MaskedSoftmaxFunction.apply(scores, mask, scale, causal, max_block)
+    return masked_softmax_forward(scores, mask, scale, causal, max_block)

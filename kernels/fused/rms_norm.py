@@ -1,8 +1,13 @@
 """RMSNorm over the last dimension: Triton forward and backward kernels, launchers, autograd.
 
 ``y = x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x**2) + eps)`` in float32. The layout follows
-``layer_norm.py``: strided rows, one block per row when it fits and a looped path beyond, and a
-deterministic weight gradient from per-program partial sums that torch adds up afterwards.
+``layer_norm.py``: strided rows, one block per row when it fits and a looped path beyond (two
+passes in the backward: row sums, then column chunks), and a deterministic weight gradient from
+per-program partial sums that torch adds up afterwards.
+
+As in ``layer_norm.py``, ``rstd`` and the row mean use correctly rounded division and square root.
+At width 1, ``dx = w dy rstd (1 - xhat**2)`` cancels almost completely, so that case uses the exact
+identity ``1 - xhat**2 = eps rstd**2`` instead. NaN and infinities propagate as in the twin.
 """
 
 import torch
@@ -10,15 +15,17 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .._checks import KERNEL_DTYPES, check_float, check_grad, check_norm
+from .._checks import KERNEL_DTYPES, check_float, check_norm
 from ._launch import (
     DEFAULT_MAX_BLOCK,
     check_launch,
+    check_max_block,
+    direct,
+    needs_autograd,
     partial_sums,
     reduction_programs,
-    row_block,
+    row_launch,
     sum_partials,
-    warps_for,
 )
 
 
@@ -34,7 +41,7 @@ def _rms_norm_fwd_kernel(
         cols = tl.arange(0, BLOCK_N)
         inside = cols < n_cols
         x = tl.load(x_row + cols * x_col_stride, mask=inside, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        rstd = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(tl.sum(x * x, axis=0), n_cols * 1.0) + eps))
         y = x * rstd
         if HAS_WEIGHT:
             y = y * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
@@ -45,7 +52,7 @@ def _rms_norm_fwd_kernel(
             cols = start + tl.arange(0, BLOCK_N)
             x = tl.load(x_row + cols * x_col_stride, mask=cols < n_cols, other=0.0).to(tl.float32)
             squares += x * x
-        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / n_cols + eps)
+        rstd = tl.div_rn(1.0, tl.sqrt_rn(tl.div_rn(tl.sum(squares, axis=0), n_cols * 1.0) + eps))
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             inside = cols < n_cols
@@ -58,8 +65,8 @@ def _rms_norm_fwd_kernel(
 
 @triton.jit
 def _rms_norm_bwd_kernel(
-    x_ptr, weight_ptr, dy_ptr, dx_ptr, rstd_ptr, dweight_ptr,
-    x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program,
+    x_ptr, weight_ptr, dy_ptr, dx_ptr, rstd_ptr, dweight_ptr, row_sums_ptr,
+    x_row_stride, x_col_stride, dy_row_stride, dy_col_stride, n_rows, n_cols, rows_per_program, eps,
     HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_BLOCK: tl.constexpr,
 ):  # fmt: skip
     # dx = rstd * (w*dy - xhat * mean(w*dy * xhat)), xhat = x * rstd, the mean taken over the row.
@@ -84,13 +91,16 @@ def _rms_norm_bwd_kernel(
                 dweight += dy * xhat
             else:
                 wdy = dy
-            c1 = tl.sum(xhat * wdy, axis=0) / n_cols
-            dx = (wdy - xhat * c1) * rstd
+            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
+            # At width 1, 1 - xhat**2 is eps * rstd**2 exactly: no cancellation. Adding (xhat + c1) * 0
+            # keeps the NaN that a non-finite x or dy gives the general formula.
+            exact = wdy * (eps * rstd * rstd) + (xhat + c1) * 0.0
+            dx = tl.where(n_cols == 1, exact, wdy - xhat * c1) * rstd
             tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
         if HAS_WEIGHT:
             tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
     else:
-        # The partial-sum row is private to this program, so read-add-write needs no atomics.
+        # Pass 1, row by row: each row's sum, kept in row_sums [n_rows].
         for row in range(first_row, last_row):
             rstd = tl.load(rstd_ptr + row)
             sum_xhat_wdy = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -103,41 +113,52 @@ def _rms_norm_bwd_kernel(
                 if HAS_WEIGHT:
                     wdy = wdy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
                 sum_xhat_wdy += x.to(tl.float32) * rstd * wdy
-            c1 = tl.sum(sum_xhat_wdy, axis=0) / n_cols
-            for start in range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                inside = cols < n_cols
+            tl.store(row_sums_ptr + row, tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0))
+        # The sums stored above are read below by other threads of this program.
+        tl.debug_barrier()
+        # Pass 2, one column chunk at a time over this program's rows: dx, and the weight gradient
+        # summed in registers and stored once per chunk (no read-add-write of partial rows).
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            inside = cols < n_cols
+            if HAS_WEIGHT:
+                w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for row in range(first_row, last_row):
                 x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
                 dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
                 dy = dy.to(tl.float32)
+                rstd = tl.load(rstd_ptr + row)
                 xhat = x.to(tl.float32) * rstd
                 if HAS_WEIGHT:
-                    wdy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-                    partial = dweight_ptr + partial_row + cols
-                    tl.store(partial, tl.load(partial, mask=inside, other=0.0) + dy * xhat, mask=inside)
+                    wdy = dy * w
+                    dweight += dy * xhat
                 else:
                     wdy = dy
-                dx = (wdy - xhat * c1) * rstd
+                dx = (wdy - xhat * tl.load(row_sums_ptr + row)) * rstd
                 tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+            if HAS_WEIGHT:
+                tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
 
 
 def rms_norm_forward(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int = DEFAULT_MAX_BLOCK
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int = DEFAULT_MAX_BLOCK, wrap=direct
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [..., N] -> (y [..., N] in x's dtype, rstd [M] in float32), M the number of rows."""
-    check_norm(x, weight, None, eps)
-    check_float("x", x, KERNEL_DTYPES)
-    check_launch(x, weight)
+    """x [..., N] -> (y [..., N] in x's dtype, rstd [M] in float32), M the number of rows.
+
+    Takes inputs checked by :func:`rms_norm_triton`. ``wrap`` wraps the kernel before launch.
+    """
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    block, single = row_block(n_cols, max_block)
+    launch = row_launch(n_cols, max_block)
     if n_rows > 0:
-        wrap_triton(_rms_norm_fwd_kernel)[(n_rows,)](
+        wrap(_rms_norm_fwd_kernel)[(n_rows,)](
             x2, x2 if weight is None else weight, y, rstd, x2.stride(0), x2.stride(1), n_cols, eps,
-            HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
+            HAS_WEIGHT=weight is not None, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
+            num_warps=launch.warps,
         )  # fmt: skip
     return y, rstd
 
@@ -147,53 +168,78 @@ def rms_norm_backward(
     x: torch.Tensor,
     weight: torch.Tensor | None,
     rstd: torch.Tensor,
+    eps: float,
     max_block: int = DEFAULT_MAX_BLOCK,
+    wrap=direct,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dweight [N]); without a weight, dweight has shape [0]."""
-    check_grad(dy, x)
-    check_launch(dy, x, weight, rstd)
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols)
     dy2 = dy.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows)
-    block, single = row_block(n_cols, max_block)
-    # The looped path adds into its partial rows, so they must start at zero.
-    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=not single or n_rows == 0)
+    launch = row_launch(n_cols, max_block)
+    # Every program stores each of its partial rows once; with no rows they must read as zero.
+    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=n_rows == 0)
+    # The looped path keeps each row's sum between its passes.
+    row_sums = rstd if launch.single else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     if n_rows > 0:
-        wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
-            x2, x2 if weight is None else weight, dy2, dx, rstd, dweight,
+        wrap(_rms_norm_bwd_kernel)[(programs,)](
+            x2, x2 if weight is None else weight, dy2, dx, rstd, dweight, row_sums,
             x2.stride(0), x2.stride(1), dy2.stride(0), dy2.stride(1), n_rows, n_cols,
-            triton.cdiv(n_rows, programs),
-            HAS_WEIGHT=weight is not None, BLOCK_N=block, SINGLE_BLOCK=single, num_warps=warps_for(block),
+            triton.cdiv(n_rows, programs), eps,
+            HAS_WEIGHT=weight is not None, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
+            num_warps=launch.warps,
         )  # fmt: skip
     return dx, sum_partials(dweight, weight)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, max_block):
+        y, rstd = rms_norm_forward(x, weight, eps, max_block)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.options = (eps, max_block)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        dx, dweight = rms_norm_backward(dy, x, weight, rstd, *ctx.options)
+        return dx, None if weight is None else dweight, None, None
 
 
 @triton_op("brickwork::rms_norm_fwd", mutates_args={})
 def _rms_norm_fwd_op(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return rms_norm_forward(x, weight, eps, max_block)
+    return rms_norm_forward(x, weight, eps, max_block, wrap_triton)
 
 
 @triton_op("brickwork::rms_norm_bwd", mutates_args={})
 def _rms_norm_bwd_op(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor, max_block: int
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    rstd: torch.Tensor,
+    eps: float,
+    max_block: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return rms_norm_backward(dy, x, weight, rstd, max_block)
+    return rms_norm_backward(dy, x, weight, rstd, eps, max_block, wrap_triton)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    x, weight, _, max_block = inputs
+    x, weight, eps, max_block = inputs
     ctx.save_for_backward(x, weight, output[1])
-    ctx.max_block = max_block
+    ctx.options = (eps, max_block)
 
 
 def _backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dweight = _rms_norm_bwd_op(dy, x, weight, rstd, ctx.max_block)
+    dx, dweight = _rms_norm_bwd_op(dy, x, weight, rstd, *ctx.options)
     return dx, None if weight is None else dweight, None, None
 
 
@@ -206,5 +252,16 @@ def rms_norm_triton(
     """Differentiable Triton RMSNorm. x [..., N]; weight [N] or None -> [..., N].
 
     ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
+    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
+    launches the kernels directly (with nothing to differentiate, the launchers alone);
+    under ``torch.compile`` the ``torch.library`` op runs instead.
     """
-    return _rms_norm_fwd_op(x, weight, eps, max_block)[0]
+    check_norm(x, weight, None, eps)
+    check_float("x", x, KERNEL_DTYPES)
+    check_max_block(max_block)
+    check_launch(x, weight)
+    if torch.compiler.is_compiling():
+        return _rms_norm_fwd_op(x, weight, eps, max_block)[0]
+    if needs_autograd(x, weight):
+        return _RMSNormFunction.apply(x, weight, eps, max_block)
+    return rms_norm_forward(x, weight, eps, max_block)[0]

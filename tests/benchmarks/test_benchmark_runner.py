@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import time
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from brickwork.benchmarks.layer_norm import BENCH as LAYER_NORM
 from brickwork.benchmarks.progress import Progress
 from brickwork.benchmarks.report import device_slug, markdown_table, merge_rows
 from brickwork.benchmarks.runner import BENCHES, main
-from brickwork.benchmarks.timing import mode_step, time_ms
+from brickwork.benchmarks.timing import _sleep_cycles_per_ms, mode_step, time_case, time_ms
 
 TINY = [
     "--widths",
@@ -92,6 +93,37 @@ def test_markdown_verdicts_on_a_gpu_run():
     assert lines["4096"].endswith("| 2.00 | >= 90% BW, > torch | yes |")
     assert lines["8192"].endswith("| >= 90% BW, > torch | **no** |")
     assert lines["1024"].endswith("| 0.67 | > torch | **no** |")
+
+
+def test_markdown_shows_host_time_where_it_was_measured_apart():
+    rows = [_row("brickwork", 0.10, 0.93) | {"host_ms": 0.012}, _row("torch", 0.20, 0.50) | {"host_ms": 0.02}]
+    head, _, line = markdown_table({"gpu_present": True}, rows, BENCHES).splitlines()
+    assert "| brickwork host µs | torch host µs |" in head and "| 12 | 20 |" in line
+    cpu_rows = [_row("brickwork", 0.10, 0.93) | {"host_ms": None}]
+    assert "host µs" not in markdown_table({"gpu_present": False}, cpu_rows, BENCHES)
+
+
+def test_cpu_timing_is_all_host_time():
+    timing = time_case(lambda: sum(range(1000)), torch.device("cpu"))
+    assert timing.host_ms is None and 0 < timing.ms_p20 <= timing.ms <= timing.ms_p80
+
+
+@pytest.mark.gpu
+def test_gpu_timing_tells_device_time_from_host_time():
+    # 2 ms of GPU work enqueued in microseconds, then 2 ms of host work around a tiny kernel.
+    cycles = int(_sleep_cycles_per_ms(torch.cuda.current_device()) * 2)
+    device_bound = time_case(lambda: torch.cuda._sleep(cycles), torch.device("cuda"))
+    assert 1.6 < device_bound.ms < 2.5 and device_bound.host_ms < 0.5
+    x = torch.ones(16, device="cuda")
+
+    def host_bound() -> None:
+        deadline = time.perf_counter() + 2e-3
+        while time.perf_counter() < deadline:
+            pass
+        x.add_(1)
+
+    timing = time_case(host_bound, torch.device("cuda"))
+    assert timing.ms < 0.5 and 1.9 < timing.host_ms < 3
 
 
 def test_merge_replaces_only_remeasured_cases():

@@ -87,3 +87,49 @@ def check_against_twin(
         for i, grad, ref_grad in zip(wrt, grads, ref_grads, strict=True):
             assert_matches(grad, ref_grad, dtype, f"gradient of argument {i}")
     return out
+
+
+def assert_same_values(
+    actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str, exact_nan: bool = True
+) -> None:
+    """NaN and infinities where ``expected`` has them, finite values within ``TOLERANCES``.
+
+    ``exact_nan=False`` lets an entry that is ±inf in ``expected`` be NaN in ``actual`` (and only that):
+    for ``inf - inf`` inside a row sum, which entries come out NaN rather than infinite depends on how
+    the sums are arranged, which the formula leaves open.
+    """
+    actual, expected = actual.double().cpu(), expected.double().cpu()
+    assert torch.equal(actual.isfinite(), expected.isfinite()), f"{what}: non-finite entries differ"
+    if exact_nan:
+        assert torch.equal(actual.isnan(), expected.isnan()), f"{what}: NaN entries differ"
+    else:
+        assert actual.isnan()[expected.isnan()].all(), f"{what}: a NaN of the reference is not NaN"
+        actual = torch.where(actual.isnan() & expected.isinf(), expected, actual)
+    tol = TOLERANCES[dtype]
+    torch.testing.assert_close(
+        actual, expected, rtol=tol, atol=tol, equal_nan=True, msg=lambda m: f"{what}: {m}"
+    )
+
+
+def check_nonfinite_against_twin(
+    kernel: Callable[..., torch.Tensor],
+    twin: Callable[..., torch.Tensor],
+    args: list[torch.Tensor | None],
+    dy: torch.Tensor,
+    exact_nan: bool = True,
+) -> torch.Tensor:
+    """Like :func:`check_against_twin` for float32 inputs that hold NaN or infinities, with a given ``dy``.
+
+    Forward and gradients must put NaN and infinities where the float64 twin does (see
+    :func:`assert_same_values` for ``exact_nan``; the forward is always exact).
+    """
+    out = kernel(*args)
+    ref_args = [to_reference(a) for a in args]
+    ref = twin(*ref_args)
+    assert_same_values(out, ref, torch.float32, "forward")
+    wrt = [i for i, a in enumerate(args) if a is not None and a.requires_grad]
+    grads = torch.autograd.grad(out, [args[i] for i in wrt], dy)
+    ref_grads = torch.autograd.grad(ref, [ref_args[i] for i in wrt], dy.double())
+    for i, grad, ref_grad in zip(wrt, grads, ref_grads, strict=True):
+        assert_same_values(grad, ref_grad, torch.float32, f"gradient of argument {i}", exact_nan)
+    return out

@@ -40,7 +40,7 @@ def test_widths(device, approximate, n):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
-@pytest.mark.parametrize(("rows", "n", "max_tile"), [(9, 7, 16), (11, 1000, 256)])
+@pytest.mark.parametrize(("rows", "n", "max_tile"), [(9, 7, 16), (11, 1000, 256), (40, 7, 16)])
 def test_small_tiles_spread_rows_and_columns_over_programs(device, approximate, rows, n, max_tile):
     args = [_x((rows, n), device), _bias(n, device)]
     check_against_twin(_triton(approximate, max_tile), _twin(approximate), args, torch.float32)

@@ -175,3 +175,20 @@ def test_bad_inputs_raise_clear_errors():
         layer_norm(x, None, None, backend="cuda")
     with pytest.raises(ValueError, match=r"max_block must be a power of two"):
         layer_norm_triton(x, None, None, max_block=100)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("max_block", [None, 1])
+def test_width_one_gives_the_bias_and_zero_input_gradient_exactly(device, max_block):
+    # x - mean is exactly 0 in one column, so y = bias, dx = 0 and dweight = 0, with no rounding error.
+    x, (w, b) = _x((9, 1), device), _params(1, device)
+    y = _triton(max_block)(x, w, b)
+    assert torch.equal(y, b.detach().expand(9, 1))
+    dx, dw, _ = torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
+    assert torch.equal(dx, torch.zeros_like(dx)) and torch.equal(dw, torch.zeros_like(dw))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_many_rows_per_program(device):
+    # 67 rows over four programs: 17 rows each, the last program 16, all adding into one partial row.
+    check_against_twin(_triton(), _twin, [_x((67, 300), device), *_params(300, device)], torch.float32)

@@ -101,3 +101,23 @@ def test_bad_inputs_raise_clear_errors():
         rms_norm(x, None, eps=float("nan"))
     with pytest.raises(ConfigError, match=r"backend"):
         rms_norm(x, None, backend="Triton")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_width_one_matches_the_float64_twin_closely(device):
+    # dx = w dy rstd (1 - xhat**2) cancels almost completely in one column; the kernel must not lose it.
+    x = (torch.randn(9, 1, device=device) * 2 + 0.5).requires_grad_()
+    w = torch.randn(1, device=device).requires_grad_()
+    dy = torch.randn(9, 1, device=device)
+    grads = torch.autograd.grad(rms_norm(x, w, backend="triton"), (x, w), dy)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = torch.autograd.grad(rms_norm_ref(x64, w64, 1e-6), (x64, w64), dy.double())
+    for grad, expected in zip(grads, ref, strict=True):
+        torch.testing.assert_close(grad.double(), expected, rtol=1e-5, atol=0.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_many_rows_per_program(device):
+    # 67 rows over four programs: 17 rows each, the last program 16, all adding into one partial row.
+    x, w = _x((67, 300), device), _w(300, device)
+    check_against_twin(_triton(), _twin, [x, w], torch.float32)

@@ -1,0 +1,169 @@
+"""Fused linear + cross-entropy for a language-model head, chunked over tokens.
+
+``loss = cross_entropy(hidden @ weight.T + bias, labels)`` without ever holding the [N, V] logits:
+tokens are taken ``chunk_size`` at a time; for each chunk the logits [C, V] are computed in the
+weight's dtype (as an unfused head computes them), the chunk step turns them in place into
+d loss / d logits while computing the float32 losses, and the gradients of hidden, weight and bias
+are accumulated from that chunk at once. So the forward pass already holds every gradient, and the
+backward pass only scales them by the incoming gradient of the loss. Peak extra memory is one chunk of
+logits plus the gradients, instead of [N, V] logits, their float32 copy and the gradient of that copy.
+
+The chunk step is the Triton kernel (``brickwork.kernels.fused.cross_entropy``) or its torch twin
+(``reference.cross_entropy_chunk_ref``); the matmuls are torch's. The weight gradient accumulates in
+float32 across chunks whatever the weight's dtype, and is rounded once at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from brickwork.errors import ConfigError
+
+from ._checks import check_float
+from .reference import cross_entropy_chunk_ref
+
+REDUCTIONS = ("mean", "sum")
+
+ChunkStep = Callable[[torch.Tensor, torch.Tensor, int, bool], torch.Tensor]
+
+
+# Float32 bytes of logits one chunk may hold by default: small against the [N, V] logits of a real
+# batch (1.6 GB for 8 x 1024 tokens of GPT-2's vocabulary), yet hundreds of tokens per matmul.
+CHUNK_LOGITS_BYTES = 64 * 2**20
+
+
+def default_chunk_size(n_tokens: int, vocab_size: int) -> int:
+    """Tokens per chunk: the largest power of two whose float32 logits fit ``CHUNK_LOGITS_BYTES``.
+
+    At least 1, and no more than ``n_tokens`` rounded up to a power of two. GPT-2's vocabulary of
+    50257 gives 256 tokens per chunk; Llama-2's 32000 gives 512.
+    """
+    fitting = max(1, CHUNK_LOGITS_BYTES // (4 * vocab_size))
+    return min(1 << (fitting.bit_length() - 1), 1 << max(0, n_tokens - 1).bit_length())
+
+
+def check_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int | None,
+) -> None:
+    """Shapes, dtypes, devices and options of ``fused_linear_cross_entropy``; labels in [0, V) or ignored.
+
+    Label values are checked for CPU tensors in eager mode only. On a GPU the check would be a
+    host-device synchronisation, stalling the host until the forward pass has run, and a compiled
+    graph cannot raise from data; there the Triton kernel gives an out-of-range label a NaN loss.
+    """
+    if reduction not in REDUCTIONS:
+        raise ConfigError(
+            f"unknown reduction {reduction!r}", path="reduction", choices=REDUCTIONS, got=reduction
+        )
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+    ):
+        raise ConfigError(f"chunk_size must be a positive int or None, got {chunk_size!r}", path="chunk_size")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise ConfigError(f"ignore_index must be an int, got {ignore_index!r}", path="ignore_index")
+    check_float("hidden", hidden)
+    if hidden.dim() < 1 or weight.dim() != 2 or weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(
+            "hidden [..., D] and weight [V, D] must agree on D, "
+            f"got {tuple(hidden.shape)} and {tuple(weight.shape)}"
+        )
+    if weight.dtype != hidden.dtype:
+        raise TypeError(f"weight has dtype {weight.dtype} but hidden has {hidden.dtype}; they must match")
+    if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != hidden.dtype):
+        raise ValueError(
+            f"bias must have shape ({weight.shape[0]},) and dtype {hidden.dtype}, "
+            f"got {tuple(bias.shape)} {bias.dtype}"
+        )
+    if labels.dtype not in (torch.int64, torch.int32) or labels.shape != hidden.shape[:-1]:
+        raise TypeError(
+            f"labels must be an int64 or int32 tensor of shape {tuple(hidden.shape[:-1])}, "
+            f"got {labels.dtype} of shape {tuple(labels.shape)}"
+        )
+    devices = {t.device for t in (hidden, weight, labels, bias) if t is not None}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+    if labels.device.type == "cpu" and not torch.compiler.is_compiling():
+        bad = (labels != ignore_index) & ((labels < 0) | (labels >= weight.shape[0]))
+        if bad.any():
+            raise ValueError(
+                f"label {labels[bad][0].item()} is outside [0, {weight.shape[0]}) and is not ignore_index "
+                f"({ignore_index})"
+            )
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    """Forward computes the loss and every needed gradient chunk by chunk; backward scales them."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, bias, ignore_index, reduction, chunk_size, chunk_step):
+        needs_hidden, needs_weight, _, needs_bias = ctx.needs_input_grad[:4]
+        compute_grad = needs_hidden or needs_weight or needs_bias
+        n_tokens, device = hidden.shape[0], hidden.device
+        # Sums across chunks in float32 (float64 inputs: float64); a weight of that dtype adds in place.
+        acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=device) if needs_hidden else None
+        grad_weight = torch.zeros(weight.shape, dtype=acc, device=device) if needs_weight else None
+        grad_bias = torch.zeros(weight.shape[0], dtype=acc, device=device) if needs_bias else None
+        loss_sum = torch.zeros((), dtype=acc, device=device)
+        for start in range(0, n_tokens, chunk_size):
+            end = min(start + chunk_size, n_tokens)
+            chunk = hidden[start:end]
+            logits = F.linear(chunk, weight, bias)  # [C, V]; becomes d loss_sum / d logits below
+            loss_sum += chunk_step(logits, labels[start:end], ignore_index, compute_grad).sum()
+            if grad_hidden is not None:
+                torch.mm(logits, weight, out=grad_hidden[start:end])
+            if grad_weight is not None:
+                if weight.dtype == acc:
+                    grad_weight.addmm_(logits.t(), chunk)
+                else:
+                    grad_weight += (logits.t() @ chunk).to(acc)
+            if grad_bias is not None:
+                grad_bias += logits.sum(0, dtype=acc)
+        count = (labels != ignore_index).sum()
+        scale = 1.0 / count if reduction == "mean" else None
+        grads = [grad_hidden, grad_weight, grad_bias]
+        if scale is not None:
+            grads = [None if g is None else g.mul_(scale) for g in grads]
+        grads[1:] = [None if g is None else g.to(weight.dtype) for g in grads[1:]]
+        ctx.save_for_backward(*grads)
+        return loss_sum if scale is None else loss_sum * scale
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        # In place: a second copy of the weight gradient would double the memory this saves. (A second
+        # backward through the same graph then fails autograd's saved-tensor version check.)
+        grad_hidden, grad_weight, grad_bias = (
+            None if g is None else g.mul_(grad_loss) for g in ctx.saved_tensors
+        )
+        return grad_hidden, grad_weight, None, grad_bias, None, None, None, None
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int | None,
+    chunk_step: ChunkStep = cross_entropy_chunk_ref,
+) -> torch.Tensor:
+    """The chunked loss on checked inputs with the given chunk step; hidden [..., D] -> a scalar.
+
+    The loss is float32 (float64 for float64 inputs, which only the torch twin takes).
+    """
+    hidden2 = hidden.reshape(-1, hidden.shape[-1])
+    labels1 = labels.reshape(-1)
+    chunk = chunk_size or default_chunk_size(hidden2.shape[0], weight.shape[0])
+    return _FusedLinearCrossEntropy.apply(
+        hidden2, weight, labels1, bias, ignore_index, reduction, chunk, chunk_step
+    )

@@ -1,0 +1,73 @@
+"""The training-step benchmark on tiny GPT-2 and Llama shapes: every variant, same weights, sane rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from brickwork.benchmarks import model_step
+
+
+def tiny_gpt2(layers: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=32, n_head=4, n_positions=64, vocab_size=97))
+
+
+def tiny_llama(layers: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        num_hidden_layers=layers, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, vocab_size=97, max_position_embeddings=64,
+    )  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+TINY = (model_step.StepCase("gpt2-tiny", tiny_gpt2), model_step.StepCase("llama-tiny", tiny_llama))
+
+VARIANTS = [
+    "hf", "brickwork", "brickwork, twins", "brickwork, fused head loss", "hf + AdamW", "brickwork + AdamW",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", TINY, ids=lambda c: c.name)
+def test_every_variant_is_timed_on_the_same_model(case):
+    pytest.importorskip("transformers")
+    rows = model_step.run_case(case, layers=2, batch=2, seq=16, repeats=1, compile_too=False)
+    assert [r["variant"] for r in rows] == VARIANTS
+    for row in rows:
+        # from_hf gives the same function: the logits agree before anything is timed.
+        assert row["max_logit_diff"] < 1e-4 and row["dtype"] == "float32" and row["layers"] == 2
+        assert row["wall_ms"] > 0 and row["tokens_per_s"] == pytest.approx(32 / (row["wall_ms"] * 1e-3))
+        assert "gpu_ms" not in row  # CPU: all time is host time
+    table = model_step.markdown_table(rows)
+    assert f"| {case.name} | brickwork + AdamW | 2 | 2 x 16 | float32 |" in table
+
+
+def test_fused_head_loss_equals_the_logits_loss():
+    pytest.importorskip("transformers")
+    import torch
+
+    from brickwork.factory import from_hf
+
+    torch.manual_seed(0)
+    model = from_hf(tiny_gpt2(1).eval())
+    ids = torch.randint(0, 97, (2, 9))
+    torch.testing.assert_close(
+        model_step._fused_head_loss(model, ids), model_step._logits_loss(model, ids), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_twins_context_sends_default_calls_to_the_twin_and_restores():
+    import brickwork.kernels as kernels
+
+    original = kernels.use_triton
+    with model_step.torch_twins():
+        assert kernels.use_triton(None, object()) is False
+    assert kernels.use_triton is original
+
+
+def test_ratios_compare_with_hf_in_the_same_setting():
+    assert model_step._hf_twin("brickwork, compiled, twins") == "hf, compiled"
+    assert model_step._hf_twin("brickwork + fused AdamW") == "hf + fused AdamW"
+    assert model_step._hf_twin("brickwork, compiled + AdamW") == "hf, compiled + AdamW"

@@ -1,0 +1,189 @@
+"""Fused linear + cross-entropy against ``F.cross_entropy(F.linear(...))`` in float64, both backends."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from kernel_testing import DEVICES
+from test_call_path import _OpLog
+
+from brickwork.errors import ConfigError
+from brickwork.kernels import fused_linear_cross_entropy
+from brickwork.kernels.fused.cross_entropy import cross_entropy_chunk_forward
+from brickwork.kernels.linear_cross_entropy import default_chunk_size
+from brickwork.kernels.reference import cross_entropy_chunk_ref
+
+BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.filterwarnings("ignore::RuntimeWarning"))]
+
+
+def _problem(n, d, v, device, dtype=torch.float32, bias=True, ignore_index=-100):
+    hidden = torch.randn(n, d, device=device).to(dtype).requires_grad_()
+    weight = (torch.randn(v, d, device=device) / d**0.5).to(dtype).requires_grad_()
+    b = torch.randn(v, device=device).to(dtype).requires_grad_() if bias else None
+    labels = torch.randint(0, v, (n,), device=device)
+    labels[::4] = ignore_index
+    return hidden, weight, b, labels
+
+
+def _reference(hidden, weight, bias, labels, ignore_index=-100, reduction="mean"):
+    """The unfused loss and its gradients, in float64."""
+    args = [
+        t.detach().double().requires_grad_() for t in (hidden, weight) + (() if bias is None else (bias,))
+    ]
+    logits = F.linear(args[0], args[1], args[2] if bias is not None else None)
+    loss = F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction=reduction)
+    return loss, torch.autograd.grad(loss, args)
+
+
+def _check(loss, grads, ref_loss, ref_grads, tol):
+    torch.testing.assert_close(loss.double(), ref_loss, rtol=tol, atol=tol)
+    for grad, ref in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(grad.double(), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize(("n", "chunk_size"), [(37, 8), (37, None), (5, 64)])
+def test_matches_the_unfused_loss_in_float64(backend, reduction, n, chunk_size):
+    # 37 tokens in chunks of 8 leave a partial last chunk; V = 53 is no power of two.
+    hidden, weight, bias, labels = _problem(n, 16, 53, "cpu")
+    loss = fused_linear_cross_entropy(
+        hidden, weight, labels, bias, reduction=reduction, chunk_size=chunk_size, backend=backend
+    )
+    grads = torch.autograd.grad(loss * 3.0, (hidden, weight, bias))
+    ref_loss, ref_grads = _reference(hidden, weight, bias, labels, reduction=reduction)
+    _check(loss, grads, ref_loss, [3.0 * g for g in ref_grads], 2e-5 if reduction == "mean" else 1e-4)
+
+
+def test_the_torch_path_is_exact_in_float64():
+    hidden, weight, bias, labels = _problem(37, 16, 53, "cpu", torch.float64)
+    loss = fused_linear_cross_entropy(hidden, weight, labels, bias, reduction="sum", chunk_size=8)
+    grads = torch.autograd.grad(loss, (hidden, weight, bias))
+    ref_loss, ref_grads = _reference(hidden, weight, bias, labels, reduction="sum")
+    _check(loss, grads, ref_loss, ref_grads, 1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_triton_rows_wider_than_a_block_and_another_ignore_index(device):
+    # V = 4500 > 4096 columns per step: both passes over a row loop.
+    hidden, weight, bias, labels = _problem(6, 8, 4500, device, ignore_index=7)
+    loss = fused_linear_cross_entropy(hidden, weight, labels, bias, ignore_index=7, backend="triton")
+    grads = torch.autograd.grad(loss, (hidden, weight, bias))
+    ref_loss, ref_grads = _reference(hidden, weight, bias, labels.cpu(), ignore_index=7)
+    _check(loss.cpu(), [g.cpu() for g in grads], ref_loss, ref_grads, 1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bfloat16_weights_match_the_unfused_head(backend):
+    # The unfused head computes bf16 logits and upcasts them; the fused loss rounds the same logits.
+    hidden, weight, _, labels = _problem(24, 32, 70, "cpu", torch.bfloat16, bias=False)
+    loss = fused_linear_cross_entropy(hidden, weight, labels, chunk_size=8, backend=backend)
+    grads = torch.autograd.grad(loss, (hidden, weight))
+    assert loss.dtype == torch.float32 and [g.dtype for g in grads] == [torch.bfloat16] * 2
+    unfused = F.cross_entropy(F.linear(hidden, weight).float(), labels)
+    torch.testing.assert_close(loss, unfused, rtol=1e-5, atol=1e-5)
+    ref_loss, ref_grads = _reference(hidden, weight, None, labels)
+    _check(loss, grads, ref_loss, ref_grads, 2e-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_leading_dims_and_frozen_parameters(backend):
+    hidden, weight, _, labels = _problem(12, 8, 30, "cpu", bias=False)
+    weight.requires_grad_(False)
+    loss = fused_linear_cross_entropy(hidden.view(3, 4, 8), weight, labels.view(3, 4), backend=backend)
+    (grad,) = torch.autograd.grad(loss, hidden)
+    ref_loss, (ref_grad, _) = _reference(hidden, weight, None, labels)
+    _check(loss, [grad], ref_loss, [ref_grad], 1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_chunk_kernel_matches_its_twin():
+    logits = torch.randn(9, 300) * 4
+    logits[2, 17] = float("nan")
+    labels = torch.randint(0, 300, (9,))
+    labels[4] = -100
+    for compute_grad in (False, True):
+        ours, twins = logits.clone(), logits.clone()
+        losses = cross_entropy_chunk_forward(ours, labels, -100, compute_grad)
+        expected = cross_entropy_chunk_ref(twins, labels, -100, compute_grad)
+        torch.testing.assert_close(losses, expected, equal_nan=True)
+        torch.testing.assert_close(ours, twins, equal_nan=True)
+    assert losses[2].isnan() and ours[2].isnan().all() and losses[4] == 0 and (ours[4] == 0).all()
+
+
+def test_eager_launches_directly_and_compiling_uses_the_op(monkeypatch):
+    hidden, weight, bias, labels = _problem(10, 8, 20, "cpu")
+    with _OpLog() as log:
+        eager = fused_linear_cross_entropy(hidden, weight, labels, bias, chunk_size=4, backend="triton")
+    assert not [op for op in log.names if op.startswith("brickwork.")]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    with _OpLog() as log:
+        traced = fused_linear_cross_entropy(hidden, weight, labels, bias, chunk_size=4, backend="triton")
+    assert log.names.count("brickwork.cross_entropy_chunk.default") == 3
+    assert torch.equal(eager, traced)
+
+
+def test_decoder_lm_exposes_hidden_states_and_head_weight():
+    from brickwork.factory import build_model, get_preset
+
+    torch.manual_seed(0)
+    model = build_model(get_preset("gpt-tiny")).eval()
+    ids = torch.randint(0, model.vocab_size, (2, 9))
+    labels = ids[:, 1:]
+    hidden = model.hidden_states(ids)[:, :-1]
+    fused = fused_linear_cross_entropy(hidden, model.head_weight, labels, reduction="sum")
+    unfused = F.cross_entropy(model(ids)[:, :-1].flatten(0, 1), labels.flatten(), reduction="sum")
+    torch.testing.assert_close(fused, unfused, rtol=1e-5, atol=1e-4)
+
+
+def test_default_chunk_holds_at_most_64_mib_of_float32_logits():
+    assert default_chunk_size(8192, 50257) == 256  # 256 x 50257 x 4 bytes = 49 MiB
+    assert default_chunk_size(8192, 32000) == 512
+    assert default_chunk_size(100, 50257) == 128  # never more than the tokens, rounded up
+    assert default_chunk_size(1, 2**30) == 1
+
+
+def test_bad_inputs_raise_clear_errors():
+    hidden, weight, bias, labels = _problem(4, 8, 10, "cpu")
+    with pytest.raises(ConfigError, match=r"reduction.*allowed: mean, sum"):
+        fused_linear_cross_entropy(hidden, weight, labels, reduction="none")
+    with pytest.raises(ConfigError, match=r"chunk_size must be a positive int"):
+        fused_linear_cross_entropy(hidden, weight, labels, chunk_size=0)
+    with pytest.raises(ValueError, match=r"must agree on D"):
+        fused_linear_cross_entropy(hidden, weight[:, :7], labels)
+    with pytest.raises(TypeError, match=r"weight has dtype torch.float64"):
+        fused_linear_cross_entropy(hidden, weight.double(), labels)
+    with pytest.raises(TypeError, match=r"labels must be an int64 or int32 tensor of shape \(4,\)"):
+        fused_linear_cross_entropy(hidden, weight, labels.float())
+    with pytest.raises(ValueError, match=r"label 10 is outside \[0, 10\)"):
+        fused_linear_cross_entropy(hidden, weight, torch.tensor([0, 10, -100, 2]))
+    with pytest.raises(ValueError, match=r"bias must have shape \(10,\)"):
+        fused_linear_cross_entropy(hidden, weight, labels, bias[:5])
+
+
+def test_the_torch_path_compiles_in_one_graph():
+    hidden, weight, bias, labels = _problem(40, 16, 50, "cpu")
+
+    def loss(hidden, weight, bias, labels):
+        return fused_linear_cross_entropy(hidden, weight, labels, bias, reduction="sum", chunk_size=16)
+
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)
+    got, expected = compiled(hidden, weight, bias, labels), loss(hidden, weight, bias, labels)
+    torch.testing.assert_close(got, expected)
+    for a, b in zip(
+        torch.autograd.grad(got, (hidden, weight, bias)),
+        torch.autograd.grad(expected, (hidden, weight, bias)),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_chunk_kernel_gives_an_out_of_range_label_a_nan_loss_without_reading_out_of_bounds():
+    # On a GPU the entry point does not check label values (that would synchronise): the kernel must
+    # neither read past the row nor hide the error.
+    logits = torch.randn(3, 40)
+    labels = torch.tensor([5, 40, -7])
+    losses = cross_entropy_chunk_forward(logits, labels, -100, True)
+    assert losses[0].isfinite() and losses[1:].isnan().all()
+    assert logits[0].isfinite().all() and logits[1:].isnan().all()
