@@ -61,7 +61,7 @@ def test_a_model_that_is_not_a_decoder_lm_takes_the_logits_path() -> None:
     loss, _ = TASKS["causal_lm"](_Logits(model), batch)
     assert type(loss.grad_fn).__name__.startswith("Nll")
     fused, _ = TASKS["causal_lm"](model, batch)
-    torch.testing.assert_close(loss, fused, rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(loss, fused.float(), rtol=1e-6, atol=1e-5)  # the logits path sums in fp32
 
 
 class _Logits(torch.nn.Module):
