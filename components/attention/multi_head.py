@@ -108,18 +108,25 @@ class MultiHeadAttention(nn.Module):
         """Children whose output is added back onto the residual stream (scaled by some inits)."""
         return ("out_proj",)
 
+    def splits_by_head(self) -> bool:
+        """Whether tensor parallel may give each rank a subset of the heads. Not for a token mixer (no
+        heads), nor for a mechanism built for the full head count (one that ``needs`` ``num_heads``,
+        e.g. compositional attention's rule map over all heads): those layers run whole on every rank."""
+        return self.mechanism.requires_input_projection and "num_heads" not in self.mechanism.needs
+
     def tp_divide(self) -> tuple[str, ...]:
-        """The head counts the tensor-parallel layer divides by its size; none for a token mixer, which
-        sees the replicated input."""
-        if not self.mechanism.requires_input_projection:
-            return ()
-        return ("num_heads", "num_kv_heads")
+        """The head counts the tensor-parallel layer divides by its size; none for a layer that does not
+        split by head, which sees the replicated input."""
+        return ("num_heads", "num_kv_heads") if self.splits_by_head() else ()
 
     def tp_plan(self) -> dict[str, str]:
-        """Tensor-parallel style of each child: projections into heads column-wise, ``out_proj`` row-wise."""
+        """Tensor-parallel style of each child: projections into heads column-wise, ``out_proj`` row-wise;
+        every child replicated for a layer that does not split by head."""
+        into_heads = ["qkv_proj"] if self.fused_qkv else ["q_proj", "k_proj", "v_proj"]
         if not self.mechanism.requires_input_projection:
             return {"out_proj": "replicate"}
-        into_heads = ["qkv_proj"] if self.fused_qkv else ["q_proj", "k_proj", "v_proj"]
+        if not self.splits_by_head():
+            return {**dict.fromkeys(into_heads, "replicate"), "out_proj": "replicate"}
         return {**dict.fromkeys(into_heads, "colwise"), "out_proj": "rowwise"}
 
     def forward(

@@ -88,3 +88,13 @@ def test_visual_attention_gates_the_grid_by_its_large_kernel_convolutions() -> N
     torch.testing.assert_close(layer(x), layer.out_proj(mixed), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="square number of tokens"):
         layer(torch.randn(2, 10, 8))
+
+
+def test_a_mechanism_over_all_heads_runs_whole_under_tensor_parallel() -> None:
+    # Compositional attention mixes rules from every head, so no rank may hold a subset of them:
+    # the layer is replicated (and any TP size passes the check), where plain attention splits.
+    layer = MultiHeadAttention(18, 3, attention="compositional")
+    assert not layer.splits_by_head() and layer.tp_divide() == ()
+    assert set(layer.tp_plan().values()) == {"replicate"}
+    check_tensor_parallel(layer, component_plan(layer), 2)
+    assert MultiHeadAttention(16, 4).splits_by_head()
