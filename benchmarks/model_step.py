@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from brickwork.train.losses import logits_of
+
 from .report import device_name, device_slug
 from .timing import time_case
 
@@ -81,12 +83,8 @@ def torch_twins() -> Iterator[None]:
         kernels.use_triton = original
 
 
-def _logits(output: object) -> torch.Tensor:
-    return output if isinstance(output, torch.Tensor) else output.logits
-
-
 def _logits_loss(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    logits = _logits(model(input_ids))
+    logits = logits_of(model(input_ids))
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
 
 
@@ -166,7 +164,7 @@ def run_case(
     input_ids = torch.randint(0, hf.config.vocab_size, (batch, seq), device=device)
     # Same weights, same function: compared without dropout, then all timed in training mode.
     with torch.no_grad():
-        diff = (_logits(hf(input_ids)).float() - ours(input_ids).float()).abs().max().item()
+        diff = (logits_of(hf(input_ids)).float() - ours(input_ids).float()).abs().max().item()
     hf.train()
     ours.train()
     fused_adamw = device.type == "cuda"
