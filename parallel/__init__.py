@@ -10,10 +10,11 @@ from brickwork.parallel.balance import split_rows, split_stages
 from brickwork.parallel.checkpoint import is_complete, load_checkpoint, save_checkpoint
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.export import export
+from brickwork.parallel.full_state import full_state_dict
 from brickwork.parallel.grad_norm import clip_grad_norm
 from brickwork.parallel.launch import RankError, SpawnError, spawn
 from brickwork.parallel.mesh import MESH_DIMS, build_mesh
-from brickwork.parallel.parallel_model import ParallelState, full_state_dict, parallel_state, parallelize
+from brickwork.parallel.parallel_model import ParallelState, parallel_state, parallelize
 from brickwork.parallel.pipeline_model import PipelinedModel
 from brickwork.parallel.plan_by_name import parallelize_module_by_plan
 from brickwork.parallel.tensor_parallel import PlanEntry, apply_tensor_parallel, component_plan, name_plan

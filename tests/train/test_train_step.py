@@ -142,7 +142,11 @@ step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), "causal_lm"
 ids = torch.randint(0, 256, (2, 8))
 loss = step({"input_ids": ids, "labels": ids})
 same_keys = full_state_dict(model).keys() == model.state_dict().keys()
-print(isinstance(model, torch.nn.Module), loss > 0, same_keys)
+try:
+    parallelize(build_model(spec), {"data_parallel_size": 2})
+except ValueError as error:
+    refused = "= 2, but the world size is 1" in str(error)
+print(isinstance(model, torch.nn.Module), loss > 0, same_keys, refused)
 """
 
 
@@ -155,4 +159,4 @@ def test_a_plain_python_process_is_a_world_of_one() -> None:
         [sys.executable, "-c", WORLD_OF_ONE], capture_output=True, text=True, timeout=100, env=env
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["True", "True", "True"]
+    assert result.stdout.split() == ["True", "True", "True", "True"]

@@ -1,0 +1,53 @@
+"""``full_state_dict(model)``: the full weights of a parallelized model, by the single-process names."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from brickwork.parallel.parallel_model import parallel_state
+from brickwork.parallel.styles import PACKED_ATTR, unpack_full
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full weights with the single-process model's names, as CPU tensors, on every rank.
+
+    DTensors are gathered, packed columns put back, pipeline stages merged (the vocabulary is the
+    model's own: nothing is padded). Collective: every rank calls it. A plain module gives its own.
+    """
+    state = parallel_state(model)
+    if state is None:
+        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    local: dict[str, torch.Tensor] = {}
+    for module in state.modules:
+        local.update(gather_full_state(module))
+    if not state.is_pipeline:
+        return local
+    parts: list[dict[str, torch.Tensor] | None] = [None] * state.config.pipeline_parallel_size
+    dist.all_gather_object(parts, local, group=state.mesh["pp"].get_group())
+    merged: dict[str, torch.Tensor] = {}
+    for part in parts:
+        merged.update(part or {})
+    order = getattr(model, "key_order", list(merged))
+    return {name: merged[name] for name in order if name in merged}
+
+
+def gather_full_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """``module``'s state dict as full CPU tensors (DTensors gathered, packed columns put back).
+
+    Collective over the meshes of its DTensors: every rank holding a part of ``module`` calls it.
+    """
+    packed = {}
+    for prefix, sub in module.named_modules():
+        for pname, layout in getattr(sub, PACKED_ATTR, {}).items():
+            packed[f"{prefix}.{pname}" if prefix else pname] = layout
+    out = {}
+    for name, value in module.state_dict().items():
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        if name in packed:
+            value = unpack_full(value, packed[name][0], packed[name][1].to(value.device))
+        out[name] = value.detach().cpu().clone()
+    return out
