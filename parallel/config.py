@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brickwork.errors import ConfigError
+from brickwork.parallel.parts import check_parts
 
 ACTIVATION_CHECKPOINTING = ("none", "full", "selective")
 MIXED_PRECISION = ("fp32", "bf16", "fp16")
@@ -42,6 +43,7 @@ class ParallelConfig:
     pipeline_num_layers: int | None = None
     device_weights: tuple[float, ...] | None = None
     device_type: str | None = None
+    parts: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for key in (
@@ -72,6 +74,7 @@ class ParallelConfig:
                 _check_positive_int(key, getattr(self, key))
         self._check_pipeline()
         self._check_device_weights()
+        self._check_parts()
 
     @property
     def microbatches(self) -> int:
@@ -138,6 +141,16 @@ class ParallelConfig:
         if len(weights) != want:
             raise ConfigError(f"has {len(weights)} entries but {dim}={want}", "device_weights")
 
+    def _check_parts(self) -> None:
+        check_parts(dict(self.parts))
+        if self.parts and self.pipeline_parallel_size > 1:
+            raise ConfigError("per-part strategies are not supported under a pipeline yet", "parts")
+        if self.sequence_parallel and "replicate" in dict(self.parts).values():
+            raise ConfigError(
+                "a replicated part cannot take sequence-parallel activations (every layer must be split)",
+                "parts",
+            )
+
     @property
     def world_size(self) -> int:
         """pp × dp × tp: the number of processes this layout needs."""
@@ -155,7 +168,9 @@ class ParallelConfig:
     def to_dict(self) -> dict[str, Any]:
         """The resolved dist dict, in brickwork's own spellings (lists for tuples)."""
         out = dataclasses.asdict(self)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        out = {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        out["parts"] = dict(self.parts)
+        return out
 
     @classmethod
     def from_dict(
@@ -193,6 +208,10 @@ def _resolve_keys(dist: dict[str, Any], world_size: int | None) -> dict[str, Any
         elif key == "custom_pipeline_stage_id":
             if value is not None:
                 out["pipeline_layers"] = _stage_ids_to_counts(key, value)
+        elif key == "parts":
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"must be a dict of module-path glob -> strategy, got {value!r}", key)
+            out["parts"] = tuple(value.items())
         elif key in fields:
             out[key] = (
                 tuple(value) if key in ("pipeline_layers", "device_weights") and value is not None else value

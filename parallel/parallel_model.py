@@ -28,6 +28,7 @@ from brickwork.parallel.data_parallel import LocalShards, ZeroOptimizers, apply_
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import materialize, take_source, uses_meta_init
 from brickwork.parallel.mesh import build_mesh, start_process_group
+from brickwork.parallel.parts import keep_whole, whole_modules
 from brickwork.parallel.plans import plan_for
 from brickwork.parallel.tensor_parallel import (
     apply_tensor_parallel,
@@ -72,14 +73,15 @@ def parallelize(
     if known is not None:  # an unmodified HF model of a family with a plan in parallel/plans/
         known.check(tp)
         plan, divide = known.plan, {**known.divide, **(divide or {})}
-    entries = merge_plans(component_plan(model), name_plan(model, plan) if plan else [])
+    whole = whole_modules(model, dict(config.parts))
+    entries = keep_whole(merge_plans(component_plan(model), name_plan(model, plan) if plan else []), whole)
     if tp > 1:
         if not entries:
             raise ConfigError(
                 f"tensor_parallel_size={tp} but {type(model).__name__} declares no tensor-parallel plan",
                 "tensor_parallel_size",
             )
-        check_tensor_parallel(model, entries, tp)
+        check_tensor_parallel(model, entries, tp, whole)
     if config.pipeline_parallel_size > 1:
         # Imported here: the pipeline module builds on this one's ParallelState.
         from brickwork.parallel.pipeline_model import parallelize_pipeline
@@ -92,7 +94,7 @@ def parallelize(
         model.to(device)
     if tp > 1:
         apply_tensor_parallel(
-            model, entries, mesh["tp"], sequence_parallel=config.sequence_parallel, divide=divide
+            model, entries, mesh["tp"], sequence_parallel=config.sequence_parallel, divide=divide, whole=whole
         )
     apply_activation_checkpointing(model, config.activation_checkpointing)
     ddp = None

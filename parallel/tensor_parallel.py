@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +90,13 @@ def merge_plans(base: Sequence[PlanEntry], override: Sequence[PlanEntry]) -> lis
     return [entry for entry in base if entry.path not in replaced] + list(override)
 
 
-def check_tensor_parallel(model: nn.Module, entries: Sequence[PlanEntry], tp: int) -> None:
-    """Raise ConfigError, naming the module and the numbers, for anything that does not split by ``tp``."""
+def check_tensor_parallel(
+    model: nn.Module, entries: Sequence[PlanEntry], tp: int, whole: Set[str] = frozenset()
+) -> None:
+    """Raise ConfigError, naming the module and the numbers, for anything that does not split by ``tp``.
+
+    ``whole``: paths of modules kept whole on every rank (parallel/parts.py), whose head counts stay.
+    """
     for entry in entries:
         module = _get_module(model, entry.path, "plan")
         if entry.style == "colwise":
@@ -107,6 +112,8 @@ def check_tensor_parallel(model: nn.Module, entries: Sequence[PlanEntry], tp: in
                 )
             _check_divides(entry.path, "num_embeddings (the vocabulary)", module.num_embeddings, tp, tp)
     for name, module in model.named_modules():
+        if name in whole:
+            continue
         for attr in tp_divide(module):
             value = getattr(module, attr, None)
             if isinstance(value, int):
@@ -121,6 +128,7 @@ def apply_tensor_parallel(
     sequence_parallel: bool = False,
     divide: Mapping[str, Sequence[str]] | None = None,
     split_input: bool = True,
+    whole: Set[str] = frozenset(),
 ) -> None:
     """Shard ``model`` in place over the 1-D ``mesh`` (the "tp" dim) as ``entries`` say.
 
@@ -131,7 +139,7 @@ def apply_tensor_parallel(
     split already), and every parameter inside them must be covered by the plan.
     """
     tp = mesh.size()
-    check_tensor_parallel(model, entries, tp)
+    check_tensor_parallel(model, entries, tp, whole)
     tied = _tied_parameters(model)
     by_owner: dict[str, list[PlanEntry]] = {}
     for entry in entries:
@@ -151,7 +159,7 @@ def apply_tensor_parallel(
     parallelize_module(model, mesh, styles)
     if sequence_parallel:
         _split_sequence_at_layers(model, mesh, split_input)
-    _divide_attributes(model, mesh, divide or {})
+    _divide_attributes(model, mesh, divide or {}, whole)
     _retie(model, tied)
 
 
@@ -198,7 +206,9 @@ def _split_sequence_at_layers(model: nn.Module, mesh: DeviceMesh, split_input: b
         next(iter(layers)).register_forward_pre_hook(split)
 
 
-def _divide_attributes(model: nn.Module, mesh: DeviceMesh, divide: Mapping[str, Sequence[str]]) -> None:
+def _divide_attributes(
+    model: nn.Module, mesh: DeviceMesh, divide: Mapping[str, Sequence[str]], whole: Set[str]
+) -> None:
     tp = mesh.size()
     names = dict(model.named_modules())
     for pattern, attrs in divide.items():
@@ -206,6 +216,8 @@ def _divide_attributes(model: nn.Module, mesh: DeviceMesh, divide: Mapping[str, 
         if not matched:
             raise ConfigError(f"pattern {pattern!r} matches no module", "divide")
         for name in matched:
+            if name in whole:
+                continue
             for attr in attrs:
                 value = getattr(names[name], attr, None)
                 if not isinstance(value, int):
@@ -213,7 +225,9 @@ def _divide_attributes(model: nn.Module, mesh: DeviceMesh, divide: Mapping[str, 
                 _check_divides(name, attr, value, tp, tp)
                 setattr(names[name], attr, value // tp)
     rank = mesh.get_local_rank()
-    for module in names.values():
+    for name, module in names.items():
+        if name in whole:
+            continue
         divided = [a for a in tp_divide(module) if isinstance(getattr(module, a, None), int)]
         sizes = {getattr(module, a) for a in divided}
         for attr in divided:

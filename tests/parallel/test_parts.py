@@ -1,0 +1,81 @@
+"""Per-part strategies (``dist.parts``): replicated parts stay whole, split parts shard, same numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from parts_cases import build, build_vit, tp2_with_parts, train, vit_split_head
+
+from brickwork.errors import ConfigError
+from brickwork.parallel import ParallelConfig, spawn
+from brickwork.parallel.parts import whole_modules
+
+
+def test_the_innermost_named_module_decides_and_a_later_pattern_wins() -> None:
+    whole = whole_modules(build(), {"layers.*": "replicate", "layers.1": "split"})
+    assert "layers.0" in whole and "layers.0.attention.q_proj" in whole
+    assert not any(name.startswith("layers.1") for name in whole)
+    assert "lm_head" not in whole and "token_embedding" not in whole
+    whole = whole_modules(build(), {"layers.*": "replicate", "layers.1.feedforward": "split"})
+    assert "layers.1.attention.q_proj" in whole and "layers.1.feedforward" not in whole
+
+
+def test_unknown_strategy_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="unknown part strategy 'shard'") as caught:
+        ParallelConfig.from_dict({"tensor_parallel_size": 2, "parts": {"layers.*": "shard"}})
+    assert "parts.layers.*" in str(caught.value) and "replicate" in str(caught.value)
+
+
+def test_a_pattern_naming_no_module_names_the_key() -> None:
+    # Components are matched whole: "layers" alone, or a path one level too deep, names nothing.
+    for pattern in ("blocks.*", "layers.0.q_proj"):
+        with pytest.raises(ConfigError, match="matches no module") as caught:
+            whole_modules(build(), {pattern: "replicate"})
+        assert f"parts.{pattern}" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("dist", "message"),
+    [
+        ({"tensor_parallel_size": 2, "parts": ["layers.0"]}, "must be a dict"),
+        ({"pipeline_parallel_size": 2, "parts": {"layers.0": "replicate"}}, "not supported under a pipeline"),
+        (
+            {"tensor_parallel_size": 2, "sequence_parallel": True, "parts": {"layers.0": "replicate"}},
+            "sequence-parallel",
+        ),
+    ],
+)
+def test_unsupported_combinations_are_refused(dist: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ParallelConfig.from_dict(dist)
+
+
+def test_parts_round_trip_through_the_resolved_dict() -> None:
+    config = ParallelConfig.from_dict({"tensor_parallel_size": 2, "parts": {"layers.0": "replicate"}})
+    assert config.to_dict()["parts"] == {"layers.0": "replicate"}
+    assert ParallelConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_replicated_and_split_parts_train_like_one_process() -> None:
+    ref_losses, ref_state = train(build())
+    for losses, state, sharded in spawn(tp2_with_parts, 2, timeout=200):
+        # The replicated block keeps all 4 heads and its full weights; the split one holds 2 heads.
+        assert sharded.pop("heads") == (4, 2)
+        assert not sharded["token_embedding.weight"] and not sharded["layers.0.attention.q_proj.weight"]
+        assert sharded["layers.1.attention.q_proj.weight"] and sharded["lm_head.weight"]
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+        for name, value in ref_state.items():
+            torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_a_wide_classifier_split_over_a_replicated_body_trains_like_one_process() -> None:
+    ref_losses, ref_state = train(build_vit(), "image_classification")
+    for losses, state, split in spawn(vit_split_head, 2, timeout=200):
+        assert split
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+        for name, value in ref_state.items():
+            torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
