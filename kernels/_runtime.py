@@ -53,10 +53,13 @@ def check_backend(backend: str | None) -> None:
 
 
 def use_triton(backend: str | None, x: torch.Tensor) -> bool:
-    """True when the call should run the Triton kernel: asked for, or ``None`` with a CUDA tensor."""
+    """Whether the call runs the Triton kernel: asked for, or ``None`` with a CUDA tensor in eager mode."""
     check_backend(backend)
     if backend == "triton":
         if not TRITON_INSTALLED:
             raise ImportError("backend='triton' needs the triton package, which is not installed")
         return True
-    return backend is None and x.is_cuda and TRITON_INSTALLED
+    # While torch.compile traces, None takes the twin: Inductor fuses it with its neighbours (the
+    # residual add before a norm, the matmul epilogue before GELU), which an opaque Triton op prevents.
+    # Measured on an H100 (docs/kernels.md): compiled training steps ran faster with the twins.
+    return backend is None and x.is_cuda and TRITON_INSTALLED and not torch.compiler.is_compiling()

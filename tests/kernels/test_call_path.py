@@ -104,3 +104,16 @@ def test_compile_sees_each_op_without_a_graph_break(name):
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
     op_name = name.removesuffix("_dropout")
     assert f"brickwork.{op_name}_fwd" in str(explanation.graphs[0].code)
+
+
+def test_default_backend_takes_the_twin_while_compiling(monkeypatch):
+    # Inductor fuses the twins with their neighbours; an explicit backend="triton" still gets the op.
+    from types import SimpleNamespace
+
+    from brickwork.kernels._runtime import TRITON_INSTALLED, use_triton
+
+    cuda_tensor = SimpleNamespace(is_cuda=True)
+    assert use_triton(None, cuda_tensor) is TRITON_INSTALLED
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert use_triton(None, cuda_tensor) is False
+    assert use_triton("triton", cuda_tensor) is True
