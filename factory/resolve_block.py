@@ -8,6 +8,7 @@ cross-attention has separate projections and a mechanism that reads memory.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +117,19 @@ def resolve_residual(spec: Any, path: str, context: Mapping[str, Any]) -> Choice
 LAYER_TO_SPEC = {"causal": "mechanism.name", "rotary": "mechanism.name", "position_bias": "mechanism.name"}
 
 
+# The attention keys a multi-head rule may name in its message ("num_heads=8 must be ...").
+_ATTENTION_KEYS = re.compile(r"(?<![\w.])(num_heads|num_kv_heads|dim_head|fused_qkv)=")
+
+
+def _spec_paths(reason: str, path: str, own: str | None) -> str:
+    """The layer's message with each other attention key it names written as its spec path (the key
+    the error is filed under already leads the message), so a rule spanning several keys names every
+    one of them where the user set it."""
+    return _ATTENTION_KEYS.sub(
+        lambda m: m.group(0) if m.group(1) == own else f"{join_path(path, m.group(1))}=", reason
+    )
+
+
 def resolve_attention(spec: Any, path: str, ctx: BlockContext, self_attention: bool) -> AttentionConfig:
     attn = to_config(AttentionSpec, spec, path)
     mechanism_path = join_path(path, "mechanism")
@@ -136,7 +150,9 @@ def resolve_attention(spec: Any, path: str, ctx: BlockContext, self_attention: b
                                  dim_head, attn.fused_qkv, "rotary" in kinds, "bias" in kinds)  # fmt: skip
     except ConfigError as err:
         raise ConfigError(
-            err.reason, join_path(path, LAYER_TO_SPEC.get(err.path, err.path)), err.choices
+            _spec_paths(err.reason, path, err.path),
+            join_path(path, LAYER_TO_SPEC.get(err.path, err.path)),
+            err.choices,
         ) from None
     if not self_attention and cls is not None and not cls.requires_input_projection:
         raise ConfigError(f"{name!r} mixes the input itself and cannot attend to memory",
