@@ -3,9 +3,21 @@ HF GPT-2's 50257 and an odd brickwork vocabulary train like one process, and che
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
-from vocab_padding_cases import GPT2_VOCAB, ODD_VOCAB, STEPS, four_rank, load_run, reference, tp2_rank
+from vocab_padding_cases import (
+    GPT2_VOCAB,
+    ODD_VOCAB,
+    STEPS,
+    build,
+    four_rank,
+    generated,
+    load_run,
+    reference,
+    tp2_rank,
+)
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, spawn
@@ -36,6 +48,12 @@ def test_every_real_row_keeps_its_shard_and_comes_back(vocab: int, tp: int, mult
         torch.testing.assert_close(shard[: len(chunk)], chunk, rtol=0, atol=0)
         assert not shard[len(chunk) :].any()
     assert sum(padding.real_rows(r) for r in range(tp)) == vocab
+
+
+def test_only_a_tensor_parallel_shard_is_unpadded_as_a_view() -> None:
+    padding = VocabPadding.for_size(ODD_VOCAB, 2, 64)
+    with pytest.raises(ValueError, match="use full_state_dict"):
+        padding.unpadded_view(torch.zeros(padding.padded, 4))
 
 
 @pytest.mark.parametrize("value", [0, -64, 1.5, True])
@@ -77,6 +95,24 @@ def test_tp2_trains_like_one_process(kind: str, vocab: int, tp2_results: list[di
 
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
+def test_meta_init_fills_the_padded_shards_from_rank_0(tp2_results: list[dict]) -> None:
+    ref = build("odd").state_dict()
+    for rank in tp2_results:
+        assert rank["meta"].keys() == ref.keys()
+        for name, value in ref.items():
+            torch.testing.assert_close(rank["meta"][name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_tp2_generates_like_one_process(tp2_results: list[dict]) -> None:
+    ref = generated(build("odd"))
+    for rank in tp2_results:
+        torch.testing.assert_close(rank["generated"], ref, rtol=0, atol=0)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
 def test_a_tp2_checkpoint_reloads_in_one_process(saved: str, tp2_results: list[dict]) -> None:
     one = load_run(saved, None)
     for rank in tp2_results:
@@ -87,10 +123,15 @@ def test_a_tp2_checkpoint_reloads_in_one_process(saved: str, tp2_results: list[d
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_zero3_over_tp2_and_a_tp4_reload(saved: str, tp2_results: list[dict]) -> None:
-    results = spawn(four_rank, 4, saved, timeout=360)
+def test_zero3_over_tp2_and_a_tp4_reload(saved: str, tp2_results: list[dict], tmp_path: Path) -> None:
+    results = spawn(four_rank, 4, saved, str(tmp_path), timeout=360)
     ref, saved_run = reference("gpt2-hf"), tp2_results[0]["save"]
     for rank in results:
         _check_run(rank["zero3"], ref)
         torch.testing.assert_close(rank["tp4"]["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(rank["tp4"]["next_loss"], saved_run["next_loss"], rtol=1e-5, atol=1e-5)
+        assert "use full_state_dict()" in rank["refused"]
+        torch.testing.assert_close(rank["ddp"]["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
+    one = load_run(str(tmp_path / "ddp"), None)  # DDP over TP keeps local shards: their state unpadded too
+    torch.testing.assert_close(one["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(one["next_loss"], saved_run["next_loss"], rtol=1e-5, atol=1e-5)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
@@ -124,17 +125,53 @@ def load_run(root: str, layout: dict[str, Any] | None) -> dict[str, Any]:
     return {"logits": logits(model, ids[1]), "next_loss": step({"input_ids": ids[1], "labels": labels[1]})}
 
 
+def generated(model: nn.Module) -> torch.Tensor:
+    """Greedy decoding (KV cache) of 5 tokens after the first 3 of the first batch, in eval mode."""
+    ids, _ = batches("odd")
+    return model.eval().generate(ids[0][:, :3], 5)
+
+
+def meta_built(layout: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The odd decoder built for real on rank 0 and on the meta device elsewhere, parallelized: its
+    full weights (rank 0's, broadcast into the padded shards)."""
+    if dist.get_rank() == 0:
+        return full_state_dict(parallelize(build("odd"), layout))
+    with torch.device("meta"):
+        model = build("odd")
+    return full_state_dict(parallelize(model, layout))
+
+
 def tp2_rank(root: str) -> dict[str, Any]:
-    """Both models at tp=2, and the odd decoder's tp=2 checkpoint saved to root (one spawn for all)."""
+    """Both models at tp=2, greedy decoding, and the odd decoder's tp=2 checkpoint saved to root
+    (one spawn for all: process start-up dominates)."""
     tp2 = {"tensor_parallel_size": 2}
     return {
         "gpt2-hf": train("gpt2-hf", tp2),
         "odd": train("odd", tp2),
+        "generated": generated(parallelize(build("odd"), tp2)),
+        "meta": meta_built(tp2),
         "save": save_run(root, tp2),
     }
 
 
-def four_rank(root: str) -> dict[str, Any]:
-    """GPT-2 at dp2×tp2 with ZeRO-3, and the tp=2 checkpoint in root reloaded at tp=4."""
+def refused_save(root: str, layout: dict[str, Any]) -> str:
+    """The message with which ``save_checkpoint`` refuses the odd decoder under ``layout``."""
+    model = parallelize(build("odd"), layout)
+    try:
+        save_checkpoint(Path(root), model, None, 0)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+def four_rank(root: str, scratch: str) -> dict[str, Any]:
+    """GPT-2 at dp2×tp2 with ZeRO-3, the tp=2 checkpoint in root reloaded at tp=4, and a checkpoint
+    of a padded vocabulary under ZeRO-3 over TP (refused) and under DDP over TP (saved to scratch/ddp;
+    every data-parallel rank takes the whole batch, so the run is the tp=2 run of :func:`save_run`)."""
     zero3 = {"data_parallel_size": 2, "tensor_parallel_size": 2, "zero_stage": 3}
-    return {"zero3": train("gpt2-hf", zero3), "tp4": load_run(root, {"tensor_parallel_size": 4})}
+    return {
+        "zero3": train("gpt2-hf", zero3),
+        "tp4": load_run(root, {"tensor_parallel_size": 4}),
+        "refused": refused_save(scratch, zero3),
+        "ddp": save_run(str(Path(scratch) / "ddp"), {"data_parallel_size": 2, "tensor_parallel_size": 2}),
+    }
