@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from vocab_padding_cases import (
     GPT2_VOCAB,
     ODD_VOCAB,
@@ -20,7 +21,7 @@ from vocab_padding_cases import (
 )
 
 from brickwork.errors import ConfigError
-from brickwork.parallel import ParallelConfig, spawn
+from brickwork.parallel import ParallelConfig, export, spawn
 from brickwork.parallel.vocab_padding import VocabPadding
 
 pytest.importorskip("transformers")
@@ -113,7 +114,10 @@ def test_tp2_generates_like_one_process(tp2_results: list[dict]) -> None:
 
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
-def test_a_tp2_checkpoint_reloads_in_one_process(saved: str, tp2_results: list[dict]) -> None:
+def test_a_tp2_checkpoint_reloads_in_one_process(saved: str, tp2_results: list[dict], tmp_path: Path) -> None:
+    weights = load_file(export(saved, tmp_path / "odd.safetensors"))
+    assert weights["token_embedding.weight"].shape[0] == ODD_VOCAB  # the export is unpadded
+    build("odd").load_state_dict(weights, strict=True)
     one = load_run(saved, None)
     for rank in tp2_results:
         torch.testing.assert_close(one["logits"], rank["save"]["logits"], rtol=1e-5, atol=1e-5)
