@@ -24,7 +24,7 @@ DIM, SEQ, BATCH, STEPS = 16, 8, 4, 3
 
 def build(kind: str, seed: int = 0) -> nn.Module:
     """``gpt2-hf``: HF GPT2LMHeadModel, vocab 50257, tied head. ``odd``: brickwork's gpt-tiny decoder,
-    vocab 101, tied head."""
+    vocab 101, tied head, 1 layer (``odd2``: 2 layers, for a pipeline)."""
     torch.manual_seed(seed)
     if kind == "gpt2-hf":
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -36,13 +36,14 @@ def build(kind: str, seed: int = 0) -> nn.Module:
         return GPT2LMHeadModel(config)
     spec = copy.deepcopy(get_preset("gpt-tiny"))
     spec.update(vocab_size=ODD_VOCAB, dim_model=DIM, max_seq_len=2 * SEQ)
-    spec["decoder"]["num_layers"] = 1
+    spec["decoder"]["num_layers"] = 2 if kind == "odd2" else 1
     spec["decoder"]["block"]["attention"]["num_heads"] = 4
     spec["decoder"]["block"]["feedforward"]["hidden_dim"] = 32
     return build_model(spec)
 
 
 def vocab_of(kind: str) -> int:
+    """The vocabulary of :func:`build`'s ``kind``."""
     return GPT2_VOCAB if kind == "gpt2-hf" else ODD_VOCAB
 
 
@@ -80,9 +81,14 @@ def reference(kind: str) -> dict[str, Any]:
     return {"losses": losses, "logits": first, "state": full_state_dict(model)}
 
 
-def _local_rows(model: nn.Module, tensor: torch.Tensor) -> torch.Tensor:
-    dp = parallel_state(model).mesh["dp"]
-    return tensor.chunk(dp.size())[dp.get_local_rank()]
+def _batch(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor] | None:
+    """This data-parallel rank's rows; None on later pipeline stages (they receive activations)."""
+    mesh = parallel_state(model).mesh
+    if mesh["pp"].get_local_rank() > 0:
+        return None
+    dp = mesh["dp"]
+    rows = [t.chunk(dp.size())[dp.get_local_rank()] for t in (ids, labels)]
+    return {"input_ids": rows[0], "labels": rows[1]}
 
 
 def train(kind: str, layout: dict[str, Any]) -> dict[str, Any]:
@@ -91,13 +97,13 @@ def train(kind: str, layout: dict[str, Any]) -> dict[str, Any]:
     opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     step = TrainStep(model, opt, "causal_lm")
     ids, labels = batches(kind)
-    first = logits(model, ids[0])
-    losses = [
-        step({"input_ids": _local_rows(model, ids[s]), "labels": _local_rows(model, labels[s])})
-        for s in range(STEPS)
-    ]
-    embedding = model.token_embedding if kind == "odd" else model.transformer.wte
-    rows = embedding.weight.to_local().shape[0] if isinstance(embedding.weight, DTensor) else None
+    pipeline = parallel_state(model).is_pipeline
+    first = None if pipeline else logits(model, ids[0])
+    losses = [step(_batch(model, ids[s], labels[s])) for s in range(STEPS)]
+    rows = None
+    if not pipeline:
+        embedding = model.transformer.wte if kind == "gpt2-hf" else model.token_embedding
+        rows = embedding.weight.to_local().shape[0] if isinstance(embedding.weight, DTensor) else None
     return {"losses": losses, "logits": first, "state": full_state_dict(model), "embedding_rows": rows}
 
 
@@ -148,6 +154,7 @@ def tp2_rank(root: str) -> dict[str, Any]:
     return {
         "gpt2-hf": train("gpt2-hf", tp2),
         "odd": train("odd", tp2),
+        "odd-sp": train("odd", {**tp2, "sequence_parallel": True}),
         "generated": generated(parallelize(build("odd"), tp2)),
         "meta": meta_built(tp2),
         "save": save_run(root, tp2),
@@ -165,12 +172,14 @@ def refused_save(root: str, layout: dict[str, Any]) -> str:
 
 
 def four_rank(root: str, scratch: str) -> dict[str, Any]:
-    """GPT-2 at dp2×tp2 with ZeRO-3, the tp=2 checkpoint in root reloaded at tp=4, and a checkpoint
+    """GPT-2 at dp2×tp2 with ZeRO-3, the 2-layer odd decoder at pp2×tp2 (its tied embedding and head
+    on different stages), the tp=2 checkpoint in root reloaded at tp=4, and a checkpoint
     of a padded vocabulary under ZeRO-3 over TP (refused) and under DDP over TP (saved to scratch/ddp;
     every data-parallel rank takes the whole batch, so the run is the tp=2 run of :func:`save_run`)."""
     zero3 = {"data_parallel_size": 2, "tensor_parallel_size": 2, "zero_stage": 3}
     return {
         "zero3": train("gpt2-hf", zero3),
+        "pp2tp2": train("odd2", {"pipeline_parallel_size": 2, "tensor_parallel_size": 2}),
         "tp4": load_run(root, {"tensor_parallel_size": 4}),
         "refused": refused_save(scratch, zero3),
         "ddp": save_run(str(Path(scratch) / "ddp"), {"data_parallel_size": 2, "tensor_parallel_size": 2}),
