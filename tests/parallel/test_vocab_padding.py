@@ -12,6 +12,7 @@ from vocab_padding_cases import (
     GPT2_VOCAB,
     ODD_VOCAB,
     STEPS,
+    base_hidden,
     build,
     four_rank,
     generated,
@@ -86,15 +87,21 @@ def _check_run(run: dict, ref: dict) -> None:
 
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    ("run", "vocab"), [("gpt2-hf", GPT2_VOCAB), ("odd", ODD_VOCAB), ("odd-sp", ODD_VOCAB)]
-)
-def test_tp2_trains_like_one_process(run: str, vocab: int, tp2_results: list[dict]) -> None:
-    ref = reference(run.removesuffix("-sp"))  # -sp: under sequence parallel
+@pytest.mark.parametrize(("run", "rows"), [("gpt2-hf", 50304 // 2), ("odd", 128 // 2), ("odd-sp", 112 // 2)])
+def test_tp2_trains_like_one_process(run: str, rows: int, tp2_results: list[dict]) -> None:
+    ref = reference(run.removesuffix("-sp"))  # -sp: under sequence parallel, vocab_multiple 8
     assert len(ref["losses"]) == STEPS
     for rank in tp2_results:
         _check_run(rank[run], ref)
-        assert rank[run]["embedding_rows"] == VocabPadding.for_size(vocab, 2, 64).shard_rows
+        assert rank[run]["embedding_rows"] == rows  # padded to a multiple of tp × vocab_multiple
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_an_embedding_without_a_head_is_padded_alone(tp2_results: list[dict]) -> None:
+    ref = base_hidden(build("gpt2-hf").transformer)
+    for rank in tp2_results:
+        torch.testing.assert_close(rank["base"], ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.distributed

@@ -131,6 +131,13 @@ def load_run(root: str, layout: dict[str, Any] | None) -> dict[str, Any]:
     return {"logits": logits(model, ids[1]), "next_loss": step({"input_ids": ids[1], "labels": labels[1]})}
 
 
+def base_hidden(model: nn.Module) -> torch.Tensor:
+    """HF GPT2Model (an embedding and no head): the last hidden states of the first batch."""
+    ids, _ = batches("gpt2-hf")
+    with torch.no_grad():
+        return model(ids[0]).last_hidden_state.detach().cpu()
+
+
 def generated(model: nn.Module) -> torch.Tensor:
     """Greedy decoding (KV cache) of 5 tokens after the first 3 of the first batch, in eval mode."""
     ids, _ = batches("odd")
@@ -154,7 +161,8 @@ def tp2_rank(root: str) -> dict[str, Any]:
     return {
         "gpt2-hf": train("gpt2-hf", tp2),
         "odd": train("odd", tp2),
-        "odd-sp": train("odd", {**tp2, "sequence_parallel": True}),
+        "odd-sp": train("odd", {**tp2, "sequence_parallel": True, "vocab_multiple": 8}),
+        "base": base_hidden(parallelize(build("gpt2-hf").transformer, tp2)),
         "generated": generated(parallelize(build("odd"), tp2)),
         "meta": meta_built(tp2),
         "save": save_run(root, tp2),
