@@ -18,6 +18,7 @@ shard, and the unpadded tensor is a DTensor view of that prefix sharing storage 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -138,8 +139,11 @@ def pad_source(model: nn.Module, source: dict[str, torch.Tensor]) -> dict[str, t
     return {k: padded[k].pad(v) if k in padded else v for k, v in source.items()}
 
 
-def remap_ids_hook(padding: VocabPadding):
-    """A forward pre-hook for the embedding: token ids -> padded rows."""
+def remap_ids_hook(padding: VocabPadding) -> Callable[[nn.Module, tuple], tuple]:
+    """A forward pre-hook for the embedding: token ids -> padded rows.
+
+    An id outside the vocabulary lands on a padding row or outside every shard, so it embeds as zeros,
+    as it does in an unpadded vocabulary-parallel embedding (whose lookup masks it)."""
 
     def hook(module: nn.Module, args: tuple) -> tuple:
         return (padding.padded_ids(args[0]), *args[1:])
@@ -147,7 +151,7 @@ def remap_ids_hook(padding: VocabPadding):
     return hook
 
 
-def unpad_logits_hook(padding: VocabPadding):
+def unpad_logits_hook(padding: VocabPadding) -> Callable[[nn.Module, tuple, torch.Tensor], torch.Tensor]:
     """A forward hook for the head: its vocabulary-sharded logits [..., padded] -> [..., vocab]."""
 
     def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:

@@ -50,6 +50,10 @@ def test_every_real_row_keeps_its_shard_and_comes_back(vocab: int, tp: int, mult
         torch.testing.assert_close(shard[: len(chunk)], chunk, rtol=0, atol=0)
         assert not shard[len(chunk) :].any()
     assert sum(padding.real_rows(r) for r in range(tp)) == vocab
+    # Ids outside the vocabulary reach no real row (the sharded lookup gives zeros, as unpadded).
+    outside = padding.padded_ids(torch.cat([torch.arange(-3, 0), torch.arange(vocab, 3 * vocab)]))
+    inside = outside[(outside >= 0) & (outside < padding.padded)]
+    assert not padded[inside].any()
 
 
 def test_only_a_tensor_parallel_shard_is_unpadded_as_a_view() -> None:
