@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from brickwork.blocks.block import DecoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
@@ -124,6 +125,8 @@ class DecoderLM(nn.Module):
         out = [input_ids]
         for step in range(max_new_tokens):
             last = logits[:, -1, :].float()
+            if isinstance(last, DTensor):  # tensor parallel leaves the logits split over the vocabulary
+                last = last.full_tensor()
             if temperature > 0:
                 token = torch.multinomial(torch.softmax(last / temperature, dim=-1), 1, generator=generator)
             else:

@@ -37,6 +37,7 @@ from brickwork.parallel.manifest import verify_manifest, write_manifest
 from brickwork.parallel.parallel_model import parallel_state
 from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner, UnsafeCheckpointError
 from brickwork.parallel.styles import PACKED_ATTR
+from brickwork.parallel.vocab_padding import VocabPadding, padded_names
 
 COMPLETE_MARKER = ".complete"
 META_FILE = "meta.json"
@@ -152,11 +153,10 @@ def load_checkpoint(
     if missing:
         raise KeyError(f"{folder} has no weights for {[k[6:] for k in missing]}")
     destinations = _optimizer_destinations(model, optimizer, stored) if optimizer is not None else {}
-    state.update({key: tensor for key, (_, _, tensor) in destinations.items()})
+    state.update({key: tensor for key, (_, _, tensor, _) in destinations.items()})
     with quiet_single_process():
         dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=not dist.is_initialized())
-    for key, (param, name, _) in destinations.items():
-        value = state[key]
+    for param, name, _, value in destinations.values():
         if isinstance(value, DTensor) and not isinstance(param, DTensor):
             value = value.to_local()  # a LocalShards shard keeps plain local state
         _local_optimizer(model, optimizer).state[param][name] = value
@@ -172,9 +172,13 @@ def load_checkpoint(
 
 def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's state dict, by single-process names: DTensors where sharded, sharing storage with
-    the parameters (so DCP loads in place)."""
+    the parameters (so DCP loads in place); a padded vocabulary as the view of its real rows."""
     state = parallel_state(model)
-    return state.local_state_dict() if state is not None else model.state_dict()
+    if state is None:
+        return model.state_dict()
+    padded = padded_names(state.modules)
+    local = state.local_state_dict()
+    return {k: padded[k].unpadded_view(v) if k in padded else v for k, v in local.items()}
 
 
 def _dist_dict(model: nn.Module) -> dict[str, Any] | None:
@@ -208,22 +212,39 @@ def _as_global(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
 
 def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     local = _local_optimizer(model, optimizer)
+    padded = _padded(model)
     out = {}
     for name, param in _trainable(model).items():
         for key, value in local.state.get(param, {}).items():
             if isinstance(value, torch.Tensor):
-                out[f"optim.{name}.{key}"] = _as_global(value, param)
+                value = _as_global(value, param)
+                if name in padded and value.shape == _param_shape(param):
+                    value = padded[name].unpadded_view(value)
+                out[f"optim.{name}.{key}"] = value
     return out
+
+
+def _padded(model: nn.Module) -> dict[str, VocabPadding]:
+    state = parallel_state(model)
+    return padded_names(state.modules) if state is not None else {}
+
+
+def _param_shape(param: torch.Tensor) -> torch.Size:
+    """The global shape of ``param`` (a LocalShards shard's is its DTensor's)."""
+    spec = getattr(param, "_st_info", None)
+    return torch.Size(spec.shape) if spec is not None else param.shape
 
 
 def _optimizer_destinations(
     model: nn.Module, optimizer: torch.optim.Optimizer, stored: Mapping[str, Any]
-) -> dict[str, tuple[torch.Tensor, str, torch.Tensor]]:
+) -> dict[str, tuple[torch.Tensor, str, torch.Tensor, torch.Tensor]]:
     """For each optimizer state tensor in the checkpoint that this rank's optimizer holds: its
-    parameter, state key, and an empty tensor laid out like the parameter to load it into."""
+    parameter, state key, an empty tensor laid out like the parameter to load it into, and the tensor
+    the optimizer keeps (the same, or for a padded vocabulary the padded one it is a view of)."""
     local = _local_optimizer(model, optimizer)
     owned = {id(p) for group in local.param_groups for p in group["params"]}
-    out: dict[str, tuple[torch.Tensor, str, torch.Tensor]] = {}
+    padded = _padded(model)
+    out: dict[str, tuple[torch.Tensor, str, torch.Tensor, torch.Tensor]] = {}
     done: set[int] = set()
     for name, param in _trainable(model).items():
         prefix = f"optim.{name}."
@@ -236,11 +257,12 @@ def _optimizer_destinations(
             if not isinstance(md, TensorStorageMetadata):
                 continue
             dtype = md.properties.dtype
-            if tuple(md.size) == tuple(param.shape):
-                tensor = _as_global(torch.zeros_like(param, dtype=dtype), param)
-            else:
-                tensor = torch.zeros(tuple(md.size), dtype=dtype)
-            out[key] = (param, key[len(prefix) :], tensor)
+            kept = _as_global(torch.zeros_like(param, dtype=dtype), param)
+            # A padded vocabulary's state is stored unpadded: it loads into the real rows of ``kept``.
+            tensor = padded[name].unpadded_view(kept) if name in padded else kept
+            if tuple(md.size) != tuple(tensor.shape):
+                tensor = kept = torch.zeros(tuple(md.size), dtype=dtype)
+            out[key] = (param, key[len(prefix) :], tensor, kept)
     return out
 
 

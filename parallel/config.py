@@ -44,6 +44,7 @@ class ParallelConfig:
     device_weights: tuple[float, ...] | None = None
     device_type: str | None = None
     parts: tuple[tuple[str, str], ...] = ()
+    vocab_multiple: int = 64
 
     def __post_init__(self) -> None:
         for key in (
@@ -51,6 +52,7 @@ class ParallelConfig:
             "tensor_parallel_size",
             "pipeline_parallel_size",
             "virtual_pipeline_size",
+            "vocab_multiple",
         ):
             _check_positive_int(key, getattr(self, key))
         for key in ("sequence_parallel", "cpu_offload"):

@@ -9,13 +9,15 @@ from torch.distributed.tensor import DTensor
 
 from brickwork.parallel.parallel_model import parallel_state
 from brickwork.parallel.styles import PACKED_ATTR, unpack_full
+from brickwork.parallel.vocab_padding import padded_names
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The full weights with the single-process model's names, as CPU tensors, on every rank.
 
-    DTensors are gathered, packed columns put back, pipeline stages merged (the vocabulary is the
-    model's own: nothing is padded). Collective: every rank calls it. A plain module gives its own.
+    DTensors are gathered, packed columns put back, pipeline stages merged, a padded vocabulary's
+    padding dropped (parallel/vocab_padding.py). Collective: every rank calls it. A plain module
+    gives its own.
     """
     state = parallel_state(model)
     if state is None:
@@ -35,7 +37,8 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def gather_full_state(module: nn.Module) -> dict[str, torch.Tensor]:
-    """``module``'s state dict as full CPU tensors (DTensors gathered, packed columns put back).
+    """``module``'s state dict as full CPU tensors (DTensors gathered, packed columns put back, padded
+    vocabulary rows dropped).
 
     Collective over the meshes of its DTensors: every rank holding a part of ``module`` calls it.
     """
@@ -43,11 +46,14 @@ def gather_full_state(module: nn.Module) -> dict[str, torch.Tensor]:
     for prefix, sub in module.named_modules():
         for pname, layout in getattr(sub, PACKED_ATTR, {}).items():
             packed[f"{prefix}.{pname}" if prefix else pname] = layout
+    padded = padded_names([module])
     out = {}
     for name, value in module.state_dict().items():
         if isinstance(value, DTensor):
             value = value.full_tensor()
         if name in packed:
             value = unpack_full(value, packed[name][0], packed[name][1].to(value.device))
+        if name in padded:
+            value = padded[name].unpad(value)
         out[name] = value.detach().cpu().clone()
     return out

@@ -37,6 +37,7 @@ from brickwork.parallel.tensor_parallel import (
     merge_plans,
     name_plan,
 )
+from brickwork.parallel.vocab_padding import pad_source
 
 STATE_ATTR = "_brickwork_parallel_state"
 
@@ -94,8 +95,16 @@ def parallelize(
         model.to(device)
     if tp > 1:
         apply_tensor_parallel(
-            model, entries, mesh["tp"], sequence_parallel=config.sequence_parallel, divide=divide, whole=whole
+            model,
+            entries,
+            mesh["tp"],
+            sequence_parallel=config.sequence_parallel,
+            divide=divide,
+            vocab_multiple=config.vocab_multiple,
+            whole=whole,
         )
+        if source:
+            source = pad_source(model, source)
     apply_activation_checkpointing(model, config.activation_checkpointing)
     ddp = None
     if config.zero_stage >= 2:

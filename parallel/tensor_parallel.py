@@ -29,6 +29,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from brickwork.errors import ConfigError, join_path
 from brickwork.parallel.styles import is_transposed_linear, make_style, parse_style
+from brickwork.parallel.vocab_padding import VocabPadding, pad_vocabulary, remap_ids_hook, unpad_logits_hook
 
 
 @dataclass(frozen=True)
@@ -95,22 +96,23 @@ def check_tensor_parallel(
 ) -> None:
     """Raise ConfigError, naming the module and the numbers, for anything that does not split by ``tp``.
 
-    ``whole``: paths of modules kept whole on every rank (parallel/parts.py), whose head counts stay.
+    A vocabulary (a "vocab" embedding, or the output dim of a colwise LM head) need not divide: it is
+    padded inside the model (parallel/vocab_padding.py). ``whole``: paths of modules kept whole on every
+    rank (parallel/parts.py), whose head counts stay.
     """
+    paddable = set(_paddable_paths(model, entries))
     for entry in entries:
         module = _get_module(model, entry.path, "plan")
+        if entry.style == "vocab" and not isinstance(module, nn.Embedding):
+            raise ConfigError(f"vocab style needs an nn.Embedding, got {type(module).__name__}", entry.path)
+        if entry.path in paddable:
+            continue
         if entry.style == "colwise":
             size, what = _out_features(module)
             _check_divides(entry.path, what, size, tp * entry.segments, tp, entry.segments)
         elif entry.style == "rowwise":
             size, what = _in_features(module)
             _check_divides(entry.path, what, size, tp, tp)
-        elif entry.style == "vocab":
-            if not isinstance(module, nn.Embedding):
-                raise ConfigError(
-                    f"vocab style needs an nn.Embedding, got {type(module).__name__}", entry.path
-                )
-            _check_divides(entry.path, "num_embeddings (the vocabulary)", module.num_embeddings, tp, tp)
     for name, module in model.named_modules():
         if name in whole:
             continue
@@ -118,6 +120,45 @@ def check_tensor_parallel(
             value = getattr(module, attr, None)
             if isinstance(value, int):
                 _check_divides(name or type(module).__name__, attr, value, tp, tp)
+
+
+def _output_paths(entries: Sequence[PlanEntry]) -> set[str]:
+    """Colwise entries whose owner has no rowwise entry: their output leaves the model (the LM head)."""
+    with_rowwise = {e.owner for e in entries if e.style == "rowwise"}
+    return {e.path for e in entries if e.style == "colwise" and e.owner not in with_rowwise}
+
+
+def _paddable_paths(model: nn.Module, entries: Sequence[PlanEntry]) -> dict[str, int]:
+    """Path -> vocabulary size of every module whose rows may be padded: "vocab" embeddings and
+    unpacked ``nn.Linear`` heads whose output leaves the model."""
+    outputs = _output_paths(entries)
+    out = {}
+    for entry in entries:
+        module = model.get_submodule(entry.path)
+        if entry.style == "vocab" and isinstance(module, nn.Embedding):
+            out[entry.path] = module.num_embeddings
+        elif entry.path in outputs and entry.segments == 1 and isinstance(module, nn.Linear):
+            out[entry.path] = module.out_features
+    return out
+
+
+def _pad_vocabularies(
+    model: nn.Module, entries: Sequence[PlanEntry], tp: int, vocab_multiple: int
+) -> dict[str, VocabPadding]:
+    """Pad every paddable module whose vocabulary ``tp`` does not divide; path -> its padding.
+
+    A vocabulary that ``tp`` divides keeps its exact layout.
+    """
+    by_size: dict[int, list[str]] = {}
+    for path, size in _paddable_paths(model, entries).items():
+        if size % tp:
+            by_size.setdefault(size, []).append(path)
+    out = {}
+    for size, paths in by_size.items():
+        padding = VocabPadding.for_size(size, tp, vocab_multiple)
+        pad_vocabulary(model, paths, padding)
+        out.update(dict.fromkeys(paths, padding))
+    return out
 
 
 def apply_tensor_parallel(
@@ -129,6 +170,7 @@ def apply_tensor_parallel(
     divide: Mapping[str, Sequence[str]] | None = None,
     split_input: bool = True,
     whole: Set[str] = frozenset(),
+    vocab_multiple: int = 64,
 ) -> None:
     """Shard ``model`` in place over the 1-D ``mesh`` (the "tp" dim) as ``entries`` say.
 
@@ -136,19 +178,26 @@ def apply_tensor_parallel(
     (for models without ``tp_divide``, e.g. ``{"transformer.h.*.attn": ["split_size", "num_heads"]}``).
     Under ``sequence_parallel`` the model's ``layers`` (docs/architecture.md) get their input split
     on the sequence dim (unless ``split_input`` is False: a later pipeline stage, whose input arrives
-    split already), and every parameter inside them must be covered by the plan.
+    split already), and every parameter inside them must be covered by the plan. A vocabulary that
+    the TP size does not divide is padded to a multiple of ``tp × vocab_multiple``.
     """
     tp = mesh.size()
     check_tensor_parallel(model, entries, tp, whole)
+    paddings = _pad_vocabularies(model, entries, tp, vocab_multiple)
+    for path, padding in paddings.items():
+        module = model.get_submodule(path)
+        if isinstance(module, nn.Embedding):  # registered before the style's own input hook
+            module.register_forward_pre_hook(remap_ids_hook(padding))
     tied = _tied_parameters(model)
     by_owner: dict[str, list[PlanEntry]] = {}
     for entry in entries:
         by_owner.setdefault(entry.owner, []).append(entry)
     styles = {}
+    outputs = _output_paths(entries)
     for owner, group in by_owner.items():
         has_rowwise = any(e.style == "rowwise" for e in group)
         for entry in group:
-            output = entry.style == "colwise" and not has_rowwise
+            output = entry.path in outputs
             style = make_style(
                 entry.style, segments=entry.segments, sequence_parallel=sequence_parallel, model_output=output
             )
@@ -157,6 +206,10 @@ def apply_tensor_parallel(
         if has_rowwise and any(e.style == "colwise" for e in group):
             _gather_owner_input(_get_module(model, owner, "plan"), mesh, sequence_parallel)
     parallelize_module(model, mesh, styles)
+    for path, padding in paddings.items():
+        module = model.get_submodule(path)
+        if not isinstance(module, nn.Embedding):
+            module.register_forward_hook(unpad_logits_hook(padding))
     if sequence_parallel:
         _split_sequence_at_layers(model, mesh, split_input)
     _divide_attributes(model, mesh, divide or {}, whole)

@@ -91,14 +91,14 @@ def test_heads_that_do_not_split_are_named() -> None:
         check_tensor_parallel(model, component_plan(model), 4)
 
 
-def test_vocab_that_does_not_split_is_named() -> None:
+def test_vocab_that_does_not_split_is_padded_not_refused() -> None:
     spec = tiny_spec("gpt")
     spec["vocab_size"] = 66
     model = build_model(spec)
-    entries = component_plan(model)  # the model declares its own vocab-parallel embedding
-    check_tensor_parallel(model, entries, 2)
-    with pytest.raises(ConfigError, match=r"token_embedding: num_embeddings \(the vocabulary\)=66 .*=4"):
-        check_tensor_parallel(model, entries, 4)
+    entries = component_plan(model)  # the model declares its own vocab-parallel embedding and head
+    check_tensor_parallel(model, entries, 4)  # padded inside the model (parallel/vocab_padding.py)
+    with pytest.raises(ConfigError, match=r"vocab style needs an nn.Embedding, got Linear"):
+        check_tensor_parallel(model, name_plan(model, {"lm_head": "vocab"}), 2)
 
 
 def test_name_plans_reject_unknown_patterns_and_styles() -> None:
