@@ -51,7 +51,31 @@ def _shard_parameter(
     return nn.Parameter(distribute_tensor(parameter.detach(), mesh, [placement]))
 
 
-class ColumnParallelLinear(nn.Module):
+class _ParallelLinear(nn.Module):
+    """What the column and row layers share: an ``nn.Linear``'s parameters, initialised whole and split."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool,
+        mesh: DeviceMesh | None,
+        placements: tuple[Placement, Placement],
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+    ) -> None:
+        super().__init__()
+        full = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.in_features, self.out_features = in_features, out_features
+        self.mesh = tensor_parallel_mesh(mesh)
+        self.weight = _shard_parameter(full.weight, self.mesh, placements[0])
+        self.bias = _shard_parameter(full.bias, self.mesh, placements[1])
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+class ColumnParallelLinear(_ParallelLinear):
     """``y = x @ W.T + b`` with ``W`` [out, in] split by rows (output features) over the tp ranks.
 
     Input: x [..., in], the same on every tp rank. Output: [..., out] with ``gather_output=True``,
@@ -69,13 +93,8 @@ class ColumnParallelLinear(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        full = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.in_features, self.out_features = in_features, out_features
+        super().__init__(in_features, out_features, bias, mesh, (Shard(0), Shard(0)), device, dtype)
         self.gather_output = gather_output
-        self.mesh = tensor_parallel_mesh(mesh)
-        self.weight = _shard_parameter(full.weight, self.mesh, Shard(0))
-        self.bias = _shard_parameter(full.bias, self.mesh, Shard(0))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.mesh is None:
@@ -86,13 +105,10 @@ class ColumnParallelLinear(nn.Module):
         return y.to_local()
 
     def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"gather_output={self.gather_output}"
-        )
+        return f"{super().extra_repr()}, gather_output={self.gather_output}"
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_ParallelLinear):
     """``y = x @ W.T + b`` with ``W`` [out, in] split by columns (input features) over the tp ranks.
 
     Input: this rank's [..., in / tp] slice with ``input_is_parallel=True`` (e.g. a
@@ -110,13 +126,8 @@ class RowParallelLinear(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        full = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.in_features, self.out_features = in_features, out_features
+        super().__init__(in_features, out_features, bias, mesh, (Shard(1), Replicate()), device, dtype)
         self.input_is_parallel = input_is_parallel
-        self.mesh = tensor_parallel_mesh(mesh)
-        self.weight = _shard_parameter(full.weight, self.mesh, Shard(1))
-        self.bias = _shard_parameter(full.bias, self.mesh, Replicate())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.mesh is None:
@@ -134,10 +145,7 @@ class RowParallelLinear(nn.Module):
         return y.to_local()
 
     def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"input_is_parallel={self.input_is_parallel}"
-        )
+        return f"{super().extra_repr()}, input_is_parallel={self.input_is_parallel}"
 
 
 class VocabParallelEmbedding(nn.Module):
