@@ -70,6 +70,26 @@ def llama_shaped(layers: int) -> nn.Module:
 CASES = (StepCase("gpt2-small", gpt2_small), StepCase("llama-shaped", llama_shaped))
 
 
+def gpt2_tiny(layers: int) -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=32, n_head=4, n_positions=64, vocab_size=97))
+
+
+def llama_tiny(layers: int) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        num_hidden_layers=layers, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, vocab_size=97, max_position_embeddings=64,
+    )  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+# The same two layouts at width 32: every variant runs in seconds on a CPU, to check the benchmark itself.
+TINY_CASES = (StepCase("gpt2-tiny", gpt2_tiny), StepCase("llama-tiny", llama_tiny))
+
+
 @contextmanager
 def torch_twins() -> Iterator[None]:
     """Within this block every kernel call with ``backend=None`` runs its torch twin, on any device."""

@@ -6,24 +6,7 @@ import pytest
 
 from brickwork.benchmarks import model_step
 
-
-def tiny_gpt2(layers: int):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=32, n_head=4, n_positions=64, vocab_size=97))
-
-
-def tiny_llama(layers: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        num_hidden_layers=layers, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=64, vocab_size=97, max_position_embeddings=64,
-    )  # fmt: skip
-    return LlamaForCausalLM(config)
-
-
-TINY = (model_step.StepCase("gpt2-tiny", tiny_gpt2), model_step.StepCase("llama-tiny", tiny_llama))
+TINY = model_step.TINY_CASES
 
 VARIANTS = [
     "hf", "brickwork", "brickwork, twins", "brickwork, fused head loss", "hf + AdamW", "brickwork + AdamW",
@@ -51,7 +34,7 @@ def test_fused_head_loss_equals_the_logits_loss():
     from brickwork.factory import from_hf
 
     torch.manual_seed(0)
-    model = from_hf(tiny_gpt2(1).eval())
+    model = from_hf(model_step.gpt2_tiny(1).eval())
     ids = torch.randint(0, 97, (2, 9))
     torch.testing.assert_close(
         model_step._fused_head_loss(model, ids), model_step._logits_loss(model, ids), rtol=1e-5, atol=1e-5

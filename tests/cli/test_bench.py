@@ -7,24 +7,7 @@ import json
 from brickwork.benchmarks import model_step
 from brickwork.cli import main
 
-
-def tiny_gpt2(layers: int):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    return GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=32, n_head=4, n_positions=64, vocab_size=97))
-
-
-def tiny_llama(layers: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        num_hidden_layers=layers, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=64, vocab_size=97, max_position_embeddings=64,
-    )  # fmt: skip
-    return LlamaForCausalLM(config)
-
-
-TINY = (model_step.StepCase("gpt2-tiny", tiny_gpt2), model_step.StepCase("llama-tiny", tiny_llama))
+TINY = model_step.TINY_CASES
 
 
 def test_bench_command_writes_results(tmp_path, monkeypatch, capsys):
