@@ -39,7 +39,7 @@ def test_each_task_trains_like_the_plain_loop(family: str) -> None:
     assert_matches(train(family), reference(family))
 
 
-@pytest.mark.parametrize("family", ["decoder", "mlm", "vit"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_accumulating_four_micro_batches_equals_one_batch_four_times_larger(family: str) -> None:
     assert_matches(train(family, grad_accum_steps=4), reference(family))
 
