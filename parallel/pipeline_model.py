@@ -161,10 +161,11 @@ class PipelineState(ParallelState):
                     new = dist.new_group(ranks)
                     if me in ranks:
                         group = new
-            owner = min(held)
-            for stage_index, name in held.items():
-                if stage_index in held_here:
-                    ties.append((trainable[name], group, stage_index == owner))
+            # Stages on one rank share the very tensor (an encoder-decoder's embedding on its first
+            # stage and again where the decoder starts): it is reduced once per rank.
+            here = {s: name for s, name in held.items() if s in held_here}
+            if here:
+                ties.append((trainable[next(iter(here.values()))], group, min(held) in here))
         return ties
 
 

@@ -125,7 +125,7 @@ class EncoderDecoderStages(StageRecipe):
         src_mask = extras.get("attention_mask")
         mask = None
         for stack, i in stage.units:
-            layer = stage.get_submodule(stack)[i]
+            layer = stage.get_submodule(f"{stack}.{i}")
             if stack == "encoder_layers":
                 mask = padding_mask("src_mask", src_mask, h.shape[:2])
                 h = layer(h, attn_mask=mask)

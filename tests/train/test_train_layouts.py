@@ -30,9 +30,15 @@ EXTRA_2 = {
     ),
     "decoder/pp2-accum2": ("decoder", {**LAYOUTS_2["pp2"], "grad_accum_steps": 2}),
     "llama-hf/pp2": ("llama-hf", LAYOUTS_2["pp2"]),
-    "seq2seq/pp2-gpipe-accum2": (
+    # Encoder layers and the first decoder layer on stage 0: (hidden, encoder output) travel to stage 1.
+    "seq2seq/pp2-gpipe-3-1-accum2": (
         "seq2seq",
-        {**LAYOUTS_2["pp2"], "pipeline_schedule": "gpipe", "grad_accum_steps": 2},
+        {**LAYOUTS_2["pp2"], "pipeline_schedule": "gpipe", "pipeline_layers": [3, 1], "grad_accum_steps": 2},
+    ),
+    # One layer a stage: rank 0 holds the shared embedding twice (stages 0 and 2), reduced once.
+    "seq2seq/pp2-interleaved": (
+        "seq2seq",
+        {**LAYOUTS_2["pp2"], "pipeline_schedule": "interleaved_1f1b", "virtual_pipeline_size": 2},
     ),
     "mlm/tp2-clip": ("mlm", {**LAYOUTS_2["tp2"], "grad_clip": 0.05}),
     "seq2seq/dp2-full-ac": ("seq2seq", {**DP2, "activation_checkpointing": "full"}),
