@@ -33,6 +33,7 @@ from torch.distributed.tensor import DTensor
 from brickwork.blocks.encoder_decoder import EncoderDecoder
 from brickwork.blocks.image_encoder import ImageEncoder
 from brickwork.blocks.inputs import padding_mask
+from brickwork.blocks.reversible import ReversibleLayers
 from brickwork.errors import ConfigError
 from brickwork.parallel.balance import layer_costs, module_cost, split_stages
 from brickwork.parallel.config import ParallelConfig
@@ -196,6 +197,10 @@ class HFCausalLMStages(StageRecipe):
 
 def stage_recipe(model: nn.Module) -> StageRecipe:
     """The recipe for ``model``; ConfigError naming what a pipeline needs when none fits."""
+    return _check_stacks(model, _recipe_for(model))
+
+
+def _recipe_for(model: nn.Module) -> StageRecipe:
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type == "gpt2" and hasattr(model, "transformer") and hasattr(model, "lm_head"):
         return HFCausalLMStages(model, "transformer", ["wte", "wpe", "drop"], "ln_f", [])
@@ -216,6 +221,18 @@ def stage_recipe(model: nn.Module) -> StageRecipe:
             "pipeline_parallel_size",
         )
     return EmbedLayersHead(model)
+
+
+def _check_stacks(model: nn.Module, recipe: StageRecipe) -> StageRecipe:
+    """ConfigError for a reversible stack: its blocks run as one coupled function, not one by one."""
+    for stack in recipe.stacks:
+        if isinstance(model.get_submodule(stack), ReversibleLayers):
+            raise ConfigError(
+                f"pipeline parallel cannot split the reversible stack {stack!r}: its blocks are coupled "
+                "(each reads two streams), so a run of them is not a stage; build it with reversible: false",
+                "pipeline_parallel_size",
+            )
+    return recipe
 
 
 def stage_layer_counts(model: nn.Module, config: ParallelConfig) -> tuple[int, ...]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from train_cases import build, forward, global_batches
+from train_cases import build, forward, global_batches, spec
 
 from brickwork.errors import ConfigError
+from brickwork.factory import build_model
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.pipeline_stages import build_stage_modules, shared_parameters, stage_layer_counts
 
@@ -99,3 +100,12 @@ def test_a_model_no_recipe_fits_is_refused_naming_what_a_pipeline_splits() -> No
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
     with pytest.raises(ConfigError, match="lacks embed or head"):
         stage_layer_counts(model, ParallelConfig.from_dict({"pipeline_parallel_size": 2}, world_size=2))
+
+
+def test_a_reversible_stack_is_refused() -> None:
+    spec_ = spec("decoder")
+    spec_["decoder"]["reversible"] = True
+    with pytest.raises(ConfigError, match="cannot split the reversible stack 'layers'"):
+        stage_layer_counts(
+            build_model(spec_), ParallelConfig.from_dict({"pipeline_parallel_size": 2}, world_size=2)
+        )
