@@ -40,6 +40,7 @@ EXTRA_2 = {
         "seq2seq",
         {**LAYOUTS_2["pp2"], "pipeline_schedule": "interleaved_1f1b", "virtual_pipeline_size": 2},
     ),
+    "seq2seq/pp2-full-ac": ("seq2seq", {**LAYOUTS_2["pp2"], "activation_checkpointing": "full"}),
     "mlm/tp2-clip": ("mlm", {**LAYOUTS_2["tp2"], "grad_clip": 0.05}),
     "seq2seq/dp2-full-ac": ("seq2seq", {**DP2, "activation_checkpointing": "full"}),
     "seq2seq/zero3-selective-ac": (
@@ -60,7 +61,8 @@ CASES_2 = [(f"{f}/{name}", f, lay) for f in FAMILIES for name, lay in LAYOUTS_2.
 CASES_2 += [(key, family, lay) for key, (family, lay) in EXTRA_2.items()]
 PP2_TP2 = {**LAYOUTS_2["pp2"], "tensor_parallel_size": 2}
 CASES_4 = [(f"{f}/dp2-tp2", f, {**DP2, "tensor_parallel_size": 2}) for f in FAMILIES]
-CASES_4 += [(f"{f}/pp2-tp2", f, PP2_TP2) for f in ("gpt2-hf", "llama-hf")]
+CASES_4 += [(f"{f}/pp2-tp2", f, PP2_TP2) for f in ("gpt2-hf", "llama-hf", "mlm", "vit", "seq2seq")]
+CASES_4 += [("seq2seq/pp2-zero3", "seq2seq", {**LAYOUTS_2["pp2"], **DP2, "zero_stage": 3})]
 SUPPORTED_2 = [key for key, _, _ in CASES_2 if not key.startswith(("moe", "callable/pp2", "bf16"))]
 
 
@@ -145,6 +147,16 @@ def test_dp2_tp2_on_four_ranks_trains_like_one_process(family: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("family", ["gpt2-hf", "llama-hf"])
-def test_hf_models_under_pp2_tp2_on_four_ranks_train_like_one_process(family: str) -> None:
-    check([r["layouts"] for r in results(4)], f"{family}/pp2-tp2", single_process(family))
+@pytest.mark.parametrize(
+    "key",
+    [
+        "gpt2-hf/pp2-tp2",
+        "llama-hf/pp2-tp2",
+        "mlm/pp2-tp2",
+        "vit/pp2-tp2",
+        "seq2seq/pp2-tp2",
+        "seq2seq/pp2-zero3",
+    ],
+)
+def test_pipelines_with_tensor_or_data_parallel_on_four_ranks_train_like_one_process(key: str) -> None:
+    check([r["layouts"] for r in results(4)], key, single_process(key.split("/")[0]))
