@@ -142,51 +142,58 @@ class EncoderDecoderStages(StageRecipe):
 
 
 class HFCausalLMStages(StageRecipe):
-    """HF GPT-2 and Llama causal LMs split by their layer list: the token embedding (and GPT-2's
-    position table) on the first stage, the final norm and LM head on the last. Every stage builds
-    the causal mask (and Llama's rotary tables, whose module holds no parameter) as the HF model's
-    own forward does."""
+    """An HF causal LM split by its layer list (``base.layers``): the token embedding (and a learned
+    position table with its dropout, GPT-2's) on the first stage, the final norm and LM head on the
+    last. Every stage builds the causal mask (and, with ``rotary``, the rotary tables from a module
+    without parameters that every stage holds) as the HF model's own forward does."""
 
     def __init__(
-        self, model: nn.Module, base: str, embed: Sequence[str], norm: str, extra: Sequence[str]
+        self,
+        model: nn.Module,
+        base: str,
+        layers: str,
+        embed: str,
+        norm: str,
+        position: tuple[str, str] | None = None,
+        rotary: str | None = None,
     ) -> None:
         super().__init__(model)
-        self.base = base
-        self.stacks = (f"{base}.{'h' if base == 'transformer' else 'layers'}",)
-        self.embed = [f"{base}.{n}" for n in embed]
+        self.stacks = (f"{base}.{layers}",)
+        self.embed = f"{base}.{embed}"
+        self.position = tuple(f"{base}.{n}" for n in position) if position else None
         self.norm = f"{base}.{norm}"
-        self.extra = [f"{base}.{n}" for n in extra]
+        self.rotary = f"{base}.{rotary}" if rotary else None
 
     def head_modules(self) -> list[str]:
         return [self.norm, "lm_head"]
 
     def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
-        return (self.embed if first else []) + self.extra + (self.head_modules() if last else [])
+        names = [self.embed, *(self.position or ())] if first else []
+        names += [self.rotary] if self.rotary else []
+        return names + (self.head_modules() if last else [])
 
     def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+        # Imported here: transformers is needed only when an HF model is pipelined.
         from transformers.masking_utils import create_causal_mask
 
         h = carried[0]
-        base = stage.get_submodule(self.base)
-        config = self.model.config
-        if stage.is_first:
-            ids = h
-            h = base.embed_tokens(ids) if self.base == "model" else base.wte(ids)
         positions = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
-        if stage.is_first and self.base == "transformer":
-            h = base.drop(h + base.wpe(positions))
+        if stage.is_first:
+            h = stage.get_submodule(self.embed)(h)
+            if self.position is not None:
+                table, dropout = (stage.get_submodule(n) for n in self.position)
+                h = dropout(h + table(positions))
         mask = create_causal_mask(
-            config=config,
+            config=self.model.config,
             inputs_embeds=h,
             attention_mask=extras.get("attention_mask"),
             past_key_values=None,
             position_ids=positions,
         )
         kwargs: dict[str, Any] = {"attention_mask": mask}
-        if self.base == "model":
-            kwargs.update(
-                position_embeddings=base.rotary_emb(h, position_ids=positions), position_ids=positions
-            )
+        if self.rotary is not None:
+            rotary = stage.get_submodule(self.rotary)(h, position_ids=positions)
+            kwargs.update(position_embeddings=rotary, position_ids=positions)
         for layer in stage.get_submodule(self.stacks[0]):
             out = layer(h, **kwargs)
             h = out[0] if isinstance(out, tuple) else out
@@ -203,9 +210,9 @@ def stage_recipe(model: nn.Module) -> StageRecipe:
 def _recipe_for(model: nn.Module) -> StageRecipe:
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type == "gpt2" and hasattr(model, "transformer") and hasattr(model, "lm_head"):
-        return HFCausalLMStages(model, "transformer", ["wte", "wpe", "drop"], "ln_f", [])
+        return HFCausalLMStages(model, "transformer", "h", "wte", "ln_f", position=("wpe", "drop"))
     if model_type == "llama" and hasattr(model, "model") and hasattr(model, "lm_head"):
-        return HFCausalLMStages(model, "model", ["embed_tokens"], "norm", ["rotary_emb"])
+        return HFCausalLMStages(model, "model", "layers", "embed_tokens", "norm", rotary="rotary_emb")
     if isinstance(model, EncoderDecoder):
         return EncoderDecoderStages(model)
     if not (callable(getattr(model, "embed", None)) and callable(getattr(model, "head", None))):
