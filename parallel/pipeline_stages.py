@@ -124,7 +124,6 @@ class EncoderDecoderStages(StageRecipe):
         if stage.is_first:
             h = shell._embed("src_ids", h)
         src_mask = extras.get("attention_mask")
-        mask = None
         for stack, i in stage.units:
             layer = stage.get_submodule(f"{stack}.{i}")
             if stack == "encoder_layers":
