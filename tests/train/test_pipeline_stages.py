@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from train_cases import build, forward, global_batches, spec
+from train_cases import build, forward, global_batches, logits_of, spec
 
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
@@ -109,3 +109,16 @@ def test_a_reversible_stack_is_refused() -> None:
         stage_layer_counts(
             build_model(spec_), ParallelConfig.from_dict({"pipeline_parallel_size": 2}, world_size=2)
         )
+
+
+@pytest.mark.parametrize("family", ["decoder", "gpt2-hf", "llama-hf"])
+@torch.no_grad()
+def test_causal_lm_stages_take_a_padding_mask(family: str) -> None:
+    model = build(family).eval()
+    ids = global_batches(family)[0]["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0
+    got = run_stages(model, family, (1, 1), {"input_ids": ids, "attention_mask": mask})
+    unmasked = run_stages(model, family, (1, 1), {"input_ids": ids})
+    torch.testing.assert_close(got, logits_of(model(ids, attention_mask=mask)))
+    assert not torch.allclose(got, unmasked)  # the mask did reach the layers
