@@ -161,10 +161,11 @@ class PipelineState(ParallelState):
                     new = dist.new_group(ranks)
                     if me in ranks:
                         group = new
-            owner = min(held)
-            for stage_index, name in held.items():
-                if stage_index in held_here:
-                    ties.append((trainable[name], group, stage_index == owner))
+            # Stages on one rank share the very tensor (an encoder-decoder's embedding on its first
+            # stage and again where the decoder starts): it is reduced once per rank.
+            here = {s: name for s, name in held.items() if s in held_here}
+            if here:
+                ties.append((trainable[next(iter(here.values()))], group, min(held) in here))
         return ties
 
 
@@ -233,9 +234,12 @@ class PipelinedModel(nn.Module):
         target: torch.Tensor,
         microbatches: int,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        extras: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         """Forward and backward of ``inputs`` [B, ...] in ``microbatches`` equal microbatches.
 
+        ``extras`` (each [B, ...]: an ``attention_mask``, ``token_type_ids``, ``decoder_input_ids``)
+        reach every stage as keyword arguments, split into the same microbatches.
         ``loss_fn(output, target_microbatch)`` runs on the last stage (output as :meth:`full_output`
         gives it); its value is back-propagated as it is (no scaling by the microbatch count).
         ValueError, on every rank, when B does not split into the microbatches.
@@ -245,7 +249,8 @@ class PipelinedModel(nn.Module):
                 f"this data-parallel rank's batch of {inputs.shape[0]} rows does not split into "
                 f"{microbatches} pipeline microbatches (num_microbatches × grad_accum_steps)"
             )
-        key = ("train", tuple(inputs.shape), inputs.dtype, microbatches)
+        extras = self._on_device(extras)
+        key = ("train", _shapes(inputs, extras), microbatches)
         if key not in self._schedules:
             stages = self._pipeline_stages()
             self._schedules[key] = (stages, self._schedule(stages, microbatches))
@@ -253,7 +258,10 @@ class PipelinedModel(nn.Module):
         self._loss_fn = loss_fn
         args = (inputs.to(self.state.device),) if self.has_first else ()
         kwargs = {"target": target.to(self.state.device)} if self.last is not None else {}
-        schedule.step(*args, return_outputs=False, **kwargs)
+        schedule.step(*args, return_outputs=False, **kwargs, **extras)
+
+    def _on_device(self, extras: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.state.device) for k, v in (extras or {}).items()}
 
     def _schedule(self, stages: list[PipelineStage], microbatches: int) -> Any:
         def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -266,17 +274,20 @@ class PipelinedModel(nn.Module):
         return schedule(stages[0], microbatches, loss_fn=loss, scale_grads=False)
 
     @torch.no_grad()
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """The whole batch through the pipeline -> the full output (gathered over TP), on every rank."""
+    def forward(self, inputs: torch.Tensor, **extras: torch.Tensor) -> torch.Tensor:
+        """The whole batch through the pipeline -> the full output (gathered over TP), on every rank.
+
+        ``extras`` are the batch's other inputs (masks, decoder ids), given to every stage."""
         inputs = inputs.to(self.state.device)
-        key = ("forward", tuple(inputs.shape), inputs.dtype)
+        extras = self._on_device(extras)
+        key = ("forward", _shapes(inputs, extras))
         if key not in self._schedules:
             stages = self._pipeline_stages()
             self._schedules[key] = (
                 ScheduleGPipe(stages[0], 1) if len(stages) == 1 else ScheduleLoopedBFS(stages, 1)
             )
         schedule = self._schedules[key]
-        output = schedule.step(inputs) if self.has_first else schedule.step()
+        output = schedule.step(inputs, **extras) if self.has_first else schedule.step(**extras)
         result = None
         if self.last is not None:
             result = self.full_output(output)
@@ -285,3 +296,8 @@ class PipelinedModel(nn.Module):
         pp = self.state.config.pipeline_parallel_size
         dist.broadcast_object_list(box, group=self.state.pp_group, group_src=pp - 1)
         return box[0].to(self.state.device)
+
+
+def _shapes(inputs: torch.Tensor, extras: Mapping[str, torch.Tensor]) -> tuple:
+    """What a schedule's stages are built for: the shapes and dtypes of the inputs they take."""
+    return tuple((k, tuple(v.shape), v.dtype) for k, v in [("", inputs), *sorted(extras.items())])

@@ -1,50 +1,244 @@
-"""Pipeline stages cut by hand from a model that exposes ``embed``, ``layers`` and ``head``.
+"""Pipeline stages cut by hand from a model: a contiguous run of its layers per stage, plus the
+modules around them that the stage's place needs (the embedding first, the head last).
 
-Stage *s* of *S* holds a contiguous run of ``model.layers``; the first stage also holds the modules
-``embed`` calls, the last those ``head`` calls. A stage registers the model's own child modules
-under their own names (the layers keep their indices in a ModuleList), so every parameter keeps the
-full model's name and a stage's state dict is a slice of the model's. Which top-level modules
-``embed`` and ``head`` use is found by running them once on a one-token input with hooks, so no
-model-specific code is needed (docs/architecture.md: ``forward`` is ``head(layers(embed(ids)))``).
+A :class:`StageRecipe` says, for one kind of model, which ModuleLists hold the layers that are split
+(one list, or an encoder's and a decoder's in turn), which other modules a stage needs for its run of
+layers, and how that run computes. Recipes exist for
+
+- models whose forward is ``head(layers(embed(x)))`` (brickwork's DecoderLM, Encoder and
+  ImageEncoder, or a user's model with ``embed``, ``layers`` and ``head``);
+- brickwork's EncoderDecoder, as Megatron's T5: encoder stages, then decoder stages, with the
+  encoder output travelling beside the decoder's hidden states through every decoder stage;
+- HF GPT-2 (``GPT2LMHeadModel``) and HF Llama (``LlamaForCausalLM``), split by their layer list.
+
+A stage registers the model's own modules under their own dotted names (layers keep their indices
+in a ModuleList, parents are empty containers), so every parameter keeps the full model's name and a
+stage's state dict is a slice of the model's. Between stages only hidden states travel (a tuple of
+them in the decoder part); the batch's other inputs (``attention_mask``, ``token_type_ids``,
+``decoder_input_ids``) reach every stage as keyword arguments, which the schedule splits into
+microbatches on every rank, since pipeline peers hold the same batch.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from brickwork.blocks.encoder_decoder import EncoderDecoder
+from brickwork.blocks.image_encoder import ImageEncoder
+from brickwork.blocks.inputs import padding_mask
+from brickwork.blocks.reversible import ReversibleLayers
 from brickwork.errors import ConfigError
 from brickwork.parallel.balance import layer_costs, module_cost, split_stages
 from brickwork.parallel.config import ParallelConfig
 
 
-def check_pipeline_model(model: nn.Module) -> nn.ModuleList:
-    """The model's ``layers``; ConfigError unless it has ``embed``, ``head`` and a ``layers`` ModuleList."""
-    layers = getattr(model, "layers", None)
+class StageRecipe:
+    """How one kind of model splits into stages (see the module docstring).
+
+    ``stacks`` are the dotted names of the ModuleLists whose layers are split, in the order the
+    forward runs them; a stage's ``units`` index their concatenation.
+    """
+
+    stacks: tuple[str, ...] = ("layers",)
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def units(self) -> list[tuple[str, int]]:
+        """(stack, index) of every layer, in forward order."""
+        return [(s, i) for s in self.stacks for i in range(len(self.model.get_submodule(s)))]
+
+    def head_modules(self) -> list[str]:
+        """The modules the last stage adds (for the cost of its head)."""
+        raise NotImplementedError
+
+    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
+        """The dotted names of the modules (or parameters) besides layers that a stage holding
+        ``units`` needs."""
+        raise NotImplementedError
+
+    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+        """The stage's computation: ``carried`` (the first stage's input, or the previous stage's
+        outputs) and the batch's ``extras`` -> what the next stage receives, or the logits."""
+        raise NotImplementedError
+
+
+class EmbedLayersHead(StageRecipe):
+    """``head(layers(embed(x)))``: the modules ``embed`` and ``head`` call are found by running them
+    once on a one-position input with hooks; top-level parameters (a ViT's class token) and children
+    neither calls but that hold parameters go with the embedding, so none is lost."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        self.embed_names, self.head_names = _called_modules(model)
+        self.embed_takes = set(inspect.signature(model.embed).parameters)
+
+    def head_modules(self) -> list[str]:
+        return self.head_names
+
+    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
+        own = [name for name, _ in self.model.named_parameters(recurse=False)]
+        return (self.embed_names + own if first else []) + (self.head_names if last else [])
+
+    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+        shell = stage.shell
+        h = carried[0]
+        if stage.is_first:
+            h = shell.embed(h, **{k: v for k, v in extras.items() if k in self.embed_takes})
+        mask = padding_mask("attention_mask", extras.get("attention_mask"), h.shape[:2])
+        masked = {"attn_mask": mask} if mask is not None else {}
+        for layer in stage.get_submodule("layers"):
+            h = layer(h, **masked)
+        return shell.head(h) if stage.is_last else h
+
+
+class EncoderDecoderStages(StageRecipe):
+    """brickwork's EncoderDecoder as Megatron's T5: the shared token embedding (and position table)
+    sits on the first stage and again on the stage where the decoder starts, which also takes the
+    encoder's final norm; the LM head (tied to the embedding) on the last. Decoder stages pass
+    ``(hidden, encoder output)`` on; ``attention_mask`` masks the source in both stacks."""
+
+    stacks = ("encoder_layers", "decoder_layers")
+    embedding = ("token_embedding", "position_embedding", "dropout")
+
+    def head_modules(self) -> list[str]:
+        return ["decoder_final_norm", "lm_head"]
+
+    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
+        names = list(self.embedding) if first else []
+        if ("decoder_layers", 0) in units:
+            names += [*self.embedding, "encoder_final_norm"]
+        names += self.head_modules() if last else []
+        return [n for n in dict.fromkeys(names) if getattr(self.model, n, None) is not None]
+
+    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+        shell: EncoderDecoder = stage.shell
+        h, memory = (carried[0], None) if len(carried) == 1 else carried
+        if stage.is_first:
+            h = shell._embed("src_ids", h)
+        src_mask = extras.get("attention_mask")
+        for stack, i in stage.units:
+            layer = stage.get_submodule(f"{stack}.{i}")
+            if stack == "encoder_layers":
+                mask = padding_mask("src_mask", src_mask, h.shape[:2])
+                h = layer(h, attn_mask=mask)
+                continue
+            if memory is None:
+                memory = shell.encoder_final_norm(h)
+                h = shell._embed("tgt_ids", extras["decoder_input_ids"])
+            mask = padding_mask("src_mask", src_mask, memory.shape[:2])
+            h = layer(h, memory=memory, memory_mask=mask)
+        if stage.is_last:
+            return shell.lm_head(shell.decoder_final_norm(h))
+        return h if memory is None else (h, memory)
+
+
+class HFCausalLMStages(StageRecipe):
+    """An HF causal LM split by its layer list (``base.layers``): the token embedding (and a learned
+    position table with its dropout, GPT-2's) on the first stage, the final norm and LM head on the
+    last. Every stage builds the causal mask (and, with ``rotary``, the rotary tables from a module
+    without parameters that every stage holds) as the HF model's own forward does."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        base: str,
+        layers: str,
+        embed: str,
+        norm: str,
+        position: tuple[str, str] | None = None,
+        rotary: str | None = None,
+    ) -> None:
+        super().__init__(model)
+        self.stacks = (f"{base}.{layers}",)
+        self.embed = f"{base}.{embed}"
+        self.position = tuple(f"{base}.{n}" for n in position) if position else None
+        self.norm = f"{base}.{norm}"
+        self.rotary = f"{base}.{rotary}" if rotary else None
+
+    def head_modules(self) -> list[str]:
+        return [self.norm, "lm_head"]
+
+    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
+        names = [self.embed, *(self.position or ())] if first else []
+        names += [self.rotary] if self.rotary else []
+        return names + (self.head_modules() if last else [])
+
+    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+        # Imported here: transformers is needed only when an HF model is pipelined.
+        from transformers.masking_utils import create_causal_mask
+
+        h = carried[0]
+        positions = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+        if stage.is_first:
+            h = stage.get_submodule(self.embed)(h)
+            if self.position is not None:
+                table, dropout = (stage.get_submodule(n) for n in self.position)
+                h = dropout(h + table(positions))
+        mask = create_causal_mask(
+            config=self.model.config,
+            inputs_embeds=h,
+            attention_mask=extras.get("attention_mask"),
+            past_key_values=None,
+            position_ids=positions,
+        )
+        kwargs: dict[str, Any] = {"attention_mask": mask}
+        if self.rotary is not None:
+            rotary = stage.get_submodule(self.rotary)(h, position_ids=positions)
+            kwargs.update(position_embeddings=rotary, position_ids=positions)
+        for layer in stage.get_submodule(self.stacks[0]):
+            out = layer(h, **kwargs)
+            h = out[0] if isinstance(out, tuple) else out
+        if not stage.is_last:
+            return h
+        return stage.get_submodule("lm_head")(stage.get_submodule(self.norm)(h))
+
+
+def stage_recipe(model: nn.Module) -> StageRecipe:
+    """The recipe for ``model``; ConfigError naming what a pipeline needs when none fits."""
+    return _check_stacks(model, _recipe_for(model))
+
+
+def _recipe_for(model: nn.Module) -> StageRecipe:
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type == "gpt2" and hasattr(model, "transformer") and hasattr(model, "lm_head"):
+        return HFCausalLMStages(model, "transformer", "h", "wte", "ln_f", position=("wpe", "drop"))
+    if model_type == "llama" and hasattr(model, "model") and hasattr(model, "lm_head"):
+        return HFCausalLMStages(model, "model", "layers", "embed_tokens", "norm", rotary="rotary_emb")
+    if isinstance(model, EncoderDecoder):
+        return EncoderDecoderStages(model)
     if not (callable(getattr(model, "embed", None)) and callable(getattr(model, "head", None))):
         raise ConfigError(
-            "pipeline parallel splits a model whose forward is head(layers(embed(x))); "
-            f"{type(model).__name__} lacks embed or head (encoder-decoder and HF models are not "
-            "pipelined: see the task x layout table of docs/training.md)",
+            "pipeline parallel splits a model whose forward is head(layers(embed(x))), brickwork's "
+            f"EncoderDecoder, HF GPT-2 or HF Llama; {type(model).__name__} is none of them (it lacks "
+            "embed or head)",
             "pipeline_parallel_size",
         )
-    if not isinstance(layers, nn.ModuleList):
+    if not isinstance(getattr(model, "layers", None), nn.ModuleList):
         raise ConfigError(
             f"pipeline parallel needs the model's `layers` ModuleList, which {type(model).__name__} lacks",
             "pipeline_parallel_size",
         )
-    if any(True for _ in model.parameters(recurse=False)):
-        raise ConfigError(
-            "pipeline parallel needs every parameter inside a child module, but "
-            f"{type(model).__name__} holds {[n for n, _ in model.named_parameters(recurse=False)]} "
-            "itself (e.g. a ViT class token)",
-            "pipeline_parallel_size",
-        )
-    return layers
+    return EmbedLayersHead(model)
+
+
+def _check_stacks(model: nn.Module, recipe: StageRecipe) -> StageRecipe:
+    """ConfigError for a reversible stack: its blocks run as one coupled function, not one by one."""
+    for stack in recipe.stacks:
+        if isinstance(model.get_submodule(stack), ReversibleLayers):
+            raise ConfigError(
+                f"pipeline parallel cannot split the reversible stack {stack!r}: its blocks are coupled "
+                "(each reads two streams), so a run of them is not a stage; build it with reversible: false",
+                "pipeline_parallel_size",
+            )
+    return recipe
 
 
 def stage_layer_counts(model: nn.Module, config: ParallelConfig) -> tuple[int, ...]:
@@ -52,8 +246,9 @@ def stage_layer_counts(model: nn.Module, config: ParallelConfig) -> tuple[int, .
 
     Raises ConfigError, naming the numbers, when the layers cannot fill the stages.
     """
-    layers = check_pipeline_model(model)
-    n, stages = len(layers), config.num_stages
+    recipe = stage_recipe(model)
+    units = recipe.units()
+    n, stages = len(units), config.num_stages
     if config.pipeline_num_layers is not None and config.pipeline_num_layers != n:
         raise ConfigError(
             f"pipeline_num_layers={config.pipeline_num_layers} but the model has {n} layers",
@@ -72,23 +267,26 @@ def stage_layer_counts(model: nn.Module, config: ParallelConfig) -> tuple[int, .
                 f"sums to {sum(config.pipeline_layers)} layers but the model has {n}", "pipeline_layers"
             )
         return tuple(config.pipeline_layers)
-    seq_len = getattr(model, "max_seq_len", None) or getattr(model, "seq_len", None) or 1024
+    model_config = getattr(model, "config", None)
+    seq_len = (
+        getattr(model, "max_seq_len", None)
+        or getattr(model, "seq_len", None)
+        or getattr(model_config, "max_position_embeddings", None)
+        or 1024
+    )
     # An embedding lookup does no matmul: only the head adds to its stage's cost.
-    _, head_names = outer_modules(model)
-    head_cost = sum(module_cost(getattr(model, name), seq_len) for name in head_names)
+    head_cost = sum(module_cost(model.get_submodule(name), seq_len) for name in recipe.head_modules())
     weights = None
     if config.device_weights is not None and config.pipeline_parallel_size > 1:
         pp = config.pipeline_parallel_size
         weights = [config.device_weights[s % pp] for s in range(stages)]
-    return split_stages(layer_costs(list(layers), seq_len), stages, weights, last_extra=head_cost)
+    layers = [model.get_submodule(stack)[i] for stack, i in units]
+    return split_stages(layer_costs(layers, seq_len), stages, weights, last_extra=head_cost)
 
 
 @torch.no_grad()
-def outer_modules(model: nn.Module) -> tuple[list[str], list[str]]:
-    """Names of the top-level children that ``embed`` and ``head`` call (the rest of ``layers``).
-
-    Children that neither calls but that hold parameters go with ``embed``, so none is lost.
-    """
+def _called_modules(model: nn.Module) -> tuple[list[str], list[str]]:
+    """Names of the top-level children that ``embed`` and ``head`` call (besides ``layers``)."""
     children = {name: child for name, child in model.named_children() if name != "layers"}
     called: list[str] = []
     hooks = [
@@ -96,8 +294,7 @@ def outer_modules(model: nn.Module) -> tuple[list[str], list[str]]:
         for name, child in children.items()
     ]
     try:
-        device = next(model.parameters()).device
-        h = model.embed(torch.zeros(1, 1, dtype=torch.long, device=device))
+        h = model.embed(_sample_input(model))
         embed_names = list(dict.fromkeys(called))
         called.clear()
         model.head(h)
@@ -111,69 +308,100 @@ def outer_modules(model: nn.Module) -> tuple[list[str], list[str]]:
     return embed_names, head_names
 
 
-class PipelineStageModule(nn.Module):
-    """One stage: ``forward(x)`` is embed (first stage) → its layers → head (last stage).
+def _sample_input(model: nn.Module) -> torch.Tensor:
+    """One input of the first stage: one image for an image encoder, else one token id."""
+    device = next(model.parameters()).device
+    if isinstance(model, ImageEncoder):
+        patches = model.patch_embedding
+        return torch.zeros(1, patches.channels, patches.image_size, patches.image_size, device=device)
+    return torch.zeros(1, 1, dtype=torch.long, device=device)
 
-    Input: token ids [B, T] on the first stage, else the previous stage's hidden states. Output: the
-    hidden states, or on the last stage the logits as a plain tensor: under tensor parallel their
-    local vocabulary shard, whose layout is kept in ``output_layout`` for the loss.
+
+class PipelineStageModule(nn.Module):
+    """One stage: ``forward(*carried, **extras)`` runs its recipe on its run of layers.
+
+    Input: the first stage's batch input (token ids [B, T], images [B, C, H, W]), else the previous
+    stage's outputs; ``extras`` are the batch's other inputs. Output: hidden states (a tuple in an
+    encoder-decoder's decoder part), or on the last stage the logits as a plain tensor: under tensor
+    parallel their local vocabulary shard, whose layout is kept in ``output_layout`` for the loss.
     """
 
     def __init__(
         self,
         model: nn.Module,
+        recipe: StageRecipe,
         stage_index: int,
         num_stages: int,
-        layer_ids: Sequence[int],
-        embed_names: Sequence[str],
-        head_names: Sequence[str],
+        units: Sequence[tuple[str, int]],
     ) -> None:
         super().__init__()
         self.stage_index, self.num_stages = stage_index, num_stages
         self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
-        names = (list(embed_names) if self.is_first else []) + (list(head_names) if self.is_last else [])
-        for name in dict.fromkeys(names):
-            self.add_module(name, getattr(model, name))
-        layers = nn.ModuleList()
-        for i in layer_ids:
-            layers.add_module(str(i), model.layers[i])
-        self.add_module("layers", layers)
-        # The model's embed/head run on a shallow copy that sees this stage's modules only.
+        self.units = list(units)
+        self._recipe = [recipe]  # lists: not registered, so names stay the model's
+        for name in recipe.outer_modules(self.units, self.is_first, self.is_last):
+            _graft(self, model, name, _module_or_parameter(model, name))
+        for stack, i in self.units:
+            _graft(self, model, f"{stack}.{i}", model.get_submodule(stack)[i])
+        # A brickwork model's own methods run on a shallow copy that sees this stage's modules and
+        # parameters only (the same dicts, so what TP or FSDP puts in the stage is what it sees).
         shell = copy.copy(model)
-        shell._modules = self._modules
-        self._shell = [shell]  # a list: not registered, so names stay the model's
+        shell._modules, shell._parameters = self._modules, self._parameters
+        self._shell = [shell]
         self._model_plan = model.tp_plan() if callable(getattr(model, "tp_plan", None)) else {}
         self.output_layout: tuple | None = None
+
+    @property
+    def shell(self) -> nn.Module:
+        return self._shell[0]
 
     def tp_plan(self) -> dict[str, str]:
         """The model's own plan, for the modules this stage holds."""
         names = dict(self.named_modules())
         return {path: style for path, style in self._model_plan.items() if path in names}
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shell = self._shell[0]
-        h = shell.embed(x) if self.is_first else x
-        for layer in self.layers:
-            h = layer(h)
+    def forward(self, *carried: torch.Tensor, **extras: torch.Tensor) -> Any:
+        out = self._recipe[0].run(self, carried, extras)
         if not self.is_last:
-            return h
-        logits = shell.head(h)
-        if isinstance(logits, DTensor):
-            self.output_layout = (logits.device_mesh, logits.placements, logits.shape, logits.stride())
-            logits = logits.to_local()
-        return logits
+            return out
+        if isinstance(out, DTensor):
+            self.output_layout = (out.device_mesh, out.placements, out.shape, out.stride())
+            out = out.to_local()
+        return out
+
+
+def _module_or_parameter(model: nn.Module, name: str) -> nn.Module | nn.Parameter:
+    try:
+        return model.get_submodule(name)
+    except AttributeError:
+        return model.get_parameter(name)
+
+
+def _graft(stage: nn.Module, model: nn.Module, path: str, item: nn.Module | nn.Parameter) -> None:
+    """Register ``item`` in ``stage`` at ``path``, making empty parents (ModuleLists for layer
+    lists) as needed, so its name there is its name in ``model``."""
+    *parents, leaf = path.split(".")
+    here, source = stage, model
+    for part in parents:
+        source = source.get_submodule(part)
+        if part not in here._modules:
+            here.add_module(part, nn.ModuleList() if isinstance(source, nn.ModuleList) else nn.Module())
+        here = here._modules[part]
+    if isinstance(item, nn.Parameter):
+        here.register_parameter(leaf, item)
+    else:
+        here.add_module(leaf, item)
 
 
 def build_stage_modules(
     model: nn.Module, counts: Sequence[int], stage_ids: Sequence[int]
 ) -> list[PipelineStageModule]:
     """The stages ``stage_ids`` of ``model`` split into ``counts`` layers per stage."""
-    embed_names, head_names = outer_modules(model)
+    recipe = stage_recipe(model)
+    units = recipe.units()
     starts = [sum(counts[:s]) for s in range(len(counts))]
     return [
-        PipelineStageModule(
-            model, s, len(counts), range(starts[s], starts[s] + counts[s]), embed_names, head_names
-        )
+        PipelineStageModule(model, recipe, s, len(counts), units[starts[s] : starts[s] + counts[s]])
         for s in stage_ids
     ]
 

@@ -138,12 +138,7 @@ class TrainStep:
         model: PipelinedModel = self.model
         task: Task = self.task
         task.check(batch)
-        extra = [k for k in batch if k not in (task.pipeline_input, "labels")]
-        if extra:
-            raise ValueError(
-                f"under pipeline parallel the stages pass one tensor on, so a {task.name!r} batch holds only "
-                f"{task.pipeline_input!r} and 'labels'; got also {extra} (see docs/training.md)"
-            )
+        extras = pipeline_extras(task, batch)
         sums: list[torch.Tensor] = []
         counts: list[torch.Tensor] = []
 
@@ -155,7 +150,7 @@ class TrainStep:
 
         microbatches = model.state.config.microbatches * self.grad_accum_steps
         with self.precision.autocast():
-            model.run_schedule(batch[task.pipeline_input], batch["labels"], microbatches, loss_fn)
+            model.run_schedule(batch[task.pipeline_input], batch["labels"], microbatches, loss_fn, extras)
         if not sums:  # not the last stage: the loss is summed over the pipeline afterwards
             zero = torch.zeros((), dtype=torch.float64, device=self.device)
             return zero, zero
@@ -211,7 +206,8 @@ def evaluate(model: nn.Module, batches: Iterable[Batch | None], task: str | Task
                 batch = share_batch(batch, state, device)
                 if isinstance(model, PipelinedModel):
                     task.check(batch)
-                    part, count = task.loss(model(batch[task.pipeline_input]), batch["labels"])
+                    output = model(batch[task.pipeline_input], **pipeline_extras(task, batch))
+                    part, count = task.loss(output, batch["labels"])
                 else:
                     part, count = task(model, batch)
                 part, count = _plain(part), torch.as_tensor(_plain(count), device=device)
@@ -231,7 +227,7 @@ def check_pipeline_task(task: Task | TaskFn, moe: list[MixtureOfExperts]) -> Non
         name = task.name if isinstance(task, Task) else "a callable task"
         raise ValueError(
             f"{name} cannot run under pipeline parallel: the schedule needs the task split into the first "
-            "stage's input and a loss on the last stage's output (a built-in task other than seq2seq)"
+            "stage's input and a loss on the last stage's output (a built-in task)"
         )
     if any(m.aux_loss_weight > 0 for m in moe):
         raise ValueError(
@@ -239,6 +235,11 @@ def check_pipeline_task(task: Task | TaskFn, moe: list[MixtureOfExperts]) -> Non
             "it is computed on every stage but the schedule only back-propagates the last stage's loss; "
             "set aux_loss_weight: 0 in the MoE feedforward spec"
         )
+
+
+def pipeline_extras(task: Task, batch: Batch) -> dict[str, torch.Tensor]:
+    """The batch's model inputs besides the first stage's: every stage receives them."""
+    return {k: batch[k] for k in task.inputs if k in batch and k != task.pipeline_input}
 
 
 def model_device(model: nn.Module) -> torch.device:

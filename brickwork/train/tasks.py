@@ -118,6 +118,7 @@ class Seq2Seq(Task):
     name = "seq2seq"
     inputs = ("input_ids", "attention_mask", "decoder_input_ids")
     required = ("input_ids", "decoder_input_ids")
+    pipeline_input = "input_ids"
 
     def forward(self, model: nn.Module, batch: Batch) -> Any:
         if isinstance(model, EncoderDecoder):

@@ -13,7 +13,7 @@ from torch import nn
 
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import full_state_dict, parallel_state, parallelize, split_rows
-from brickwork.train import TASKS, TrainStep
+from brickwork.train import TASKS, TrainStep, evaluate
 
 VOCAB, DIM, SEQ, ROWS, STEPS = 48, 32, 8, 4, 3
 IMAGE, PATCH, CLASSES = 8, 4, 5
@@ -24,6 +24,7 @@ TASK = {
     "seq2seq": "seq2seq",
     "vit": "image_classification",
     "gpt2-hf": "causal_lm",
+    "llama-hf": "causal_lm",
 }
 GPT2_PLAN = {
     "transformer.wte": "vocab",
@@ -82,6 +83,15 @@ def build(family: str, seed: int = 0, moe: bool = False) -> nn.Module:
             eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         )  # fmt: skip
         return GPT2LMHeadModel(config)
+    if family == "llama-hf":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(
+            vocab_size=VOCAB, hidden_size=DIM, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * SEQ,
+            bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        )  # fmt: skip
+        return LlamaForCausalLM(config)
     model = build_model(spec(family, moe))
     if moe:
         starve_last_expert(model)
@@ -112,18 +122,30 @@ def global_batches(family: str) -> list[dict[str, torch.Tensor]]:
             )
             continue
         ids = torch.randint(0, VOCAB, (ROWS, SEQ), generator=g)
-        if family in ("decoder", "gpt2-hf"):
+        # Rows 1 and 3 end in padding: the masks must reach every layer (and pipeline stage).
+        mask = torch.ones(ROWS, SEQ, dtype=torch.long)
+        mask[1, -2:] = 0
+        mask[3, -3:] = 0
+        if family in ("decoder", "gpt2-hf", "llama-hf"):
             out.append({"input_ids": ids, "labels": torch.roll(ids, -1, dims=1)})
         elif family == "mlm":
             scored = torch.rand(ROWS, SEQ, generator=g) < 0.3
             scored[:, 0] = True
-            out.append({"input_ids": torch.where(scored, 1, ids), "labels": torch.where(scored, ids, -100)})
+            out.append(
+                {
+                    "input_ids": torch.where(scored, 1, ids),
+                    "attention_mask": mask,
+                    "token_type_ids": (torch.arange(SEQ) >= SEQ // 2).long().expand(ROWS, SEQ).clone(),
+                    "labels": torch.where(scored & mask.bool(), ids, -100),
+                }
+            )
         else:
             target = torch.randint(0, VOCAB, (ROWS, SEQ // 2), generator=g)
             start = torch.zeros(ROWS, 1, dtype=torch.long)
             out.append(
                 {
                     "input_ids": ids,
+                    "attention_mask": mask,
                     "decoder_input_ids": torch.cat([start, target[:, :-1]], dim=1),
                     "labels": target,
                 }
@@ -140,7 +162,11 @@ def forward(model: nn.Module, family: str, batch: dict[str, torch.Tensor]) -> to
     if family == "vit":
         return model(batch["pixel_values"])
     if family == "seq2seq":
-        return model(batch["input_ids"], batch["decoder_input_ids"])
+        return model(batch["input_ids"], batch["decoder_input_ids"], src_mask=batch["attention_mask"])
+    if family == "mlm":
+        return model(
+            batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"]
+        )
     return logits_of(model(batch["input_ids"]))
 
 
@@ -177,7 +203,12 @@ def reference(
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         opt.step()
         losses.append(float(ce_sum / count))
-    return {"losses": losses, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+    with torch.no_grad():
+        batch = global_batches(family)[0]
+        logits = forward(model, family, batch)
+        held_out = F.cross_entropy(logits.flatten(0, -2), batch["labels"].flatten())
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {"losses": losses, "state": state, "eval": float(held_out)}
 
 
 def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
@@ -216,7 +247,13 @@ def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any
             for batch in global_batches(family):
                 losses.append(step(share(model, batch)))
                 counts.append(step.metrics.get("expert_counts"))
-            out[key] = {"losses": losses, "state": full_state_dict(model), "expert_counts": counts}
+            held_out = evaluate(model, [share(model, global_batches(family)[0])], step.task)
+            out[key] = {
+                "losses": losses,
+                "state": full_state_dict(model),
+                "expert_counts": counts,
+                "eval": held_out,
+            }
         except (ValueError, TypeError) as error:
             out[key] = {"error": f"{type(error).__name__}: {error}"}
         dist.barrier()
@@ -230,6 +267,8 @@ def check(per_rank: list[dict[str, Any]], key: str, ref: dict[str, Any], tol: fl
         assert other[key]["losses"] == got["losses"], "ranks returned different losses"
     for step, (loss, want) in enumerate(zip(got["losses"], ref["losses"], strict=True)):
         assert abs(loss - want) <= tol * abs(want), f"step {step}: loss {loss} vs the plain loop's {want}"
+    if "eval" in ref:
+        assert abs(got["eval"] - ref["eval"]) <= tol * ref["eval"], f"evaluate {got['eval']} vs {ref['eval']}"
     assert got["state"].keys() == ref["state"].keys()
     for name, want in ref["state"].items():
         torch.testing.assert_close(
