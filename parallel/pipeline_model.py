@@ -98,6 +98,7 @@ def _lay_out(
             sequence_parallel=config.sequence_parallel,
             divide=own_divide,
             split_input=stage.is_first,
+            vocab_multiple=config.vocab_multiple,
         )
     apply_activation_checkpointing(stage, config.activation_checkpointing)
     if config.zero_stage >= 2:

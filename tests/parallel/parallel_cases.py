@@ -22,19 +22,6 @@ from brickwork.train import TrainStep
 
 VOCAB, DIM, SEQ, BATCH, STEPS = 64, 32, 8, 4, 3
 
-# Plans for the model-level modules (vocab-parallel embedding, LM head, norms under sequence
-# parallel). Given by name here, on top of what the attention and feedforward components declare.
-GPT2_PLAN = {
-    "transformer.wte": "vocab",
-    "transformer.h.*.attn.c_attn": "colwise:3",
-    "transformer.h.*.attn.c_proj": "rowwise",
-    "transformer.h.*.mlp.c_fc": "colwise",
-    "transformer.h.*.mlp.c_proj": "rowwise",
-    "lm_head": "colwise",
-}
-GPT2_DIVIDE = {"transformer.h.*.attn": ["split_size", "num_heads", "embed_dim"]}
-
-
 def tiny_spec(kind: str) -> dict[str, Any]:
     """gpt: learned positions, fused qkv, GELU MLP, tied head. llama: rotary, GQA (4 q / 2 kv heads),
     SwiGLU, RMSNorm, untied head. 2 layers; "gpt4" / "llama4" have 4 (for interleaved pipelines)."""
@@ -161,8 +148,7 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
                 model = build(kind)
         else:
             model = build(kind)
-        plan = GPT2_PLAN if kind == "gpt2-hf" else None
-        model = parallelize(model, layout, plan=plan, divide=GPT2_DIVIDE if kind == "gpt2-hf" else None)
+        model = parallelize(model, layout)  # an HF GPT-2's plan comes from parallel/plans/
         initial = full_state_dict(model) if meta else None
         params = list(model.parameters())
         opt = optimizer(params, opt_name)

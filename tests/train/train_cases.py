@@ -26,15 +26,6 @@ TASK = {
     "gpt2-hf": "causal_lm",
     "llama-hf": "causal_lm",
 }
-GPT2_PLAN = {
-    "transformer.wte": "vocab",
-    "transformer.h.*.attn.c_attn": "colwise:3",
-    "transformer.h.*.attn.c_proj": "rowwise",
-    "transformer.h.*.mlp.c_fc": "colwise",
-    "transformer.h.*.mlp.c_proj": "rowwise",
-    "lm_head": "colwise",
-}
-GPT2_DIVIDE = {"transformer.h.*.attn": ["split_size", "num_heads", "embed_dim"]}
 
 
 def _shrink(block: dict[str, Any]) -> None:
@@ -236,8 +227,7 @@ def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any
         as_callable = layout.pop("callable", False)
         try:
             model = build(family, moe=moe)
-            plan = {"plan": GPT2_PLAN, "divide": GPT2_DIVIDE} if family == "gpt2-hf" else {}
-            model = parallelize(model, layout, **plan)
+            model = parallelize(model, layout)  # an HF GPT-2's plan comes from parallel/plans/
             opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
             task = TASKS[TASK[family]]
             step = TrainStep(
