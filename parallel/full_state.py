@@ -16,12 +16,13 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The full weights with the single-process model's names, as CPU tensors, on every rank.
 
     DTensors are gathered, packed columns put back, pipeline stages merged, a padded vocabulary's
-    padding dropped (parallel/vocab_padding.py). Collective: every rank calls it. A plain module
-    gives its own.
+    padding dropped (parallel/vocab_padding.py). Collective: every rank calls it. A module that
+    ``parallelize`` did not lay out gives its own, its DTensors (Megatron-style layers, a module sharded
+    by ``parallelize_module_by_plan``) gathered.
     """
     state = parallel_state(model)
     if state is None:
-        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        return gather_full_state(model)
     local: dict[str, torch.Tensor] = {}
     for module in state.modules:
         local.update(gather_full_state(module))

@@ -179,15 +179,9 @@ class VocabParallelEmbedding(nn.Module):
         return f"{self.num_embeddings}, {self.embedding_dim}"
 
 
-def full_weight(parameter: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of a (possibly sharded) parameter, on every rank: [out, in] or [vocab, dim]."""
-    return parameter.full_tensor() if isinstance(parameter, DTensor) else parameter.detach()
-
-
 __all__ = [
     "ColumnParallelLinear",
     "RowParallelLinear",
     "VocabParallelEmbedding",
-    "full_weight",
     "tensor_parallel_mesh",
 ]

@@ -22,6 +22,7 @@ from brickwork.train import TrainStep
 
 VOCAB, DIM, SEQ, BATCH, STEPS = 64, 32, 8, 4, 3
 
+
 def tiny_spec(kind: str) -> dict[str, Any]:
     """gpt: learned positions, fused qkv, GELU MLP, tied head. llama: rotary, GQA (4 q / 2 kv heads),
     SwiGLU, RMSNorm, untied head. 2 layers; "gpt4" / "llama4" have 4 (for interleaved pipelines)."""

@@ -8,12 +8,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
-from brickwork.parallel import spawn
+from brickwork.parallel import full_state_dict, spawn
 from brickwork.parallel.tensor_parallel_layers import (
     ColumnParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,
-    full_weight,
     tensor_parallel_mesh,
 )
 
@@ -76,7 +75,7 @@ def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {name: full_weight(p) for name, p in model.named_parameters()}
+    return full_state_dict(model)
 
 
 def _reference() -> tuple[list[float], dict[str, torch.Tensor], torch.Tensor]:
