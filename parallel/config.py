@@ -10,6 +10,7 @@ LiBai's spellings are accepted as they are: its ``dist`` keys (``data_parallel_s
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ class ParallelConfig:
     data_parallel_size: int = 1
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    context_parallel_size: int = 1
     sequence_parallel: bool = False
     zero_stage: int = 0
     cpu_offload: bool = False
@@ -51,6 +53,7 @@ class ParallelConfig:
             "data_parallel_size",
             "tensor_parallel_size",
             "pipeline_parallel_size",
+            "context_parallel_size",
             "virtual_pipeline_size",
             "vocab_multiple",
         ):
@@ -71,6 +74,7 @@ class ParallelConfig:
             )
         if self.sequence_parallel and self.tensor_parallel_size == 1:
             raise ConfigError("sequence_parallel needs tensor_parallel_size > 1", "sequence_parallel")
+        self._check_context_parallel()
         for key in ("num_microbatches", "pipeline_num_layers"):
             if getattr(self, key) is not None:
                 _check_positive_int(key, getattr(self, key))
@@ -123,6 +127,13 @@ class ParallelConfig:
                     "pipeline_layers",
                 )
 
+    def _check_context_parallel(self) -> None:
+        cp = self.context_parallel_size
+        for key, clash in (("pipeline_parallel_size", self.pipeline_parallel_size > 1),
+                           ("sequence_parallel", self.sequence_parallel)):  # fmt: skip
+            if cp > 1 and clash:
+                raise ConfigError(f"context_parallel_size={cp} does not combine with {key} yet", key)
+
     def _check_device_weights(self) -> None:
         weights = self.device_weights
         if weights is None:
@@ -155,16 +166,22 @@ class ParallelConfig:
 
     @property
     def world_size(self) -> int:
-        """pp × dp × tp: the number of processes this layout needs."""
-        return self.pipeline_parallel_size * self.data_parallel_size * self.tensor_parallel_size
+        """pp × dp × cp × tp: the number of processes this layout needs."""
+        return (
+            self.pipeline_parallel_size
+            * self.data_parallel_size
+            * self.context_parallel_size
+            * self.tensor_parallel_size
+        )
 
     def check_world_size(self, world_size: int) -> None:
-        """Raise ConfigError, naming every number, unless pp × dp × tp equals ``world_size``."""
+        """Raise ConfigError, naming every number, unless pp × dp × cp × tp equals ``world_size``."""
         if self.world_size != world_size:
             raise ConfigError(
                 f"pipeline_parallel_size ({self.pipeline_parallel_size}) × data_parallel_size "
-                f"({self.data_parallel_size}) × tensor_parallel_size ({self.tensor_parallel_size}) = "
-                f"{self.world_size}, but the world size is {world_size}"
+                f"({self.data_parallel_size}) × context_parallel_size ({self.context_parallel_size}) × "
+                f"tensor_parallel_size ({self.tensor_parallel_size}) = {self.world_size}, but the world "
+                f"size is {world_size}"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,7 +197,7 @@ class ParallelConfig:
     ) -> ParallelConfig:
         """Validate a dist dict (brickwork's or LiBai's spellings) without changing it.
 
-        A missing ``data_parallel_size`` is inferred as ``world_size // (tp × pp)`` when the world size
+        A missing ``data_parallel_size`` is inferred as ``world_size // (tp × cp × pp)`` when the world size
         is given, as LiBai does. With ``world_size`` the sizes are also checked against it.
         """
         if isinstance(dist, ParallelConfig):
@@ -221,8 +238,10 @@ def _resolve_keys(dist: dict[str, Any], world_size: int | None) -> dict[str, Any
         else:
             raise ConfigError("unknown dist key", key, choices=sorted(fields | _LIBAI_KEYS), got=key)
     if "data_parallel_size" not in out and world_size is not None:
-        others = out.get("tensor_parallel_size", 1) * out.get("pipeline_parallel_size", 1)
-        if isinstance(others, int) and others > 0 and world_size % others == 0:
+        others_keys = ("tensor_parallel_size", "context_parallel_size", "pipeline_parallel_size")
+        sizes = [out.get(k, 1) for k in others_keys]
+        others = math.prod(sizes) if all(isinstance(v, int) for v in sizes) else 0
+        if others > 0 and world_size % others == 0:
             out["data_parallel_size"] = world_size // others
     return out
 

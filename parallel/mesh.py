@@ -1,4 +1,4 @@
-"""The device mesh of a dist dict: dims ("pp", "dp", "tp"), ranks grouped as in LiBai."""
+"""The device mesh of a dist dict: dims ("pp", "dp", "cp", "tp"), ranks grouped as in LiBai."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from brickwork.parallel.config import ParallelConfig
 
-MESH_DIMS = ("pp", "dp", "tp")
+MESH_DIMS = ("pp", "dp", "cp", "tp")
 
 
 def mesh_device_type(config: ParallelConfig) -> str:
@@ -23,21 +23,35 @@ def mesh_device_type(config: ParallelConfig) -> str:
 
 
 def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
-    """A DeviceMesh of shape (pp, dp, tp) with those dim names, every dim present even at size 1.
+    """A DeviceMesh of shape (pp, dp, cp, tp) with those dim names, every dim present even at size 1.
 
-    The mesh is laid out row-major over the ranks, so tensor parallel is innermost, then data, then
-    pipeline (LiBai's grouping): with 8 ranks and dp=2, tp=4 the TP groups are [0..3] and [4..7]; with
-    pp=dp=tp=2, stage 0 holds ranks 0-3, TP pairs [0,1], [2,3] and DP pairs [0,2], [1,3]. Starts the
-    default process group from the torchrun environment if it is not up yet; a plain ``python``
-    process (no ``RANK`` in the environment) is a world of one.
+    The mesh is laid out row-major over the ranks, so tensor parallel is innermost, then context, then
+    data, then pipeline (LiBai's grouping, with context parallel between data and tensor parallel): with
+    8 ranks and dp=2, tp=4 the TP groups are [0..3] and [4..7]; with pp=dp=tp=2, stage 0 holds ranks
+    0-3, TP pairs [0,1], [2,3] and DP pairs [0,2], [1,3]; with dp=cp=2 the CP pairs are [0,1], [2,3].
+    Starts the default process group from the torchrun environment if it is not up yet; a plain
+    ``python`` process (no ``RANK`` in the environment) is a world of one.
     """
     start_process_group(dist_config)
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
     device_type = mesh_device_type(config)
     if device_type == "cuda":
         torch.cuda.set_device(local_device_index())
-    shape = (config.pipeline_parallel_size, config.data_parallel_size, config.tensor_parallel_size)
+    shape = (
+        config.pipeline_parallel_size,
+        config.data_parallel_size,
+        config.context_parallel_size,
+        config.tensor_parallel_size,
+    )
     return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
+
+
+def data_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The ranks holding the same parameters on different tokens, over which gradients are reduced:
+    "dp", flattened with "cp" when context parallel is on (each cp rank sees other positions)."""
+    if mesh["cp"].size() == 1:
+        return mesh["dp"]
+    return mesh["dp", "cp"]._flatten("dp_cp")
 
 
 def start_process_group(dist_config: Mapping[str, Any] | ParallelConfig) -> None:

@@ -24,10 +24,11 @@ from brickwork.errors import ConfigError
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
 from brickwork.parallel.agreement import check_agreement
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.context_parallel import apply_context_parallel, check_context_parallel
 from brickwork.parallel.data_parallel import LocalShards, ZeroOptimizers, apply_ddp, apply_fsdp
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import materialize, take_source, uses_meta_init
-from brickwork.parallel.mesh import build_mesh, start_process_group
+from brickwork.parallel.mesh import build_mesh, data_mesh, start_process_group
 from brickwork.parallel.parts import keep_whole, whole_modules
 from brickwork.parallel.plans import plan_for
 from brickwork.parallel.tensor_parallel import (
@@ -65,6 +66,7 @@ def parallelize(
     start_process_group(dist_config)
     # Before the mesh: building it is the first collective, where ranks with different layouts would hang.
     check_agreement(model, dist_config)
+    check_context_parallel(model, ParallelConfig.from_dict(dist_config))
     mesh = build_mesh(dist_config)
     config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
     if parallel_state(model) is not None:
@@ -105,17 +107,20 @@ def parallelize(
         )
         if source:
             source = pad_source(model, source)
+    if config.context_parallel_size > 1:
+        apply_context_parallel(model, mesh["cp"])
     apply_activation_checkpointing(model, config.activation_checkpointing)
     ddp = None
+    replicas = data_mesh(mesh)
     if config.zero_stage >= 2:
-        apply_fsdp(model, config, mesh["dp"])
+        apply_fsdp(model, config, replicas)
         if meta:
             materialize(model, source, device)
     else:
         if meta:
             materialize(model, source, device)
-        if config.data_parallel_size > 1:
-            ddp = attach_ddp(model, mesh["dp"])
+        if replicas.size() > 1:
+            ddp = attach_ddp(model, replicas)
     state = ParallelState(config, mesh, [model], [ddp] if ddp is not None else [])
     setattr(model, STATE_ATTR, state)
     if ddp is not None and isinstance(ddp.module, LocalShards):
@@ -174,6 +179,8 @@ class ParallelState:
 
     ``modules`` are the model (or this rank's pipeline stages), whose state dicts use the
     single-process names; ``ddps`` are the DDP objects attached to them (none under FSDP or dp=1).
+    ``dp_group`` holds the ``data_replicas`` ranks that hold the same parameters and see other
+    tokens, over which gradients and losses are reduced: dp, times cp under context parallel.
     """
 
     def __init__(
@@ -188,8 +195,9 @@ class ParallelState:
         self.device = mesh_device(mesh)
         self.modules = list(modules)
         self.ddps = list(ddps)
-        self.dp_group = mesh["dp"].get_group()
-        self._zero = ZeroOptimizers(mesh["dp"]) if config.zero_stage == 1 else None
+        replicas = data_mesh(mesh)
+        self.dp_group, self.data_replicas = replicas.get_group(), replicas.size()
+        self._zero = ZeroOptimizers(replicas) if config.zero_stage == 1 else None
         self.batch_group, self.batch_source = _batch_group(mesh)
 
     @property
@@ -244,18 +252,19 @@ class ParallelState:
 
 
 def _batch_group(mesh: DeviceMesh) -> tuple[dist.ProcessGroup | None, int]:
-    """The group of this rank's tensor- and pipeline-parallel peers (one data-parallel index) and its
-    first global rank, which the others take the batch from; (None, rank) when it is this rank alone.
+    """The group of this rank's pipeline-, context- and tensor-parallel peers (one data-parallel index)
+    and its first global rank, which the others take the batch from; (None, rank) when it is this rank
+    alone. Context-parallel peers share the batch and each takes its slice of the sequence.
 
     ``new_group`` is collective, so every rank creates every group, in the same order.
     """
-    grid = mesh.mesh  # [pp, dp, tp] global ranks
+    grid = mesh.mesh  # [pp, dp, cp, tp] global ranks
     me = dist.get_rank()
-    if grid.shape[0] * grid.shape[2] == 1:
+    if grid.numel() == grid.shape[1]:
         return None, me
     found: tuple[dist.ProcessGroup | None, int] = (None, me)
     for dp_index in range(grid.shape[1]):
-        ranks = [int(r) for r in grid[:, dp_index, :].flatten()]
+        ranks = [int(r) for r in grid[:, dp_index].flatten()]
         group = dist.new_group(ranks)
         if me in ranks:
             found = (group, ranks[0])

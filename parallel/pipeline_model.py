@@ -13,6 +13,7 @@ before clipping and the optimizer step.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -145,9 +146,9 @@ class PipelineState(ParallelState):
 
     def _tie_groups(self, shared: list[dict[int, str]]) -> list[tuple[torch.Tensor, dist.ProcessGroup, bool]]:
         """For each weight held by several stages, this rank's copy (if any), the group of ranks that
-        hold it at this rank's (dp, tp) place, and whether this copy counts in the gradient norm."""
+        hold it at this rank's (dp, cp, tp) place, and whether this copy counts in the gradient norm."""
         pp = self.config.pipeline_parallel_size
-        grid = self.mesh.mesh  # [pp, dp, tp] global ranks
+        grid = self.mesh.mesh  # [pp, dp, cp, tp] global ranks
         trainable = self.trainable()
         me = dist.get_rank()
         held_here = {s.stage_index for s in self.stages}
@@ -156,12 +157,11 @@ class PipelineState(ParallelState):
             pp_ranks = sorted({s % pp for s in held})
             group = None
             # Every rank creates every group, in the same order (new_group is collective).
-            for dp_i in range(grid.shape[1]):
-                for tp_i in range(grid.shape[2]):
-                    ranks = [int(grid[r, dp_i, tp_i]) for r in pp_ranks]
-                    new = dist.new_group(ranks)
-                    if me in ranks:
-                        group = new
+            for place in itertools.product(*map(range, grid.shape[1:])):
+                ranks = [int(grid[(r, *place)]) for r in pp_ranks]
+                new = dist.new_group(ranks)
+                if me in ranks:
+                    group = new
             # Stages on one rank share the very tensor (an encoder-decoder's embedding on its first
             # stage and again where the decoder starts): it is reduced once per rank.
             here = {s: name for s, name in held.items() if s in held_here}

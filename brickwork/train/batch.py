@@ -16,8 +16,11 @@ import torch
 import torch.distributed as dist
 
 from brickwork.parallel import ParallelState
+from brickwork.parallel.context_parallel import sequence_shard
 
 Batch = dict[str, torch.Tensor]
+# The batch keys holding one entry per position of the sequence, which context parallel splits.
+SEQUENCE_KEYS = ("input_ids", "labels", "attention_mask", "token_type_ids")
 
 
 def check_batch(batch: object) -> Batch:
@@ -85,6 +88,30 @@ def share_batch(batch: object | None, state: ParallelState | None, device: torch
         dist.broadcast(tensor, group=group, group_src=0)
         shared[key] = tensor
     return shared
+
+
+def shard_sequence(batch: Batch, state: ParallelState | None) -> Batch:
+    """Under context parallel, this rank's contiguous slice of every sequence, [B, T] -> [B, T / cp]
+    (the batch as it is otherwise). An all-ones ``attention_mask`` says nothing and is left out; a
+    batch with padding, or with a key that is not a token sequence, raises ValueError naming it."""
+    if state is None or state.config.context_parallel_size == 1:
+        return batch
+    out = {}
+    for key, value in batch.items():
+        if key not in SEQUENCE_KEYS:
+            raise ValueError(
+                f"context parallel splits token sequences ({list(SEQUENCE_KEYS)}); the batch key {key!r} "
+                "is not one"
+            )
+        if key == "attention_mask":
+            if not bool(value.all()):
+                raise ValueError(
+                    "context parallel takes whole, unpadded sequences, but attention_mask marks padding; "
+                    "pack the sequences or run without context_parallel_size"
+                )
+            continue
+        out[key] = sequence_shard(value, state.mesh["cp"], key)
+    return out
 
 
 def split_batch(batch: Batch, parts: int) -> list[Batch]:

@@ -8,6 +8,7 @@ the global batch however it is split over ranks and micro-batches. Then the opti
 dynamic loss scaling for fp16 (an overflowed step is skipped) and gradient clipping on the norm of
 the full gradient. Under a pipeline the micro-batches become more pipeline microbatches of one
 schedule (Megatron's way): num_microbatches × grad_accum_steps, reduced over dp once, at the end.
+Under context parallel each rank first takes its slice of the sequences, and "dp" above means dp × cp.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from brickwork.components.feedforward.moe import MixtureOfExperts
 from brickwork.parallel import ParallelState, PipelinedModel, parallel_state
-from brickwork.train.batch import Batch, share_batch, split_batch
+from brickwork.train.batch import Batch, shard_sequence, share_batch, split_batch
 from brickwork.train.precision import Precision
 from brickwork.train.tasks import Task, TaskFn, get_task
 
@@ -76,7 +77,7 @@ class TrainStep:
 
     def __call__(self, batch: Batch | None) -> float:
         self.model.train()
-        batch = share_batch(batch, self.state, self.device)
+        batch = shard_sequence(share_batch(batch, self.state, self.device), self.state)
         for param in self.params:
             param.grad = None
         self._divisor = self._loss_divisor(batch)
@@ -94,15 +95,15 @@ class TrainStep:
 
     def _loss_divisor(self, batch: Batch) -> float:
         """What backward divides the summed loss by, to keep fp16 gradients in range: the labels per
-        data-parallel rank, averaged over the ranks (the same on all, so DDP's average stays exact);
-        the exact mean's factor is applied to the gradients afterwards."""
+        data-parallel rank (and sequence slice), averaged over the ranks (the same on all, so DDP's average
+        stays exact); the exact mean's factor is applied to the gradients afterwards."""
         labels = batch.get("labels")
         size = labels.numel() if labels is not None else next(iter(batch.values())).shape[0]
-        if self.state is None or self.state.config.data_parallel_size == 1:
+        if self.state is None or self.state.data_replicas == 1:
             return float(size)
         total = torch.tensor([float(size)], dtype=torch.float64, device=self.device)
         dist.all_reduce(total, group=self.state.dp_group)
-        return float(total) / self.state.config.data_parallel_size
+        return float(total) / self.state.data_replicas
 
     def _backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -169,8 +170,8 @@ class TrainStep:
             scaler.update(overflowed)
             self.metrics["loss_scale"] = scaler.scale  # the scale of the next step
         if not overflowed:
-            dp = self.state.config.data_parallel_size if self.state is not None else 1
-            # DDP and FSDP average over dp; the mean is over every scored position of the global batch.
+            dp = self.state.data_replicas if self.state is not None else 1
+            # DDP and FSDP average over dp (× cp); the mean is over every scored position of the global batch.
             factor = dp * self._divisor / global_count
             with torch.no_grad():
                 for param in self.params:
@@ -203,7 +204,7 @@ def evaluate(model: nn.Module, batches: Iterable[Batch | None], task: str | Task
     try:
         with loss_context(state):
             for batch in batches:
-                batch = share_batch(batch, state, device)
+                batch = shard_sequence(share_batch(batch, state, device), state)
                 if isinstance(model, PipelinedModel):
                     task.check(batch)
                     output = model(batch[task.pipeline_input], **pipeline_extras(task, batch))
@@ -267,8 +268,8 @@ def _plain(value: Any) -> Any:
 def _reduce(
     values: torch.Tensor, state: ParallelState | None, data_parallel_only: bool = False
 ) -> torch.Tensor:
-    """Sum ``values`` over data parallel (and, for a step's loss under a pipeline, over the stages:
-    only the last one computed it)."""
+    """Sum ``values`` over data (and context) parallel, and, for a step's loss under a pipeline, over
+    the stages: only the last one computed it."""
     if state is None:
         return values
     if isinstance(values, DTensor):

@@ -27,6 +27,8 @@ class AttentionMechanism(Configurable):
     - ``supports_gqa``: k/v may carry fewer heads than q (each kv head serves ``H / Hkv`` query heads).
     - ``needs``: head geometry (``"num_heads"``, ``"dim_head"``) the multi-head layer passes in.
     - ``requires_input_projection``: False for token mixers that work on the layer input itself.
+    - ``context_parallel_safe``: exact softmax attention of q over k, v and nothing else, so its keys
+      and values may be gathered from sequence slices held by other ranks (context parallel).
     """
 
     causal_safe: ClassVar[bool] = False
@@ -34,6 +36,7 @@ class AttentionMechanism(Configurable):
     supports_gqa: ClassVar[bool] = False
     needs: ClassVar[tuple[str, ...]] = ()
     requires_input_projection: ClassVar[bool] = True
+    context_parallel_safe: ClassVar[bool] = False
     causal: bool = False
 
     @classmethod

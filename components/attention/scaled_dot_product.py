@@ -89,6 +89,7 @@ class ScaledDotProduct(AttentionMechanism):
     causal_safe = True
     mask_support = "full"
     supports_gqa = True
+    context_parallel_safe = True
 
     def __init__(
         self,
