@@ -40,7 +40,8 @@ def build(kind: str, seed: int = 0) -> nn.Module:
 
 
 def reference(kind: str) -> dict[str, Any]:
-    """One process: the first batch's logits, then the losses of STEPS steps and the weights after."""
+    """One process: the first batch's logits, the losses of STEPS steps, the weights after and the
+    first batch's loss with them."""
     model = build(kind)
     opt = optimizer(model.parameters(), "sgd")
     ids, labels = batches()
@@ -53,7 +54,10 @@ def reference(kind: str) -> dict[str, Any]:
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return {"logits": logits, "losses": losses, "state": model.state_dict()}
+    model.eval()
+    with torch.no_grad():
+        final = F.cross_entropy(model(ids[0]).flatten(0, 1), labels[0].flatten()).item()
+    return {"logits": logits, "losses": losses, "eval": final, "state": model.state_dict()}
 
 
 @functools.cache
@@ -84,6 +88,7 @@ def train(kind: str, layout: dict[str, Any]) -> dict[str, Any]:
 
     losses = [step(batch(s)) for s in range(STEPS)]
     return {
+        "cp_rank": cp_rank,
         "logits": logits,
         "losses": losses,
         "eval": evaluate(model, [batch(0)], "causal_lm"),
@@ -128,9 +133,13 @@ def mesh_groups(layouts: list[dict[str, Any]]) -> list[dict[str, list[int]]]:
     return result
 
 
-def run_world(cases: list[tuple[str, str, dict[str, Any]]], runtime_refusals: bool) -> dict[str, Any]:
-    """On every rank of one spawned world: each (key, kind, layout) trained, then the refusals."""
+def run_world(
+    cases: list[tuple[str, str, dict[str, Any]]], runtime_refusals: bool, mesh_layouts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """On every rank of one spawned world: each (key, kind, layout) trained, then the refusals and
+    the mesh groups of ``mesh_layouts``."""
     out: dict[str, Any] = {key: train(kind, layout) for key, kind, layout in cases}
     if runtime_refusals:
         out["refusals"] = refusals()
+    out["mesh_groups"] = mesh_groups(mesh_layouts)
     return out
