@@ -35,13 +35,14 @@ def check_world(dist_dict: dict) -> ParallelConfig:
         raise mismatch.at("dist") from None
     if have == 1:
         raise ConfigError(
-            f"the dist dict asks for {wanted} processes (data x tensor x pipeline parallel sizes), but this "
-            f"is 1 process; launch it with torchrun --nproc_per_node {wanted} -m brickwork train ...",
+            f"the dist dict asks for {wanted} processes (data x context x tensor x pipeline parallel "
+            f"sizes), but this is 1 process; launch it with torchrun --nproc_per_node {wanted} -m brickwork "
+            "train ...",
             "dist",
         )
     raise ConfigError(
-        f"torchrun started {have} processes, but the dist dict asks for {wanted} (data x tensor x pipeline "
-        f"parallel sizes); make their product {have} or use --nproc_per_node {wanted}",
+        f"torchrun started {have} processes, but the dist dict asks for {wanted} (data x context x tensor "
+        f"x pipeline parallel sizes); make their product {have} or use --nproc_per_node {wanted}",
         "dist",
     )
 
