@@ -27,6 +27,7 @@ from torch.distributed import ProcessGroup
 from torch.distributed._functional_collectives import all_gather_single_autograd
 from torch.distributed.device_mesh import DeviceMesh
 
+from brickwork.blocks.decoder_lm import DecoderLM
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
 from brickwork.components.attention.multi_head import MultiHeadAttention
 from brickwork.components.positional.alibi import ALiBi
@@ -80,6 +81,9 @@ def apply_context_parallel(model: nn.Module, cp_mesh: DeviceMesh) -> None:
     """Hook every attention layer and position module of ``model`` so that it runs on this rank's
     sequence slice (see the module docstring); in place, after :func:`check_context_parallel`."""
     rank, group = cp_mesh.get_local_rank(), cp_mesh.get_group()
+    if isinstance(model, DecoderLM) and model.max_seq_len is not None:
+        # The model checks the length it sees, the slice; the limit is on the whole sequence.
+        model.token_embedding.register_forward_pre_hook(_limit_length(cp_mesh.size(), model.max_seq_len))
     hooked: set[int] = set()
 
     def once(module: nn.Module, hook: Any) -> None:  # a module shared by layers is hooked once
@@ -127,6 +131,15 @@ def _refuse_unsplittable(layer: MultiHeadAttention, args: tuple, kwargs: dict) -
                 "(self-attention over whole, unpadded sequences; train with TrainStep, which splits the "
                 "batch, and decode without context parallel)"
             )
+
+
+def _limit_length(cp: int, max_seq_len: int) -> Any:
+    def hook(module: nn.Module, args: tuple) -> None:
+        end = cp * args[0].shape[-1]
+        if end > max_seq_len:
+            raise ValueError(f"input_ids reach position {end}, beyond max_seq_len={max_seq_len}")
+
+    return hook
 
 
 def _gather_keys_values(rank: int, group: ProcessGroup, mechanism: AttentionMechanism) -> Any:

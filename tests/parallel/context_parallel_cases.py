@@ -103,11 +103,13 @@ def refusals() -> list[str]:
     ids = torch.zeros(2, SEQ, dtype=torch.long)
     padded = torch.ones_like(ids)
     padded[0, -1] = 0
+    long = torch.zeros(2, 2 * SEQ + 2, dtype=torch.long)  # each slice fits max_seq_len, the whole does not
     attempts = {
         "odd length": lambda: step({"input_ids": ids[:, :-1], "labels": ids[:, :-1]}),
         "padding": lambda: step({"input_ids": ids, "labels": ids, "attention_mask": padded}),
         "direct mask": lambda: model(ids[:, : SEQ // 2], attention_mask=padded[:, : SEQ // 2]),
         "kv cache": lambda: model.generate(ids[:, : SEQ // 2], 1),
+        "too long": lambda: step({"input_ids": long, "labels": long}),
     }
     messages = []
     for attempt in attempts.values():

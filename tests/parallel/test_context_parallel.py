@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.distributed]
 CP2 = {"context_parallel_size": 2}
 # Rotary (llama, with GQA), learned (gpt, fused qkv), sine and ALiBi positions, and a bidirectional encoder.
 CASES_2 = [(kind, kind, CP2) for kind in ("llama", "gpt", "sine", "alibi", "encoder")]
+CASES_2 += [("gpt/full-ac", "gpt", {**CP2, "activation_checkpointing": "full"})]
 CASES_4 = [
     ("llama/cp2-dp2", "llama", {**CP2, "data_parallel_size": 2}),
     ("gpt/cp2-dp2-zero3", "gpt", {**CP2, "data_parallel_size": 2, "zero_stage": 3}),
@@ -58,9 +59,10 @@ def check_against_one_process(per_rank: list[dict], key: str, kind: str) -> None
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("kind", [kind for _, kind, _ in CASES_2])
-def test_cp2_matches_one_process(kind: str) -> None:
-    check_against_one_process(results(2), kind, kind)
+@pytest.mark.parametrize("key", [key for key, _, _ in CASES_2])
+def test_cp2_matches_one_process(key: str) -> None:
+    kind = key.split("/")[0]
+    check_against_one_process(results(2), key, kind)
     # The check has teeth: the second half alone, at positions from 0 and without the first half's
     # keys, is not what the second cp rank computed.
     ids = batches()[0][0]
@@ -72,11 +74,12 @@ def test_cp2_matches_one_process(kind: str) -> None:
 @pytest.mark.timeout(300)
 def test_runtime_refusals_are_clear_on_every_rank() -> None:
     for rank_result in results(2):
-        odd, padding, direct_mask, cache, all_ones = rank_result["refusals"]
+        odd, padding, direct_mask, cache, long, all_ones = rank_result["refusals"]
         assert "sequence length 7" in odd and "context_parallel_size=2" in odd
         assert "attention_mask marks padding" in padding
         assert "takes no attn_mask" in direct_mask
         assert "takes no cache" in cache
+        assert "reach position 18, beyond max_seq_len=16" in long
         assert torch.isfinite(torch.tensor(float(all_ones)))
 
 
