@@ -15,7 +15,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from brickwork.factory import build_model, get_preset
-from brickwork.parallel import build_mesh, full_state_dict, parallel_state, parallelize
+from brickwork.parallel import build_mesh, full_state_dict, parallel_state, parallelize, save_checkpoint
 from brickwork.parallel.mesh import data_mesh
 from brickwork.train import TrainStep, evaluate
 
@@ -76,17 +76,23 @@ def local_logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 def train(kind: str, layout: dict[str, Any]) -> dict[str, Any]:
     """Parallelize, report the first batch's local logits, train STEPS steps (cp rank 1 passes None
-    to receive the batch), and report the losses, an evaluation and the gathered weights."""
+    to receive the batch), and report the losses, an evaluation and the gathered weights. A test-only
+    key ``save_to`` names a folder to save a checkpoint in after training."""
+    layout = dict(layout)
+    save_to = layout.pop("save_to", None)
     model = parallelize(build(kind), layout)
     ids, labels = batches()
     logits = local_logits(model, ids[0])
-    step = TrainStep(model, optimizer(model.parameters(), "sgd"), "causal_lm")
+    opt = optimizer(model.parameters(), "sgd")
+    step = TrainStep(model, opt, "causal_lm")
     cp_rank = parallel_state(model).mesh["cp"].get_local_rank()
 
     def batch(s: int) -> dict | None:
         return lm_batch(model, ids[s], labels[s]) if cp_rank == 0 else None
 
     losses = [step(batch(s)) for s in range(STEPS)]
+    if save_to is not None:
+        save_checkpoint(save_to, model, opt, STEPS)
     return {
         "cp_rank": cp_rank,
         "logits": logits,

@@ -8,13 +8,14 @@ logits slice by slice, the loss of 3 SGD steps, the weights after, and an evalua
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 import torch
 from context_parallel_cases import build, run_world, single_process
 from parallel_cases import STEPS, batches
 
-from brickwork.parallel import spawn
+from brickwork.parallel import load_checkpoint, spawn
 
 pytestmark = [pytest.mark.distributed]
 
@@ -30,11 +31,22 @@ CASES_4 = [
 MESHES_4 = [{**CP2, "data_parallel_size": 2}, {**CP2, "tensor_parallel_size": 2}]
 
 
+SAVED = "gpt/cp2-dp2-zero3"  # saves a checkpoint after training, in checkpoint_root()
+
+
 @functools.cache
-def results(world_size: int) -> list[dict]:
+def results(world_size: int, checkpoint_root: str = "") -> list[dict]:
     if world_size == 2:
         return spawn(run_world, 2, CASES_2, True, [], timeout=240)
-    return spawn(run_world, 4, CASES_4, False, MESHES_4, timeout=360)
+    cases = [
+        (k, kind, {**lay, "save_to": checkpoint_root} if k == SAVED else lay) for k, kind, lay in CASES_4
+    ]
+    return spawn(run_world, 4, cases, False, MESHES_4, timeout=360)
+
+
+@pytest.fixture(scope="module")
+def checkpoint_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cp-checkpoint")
 
 
 def check_against_one_process(per_rank: list[dict], key: str, kind: str) -> None:
@@ -86,18 +98,28 @@ def test_runtime_refusals_are_clear_on_every_rank() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("key", [key for key, _, _ in CASES_4])
-def test_cp2_composes_with_dp2_and_tp2_on_four_ranks(key: str) -> None:
-    check_against_one_process(results(4), key, key.split("/")[0])
+def test_cp2_composes_with_dp2_and_tp2_on_four_ranks(key: str, checkpoint_root: Path) -> None:
+    check_against_one_process(results(4, str(checkpoint_root)), key, key.split("/")[0])
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_mesh_puts_cp_between_dp_and_tp() -> None:
-    dp_cp = [r["mesh_groups"][0] for r in results(4)]
+def test_a_checkpoint_saved_at_cp2_dp2_zero3_loads_in_one_process(checkpoint_root: Path) -> None:
+    results(4, str(checkpoint_root))
+    model = build("gpt")
+    assert load_checkpoint(checkpoint_root, model)["step"] == STEPS
+    for name, want in single_process("gpt")["state"].items():
+        torch.testing.assert_close(model.state_dict()[name], want, rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_mesh_puts_cp_between_dp_and_tp(checkpoint_root: Path) -> None:
+    dp_cp = [r["mesh_groups"][0] for r in results(4, str(checkpoint_root))]
     assert [g["cp"] for g in dp_cp] == [[0, 1], [0, 1], [2, 3], [2, 3]]
     assert [g["dp"] for g in dp_cp] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert all(g["replicas"] == [0, 1, 2, 3] and g["tp"] == [rank] for rank, g in enumerate(dp_cp))
-    cp_tp = [r["mesh_groups"][1] for r in results(4)]
+    cp_tp = [r["mesh_groups"][1] for r in results(4, str(checkpoint_root))]
     assert [g["tp"] for g in cp_tp] == [[0, 1], [0, 1], [2, 3], [2, 3]]
     assert [g["cp"] for g in cp_tp] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert all(g["replicas"] == g["cp"] for g in cp_tp)
