@@ -266,6 +266,7 @@ def _describe(layout, precision: str) -> str:
     return (
         f"{dist.get_world_size()} processes ({where}): dp={c.data_parallel_size} "
         f"tp={c.tensor_parallel_size} pp={c.pipeline_parallel_size} zero_stage={c.zero_stage}"
+        + (f" cp={c.context_parallel_size}" if c.context_parallel_size > 1 else "")
     )
 
 
@@ -285,9 +286,10 @@ def _layout(dist_dict: dict | None) -> str:
     if dist_dict is None:
         return "1 process"
     dp, tp, pp = (dist_dict[f"{k}_parallel_size"] for k in ("data", "tensor", "pipeline"))
-    if dp * tp * pp == 1:
+    cp = dist_dict.get("context_parallel_size", 1)  # absent from checkpoints saved before it existed
+    if dp * cp * tp * pp == 1:
         return "1 process"
-    return f"dp={dp} tp={tp} pp={pp} zero_stage={dist_dict['zero_stage']}"
+    return f"dp={dp} tp={tp} pp={pp} zero_stage={dist_dict['zero_stage']}" + (f" cp={cp}" if cp > 1 else "")
 
 
 def _check_fits(run: RunConfig, task: str) -> None:
