@@ -129,10 +129,10 @@ class ParallelConfig:
 
     def _check_context_parallel(self) -> None:
         cp = self.context_parallel_size
-        for key, clash in (("pipeline_parallel_size", self.pipeline_parallel_size > 1),
-                           ("sequence_parallel", self.sequence_parallel)):  # fmt: skip
-            if cp > 1 and clash:
-                raise ConfigError(f"context_parallel_size={cp} does not combine with {key} yet", key)
+        if cp > 1 and self.sequence_parallel:
+            raise ConfigError(
+                f"context_parallel_size={cp} does not combine with sequence_parallel yet", "sequence_parallel"
+            )
 
     def _check_device_weights(self) -> None:
         weights = self.device_weights

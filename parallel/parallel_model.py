@@ -85,6 +85,8 @@ def parallelize(
                 "tensor_parallel_size",
             )
         check_tensor_parallel(model, entries, tp, whole)
+    if config.context_parallel_size > 1:  # hooks on the modules themselves: pipeline stages keep them
+        apply_context_parallel(model, mesh["cp"])
     if config.pipeline_parallel_size > 1:
         # Imported here: the pipeline module builds on this one's ParallelState.
         from brickwork.parallel.pipeline_model import parallelize_pipeline
@@ -107,8 +109,6 @@ def parallelize(
         )
         if source:
             source = pad_source(model, source)
-    if config.context_parallel_size > 1:
-        apply_context_parallel(model, mesh["cp"])
     apply_activation_checkpointing(model, config.activation_checkpointing)
     ddp = None
     replicas = data_mesh(mesh)

@@ -36,6 +36,7 @@ from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data_parallel import apply_fsdp
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import uses_meta_init
+from brickwork.parallel.mesh import data_mesh
 from brickwork.parallel.parallel_model import STATE_ATTR, ParallelState, attach_ddp, mesh_device
 from brickwork.parallel.pipeline_stages import (
     PipelineStageModule,
@@ -102,11 +103,12 @@ def _lay_out(
             vocab_multiple=config.vocab_multiple,
         )
     apply_activation_checkpointing(stage, config.activation_checkpointing)
+    replicas = data_mesh(mesh)
     if config.zero_stage >= 2:
-        apply_fsdp(stage, config, mesh["dp"])
+        apply_fsdp(stage, config, replicas)
         return stage
-    if config.data_parallel_size > 1:
-        return attach_ddp(stage, mesh["dp"], accumulates=True)
+    if replicas.size() > 1:
+        return attach_ddp(stage, replicas, accumulates=True)
     return stage
 
 

@@ -27,6 +27,7 @@ CASES_4 = [
     ("llama/cp2-dp2", "llama", {**CP2, "data_parallel_size": 2}),
     ("gpt/cp2-dp2-zero3", "gpt", {**CP2, "data_parallel_size": 2, "zero_stage": 3}),
     ("llama/cp2-tp2", "llama", {**CP2, "tensor_parallel_size": 2}),
+    ("gpt/cp2-pp2", "gpt", {**CP2, "pipeline_parallel_size": 2}),
 ]
 MESHES_4 = [{**CP2, "data_parallel_size": 2}, {**CP2, "tensor_parallel_size": 2}]
 
@@ -98,7 +99,7 @@ def test_runtime_refusals_are_clear_on_every_rank() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("key", [key for key, _, _ in CASES_4])
-def test_cp2_composes_with_dp2_and_tp2_on_four_ranks(key: str, checkpoint_root: Path) -> None:
+def test_cp2_composes_with_dp_tp_and_pp_on_four_ranks(key: str, checkpoint_root: Path) -> None:
     check_against_one_process(results(4, str(checkpoint_root)), key, key.split("/")[0])
 
 

@@ -30,11 +30,6 @@ UNSAFE = [n for n in ATTENTION_REGISTRY.names() if not ATTENTION_REGISTRY.get(n)
         ({"context_parallel_size": 0}, "context_parallel_size", "integer >= 1"),
         ({"context_parallel_size": "2"}, "context_parallel_size", "integer >= 1"),
         (
-            {"context_parallel_size": 2, "pipeline_parallel_size": 2},
-            "pipeline_parallel_size",
-            "does not combine",
-        ),
-        (
             {"context_parallel_size": 2, "tensor_parallel_size": 2, "sequence_parallel": True},
             "sequence_parallel",
             "does not combine",
