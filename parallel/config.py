@@ -74,7 +74,6 @@ class ParallelConfig:
             )
         if self.sequence_parallel and self.tensor_parallel_size == 1:
             raise ConfigError("sequence_parallel needs tensor_parallel_size > 1", "sequence_parallel")
-        self._check_context_parallel()
         for key in ("num_microbatches", "pipeline_num_layers"):
             if getattr(self, key) is not None:
                 _check_positive_int(key, getattr(self, key))
@@ -126,13 +125,6 @@ class ParallelConfig:
                     f"(pipeline_parallel_size {pp} × virtual_pipeline_size {v})",
                     "pipeline_layers",
                 )
-
-    def _check_context_parallel(self) -> None:
-        cp = self.context_parallel_size
-        if cp > 1 and self.sequence_parallel:
-            raise ConfigError(
-                f"context_parallel_size={cp} does not combine with sequence_parallel yet", "sequence_parallel"
-            )
 
     def _check_device_weights(self) -> None:
         weights = self.device_weights

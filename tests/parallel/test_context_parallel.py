@@ -27,6 +27,7 @@ CASES_4 = [
     ("llama/cp2-dp2", "llama", {**CP2, "data_parallel_size": 2}),
     ("gpt/cp2-dp2-zero3", "gpt", {**CP2, "data_parallel_size": 2, "zero_stage": 3}),
     ("llama/cp2-tp2", "llama", {**CP2, "tensor_parallel_size": 2}),
+    ("gpt/cp2-tp2-sp", "gpt", {**CP2, "tensor_parallel_size": 2, "sequence_parallel": True}),
     ("gpt/cp2-pp2", "gpt", {**CP2, "pipeline_parallel_size": 2}),
 ]
 MESHES_4 = [{**CP2, "data_parallel_size": 2}, {**CP2, "tensor_parallel_size": 2}]

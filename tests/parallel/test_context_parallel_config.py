@@ -29,11 +29,6 @@ UNSAFE = [n for n in ATTENTION_REGISTRY.names() if not ATTENTION_REGISTRY.get(n)
     [
         ({"context_parallel_size": 0}, "context_parallel_size", "integer >= 1"),
         ({"context_parallel_size": "2"}, "context_parallel_size", "integer >= 1"),
-        (
-            {"context_parallel_size": 2, "tensor_parallel_size": 2, "sequence_parallel": True},
-            "sequence_parallel",
-            "does not combine",
-        ),
     ],
 )
 def test_bad_dist_keys_raise_config_error(dist: dict, key: str, words: str) -> None:
