@@ -33,7 +33,7 @@ CASES_4 = [
 MESHES_4 = [{**CP2, "data_parallel_size": 2}, {**CP2, "tensor_parallel_size": 2}]
 
 
-SAVED = "gpt/cp2-dp2-zero3"  # saves a checkpoint after training, in checkpoint_root()
+SAVED = "gpt/cp2-dp2-zero3"  # saves a checkpoint after training, in the checkpoint_root folder
 
 
 @functools.cache
