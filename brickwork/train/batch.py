@@ -4,7 +4,8 @@ Each data-parallel rank passes its own share. Tensor- and pipeline-parallel peer
 data-parallel index) must train on one batch: the group's first rank passes it, and every peer
 either passes ``None`` and receives it by broadcast, as in Megatron, or passes its own copy, which is
 checked against the first rank's by a position-weighted checksum (one small all-gather), so a
-mismatch raises on every rank instead of silently giving a wrong loss.
+mismatch raises on every rank instead of silently giving a wrong loss. Context-parallel peers share
+the batch the same way, then each takes its slice of the sequences (``shard_sequence``).
 """
 
 from __future__ import annotations
