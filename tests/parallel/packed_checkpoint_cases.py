@@ -66,3 +66,10 @@ def load_run(root: str, layout: dict[str, Any] | None) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     load_checkpoint(Path(root), model, optimizer)
     return _after(model, optimizer)
+
+
+def four_rank(root: str) -> dict[str, dict[str, Any]]:
+    """The checkpoint in root loaded at tp=4, and at dp2×tp2 under ZeRO-3 (FSDP2 shards over the TP
+    shards; every data-parallel rank takes the whole batch, so its step is the tp=2 run's)."""
+    zero3 = {"data_parallel_size": 2, "tensor_parallel_size": 2, "zero_stage": 3}
+    return {"tp4": load_run(root, {"tensor_parallel_size": 4}), "zero3": load_run(root, zero3)}

@@ -1,5 +1,6 @@
 """Checkpoints of a packed ``colwise:N`` split (HF GPT-2's fused q|k|v) reshard like any other: saved
-at tp=2, loaded in one process and at tp=4, with the same logits and the same next step."""
+at tp=2, loaded in one process, at tp=4 and at dp2×tp2 under ZeRO-3, with the same logits and the
+same next step."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from packed_checkpoint_cases import batches, build, load_run, logits, save_run
+from packed_checkpoint_cases import batches, build, four_rank, load_run, logits, save_run
 from safetensors.torch import load_file
 
 from brickwork.parallel import export, spawn
@@ -50,7 +51,8 @@ def test_a_tp2_checkpoint_loads_in_one_process(saved: tuple[str, list[dict]], tm
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_tp2_checkpoint_loads_at_tp4(saved: tuple[str, list[dict]]) -> None:
+def test_a_tp2_checkpoint_loads_at_tp4_and_under_zero3(saved: tuple[str, list[dict]]) -> None:
     root, ranks = saved
-    for rank in spawn(load_run, 4, root, {"tensor_parallel_size": 4}, timeout=240):
-        _same(rank, ranks[0])
+    for rank in spawn(four_rank, 4, root, timeout=240):
+        _same(rank["tp4"], ranks[0])
+        _same(rank["zero3"], ranks[0])
