@@ -10,7 +10,6 @@ from hf_plan_cases import (
     build,
     build_classifier,
     classifier_logits,
-    mlm_rank,
     mlm_reference,
     tp2_rank,
     train,
@@ -100,16 +99,3 @@ def test_bert_masked_lm_at_tp2_trains_like_one_process(tp2_results: list[dict]) 
     ref_logits = classifier_logits(build_classifier())
     for rank in tp2_results:
         torch.testing.assert_close(rank["bert-classifier"], ref_logits, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.slow
-@pytest.mark.distributed
-@pytest.mark.timeout(300)
-def test_bert_masked_lm_at_dp2_tp2_trains_like_one_process() -> None:
-    ref_losses, ref_state = mlm_reference()
-    layout = {"data_parallel_size": 2, "tensor_parallel_size": 2}
-    for losses, state, tied in spawn(mlm_rank, 4, layout, timeout=240):
-        assert tied
-        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
-        for name, value in ref_state.items():
-            torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
