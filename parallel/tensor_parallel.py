@@ -203,6 +203,13 @@ def apply_tensor_parallel(
     the TP size does not divide is padded to a multiple of ``tp × vocab_multiple``.
     """
     tp = mesh.size()
+    if sequence_parallel and whole:
+        # The dist dict's parts are refused by ParallelConfig already; this catches `part` annotations.
+        raise ConfigError(
+            f"{sorted(whole)[0]} is kept whole by a part annotation, and a replicated part cannot take "
+            "sequence-parallel activations (every layer must be split)",
+            "sequence_parallel",
+        )
     check_tensor_parallel(model, entries, tp, whole)
     paddings = _pad_vocabularies(model, entries, tp, vocab_multiple)
     for path, padding in paddings.items():
