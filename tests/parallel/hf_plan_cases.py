@@ -71,16 +71,6 @@ def train(model: nn.Module) -> tuple[list[float], torch.Tensor, dict[str, torch.
     return losses, first, full_state_dict(model)
 
 
-def tp2_rank() -> dict[str, Any]:
-    """Every family at tp=2 with the plan parallelize picks itself, in one process group (one spawn
-    for all: process start-up dominates): the causal LMs, BERT's masked LM, BERT's classifier."""
-    tp2 = {"tensor_parallel_size": 2}
-    results: dict[str, Any] = {family: train(parallelize(build(family), tp2)) for family in FAMILIES}
-    results["bert"] = mlm_rank(tp2)
-    results["bert-classifier"] = classifier_logits(parallelize(build_classifier(), tp2))
-    return results
-
-
 def mlm_batch(rows: int = 4) -> dict[str, torch.Tensor]:
     """A masked-LM batch with HF's keys: 40% of positions masked and scored, two segments, and padding
     at the end of row 1 (not scored)."""
@@ -144,3 +134,13 @@ def build_classifier() -> nn.Module:
         max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3,
     )  # fmt: skip
     return hf.BertForSequenceClassification(config)
+
+
+def tp2_rank() -> dict[str, Any]:
+    """Every family at tp=2 with the plan parallelize picks itself, in one process group (one spawn
+    for all: process start-up dominates): the causal LMs, BERT's masked LM, BERT's classifier."""
+    tp2 = {"tensor_parallel_size": 2}
+    results: dict[str, Any] = {family: train(parallelize(build(family), tp2)) for family in FAMILIES}
+    results["bert"] = mlm_rank(tp2)
+    results["bert-classifier"] = classifier_logits(parallelize(build_classifier(), tp2))
+    return results
