@@ -33,13 +33,15 @@ def pp2_rank() -> dict[str, dict[str, Any]]:
 
 def four_rank() -> dict[str, Any]:
     """On four ranks (one spawn: process start-up dominates): both models at pp2 × tp2, and
-    BertForMaskedLM at dp2 × tp2 without a pipeline."""
+    BertForMaskedLM at dp2 × tp2 without a pipeline, with DDP and with ZeRO-3."""
     ids, labels = data()
     pp2_tp2 = {**PP2, "tensor_parallel_size": 2}
+    dp2_tp2 = {"data_parallel_size": 2, "tensor_parallel_size": 2}
     return {
         "gpt_neox": _run("gpt_neox", "causal_lm", {"input_ids": ids, "labels": labels}, pp2_tp2),
         "bert": _run("bert", "masked_lm", mlm_batch(), pp2_tp2),
-        "bert-dp2-tp2": mlm_rank({"data_parallel_size": 2, "tensor_parallel_size": 2}),
+        "bert-dp2-tp2": mlm_rank(dp2_tp2),
+        "bert-dp2-tp2-zero3": mlm_rank({**dp2_tp2, "zero_stage": 3}),
     }
 
 

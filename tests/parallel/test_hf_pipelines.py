@@ -1,5 +1,6 @@
 """Unmodified HF GPT-NeoX and BERT models under pipeline parallel: embeddings on the first stage, the
-head on the last, trained at pp=2 (1F1B) and pp2 × tp2 like one process; BERT at dp2 × tp2 too."""
+head on the last, trained at pp=2 (1F1B) and pp2 × tp2 like one process; BERT at dp2 × tp2 too (DDP
+and ZeRO-3)."""
 
 from __future__ import annotations
 
@@ -63,12 +64,13 @@ def test_a_bert_without_a_token_head_is_refused() -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-def test_pp2_tp2_and_bert_at_dp2_tp2_train_like_one_process() -> None:
+def test_pp2_tp2_and_bert_at_dp2_tp2_with_and_without_zero3_train_like_one_process() -> None:
     results = spawn(four_rank, 4, timeout=360)
     neox, bert = neox_reference(), mlm_reference()
     for rank in results:
         _same(rank["gpt_neox"], neox)
         _same(rank["bert"], bert)
-        losses, state, tied = rank["bert-dp2-tp2"]
-        assert tied  # cls.predictions.bias follows the split decoder.bias
-        _same({"losses": losses, "state": state}, bert)
+        for key in ("bert-dp2-tp2", "bert-dp2-tp2-zero3"):
+            losses, state, tied = rank[key]
+            assert tied  # cls.predictions.bias follows the split decoder.bias
+            _same({"losses": losses, "state": state}, bert)
