@@ -15,6 +15,7 @@ from brickwork.parallel.grad_norm import clip_grad_norm
 from brickwork.parallel.launch import RankError, SpawnError, spawn
 from brickwork.parallel.mesh import MESH_DIMS, build_mesh
 from brickwork.parallel.parallel_model import ParallelState, parallel_state, parallelize
+from brickwork.parallel.parts import part
 from brickwork.parallel.pipeline_model import PipelinedModel
 from brickwork.parallel.plan_by_name import parallelize_module_by_plan
 from brickwork.parallel.tensor_parallel import PlanEntry, apply_tensor_parallel, component_plan, name_plan
@@ -47,6 +48,7 @@ __all__ = [
     "parallel_state",
     "parallelize",
     "parallelize_module_by_plan",
+    "part",
     "save_checkpoint",
     "spawn",
     "split_rows",

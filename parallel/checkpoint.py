@@ -5,7 +5,9 @@ A checkpoint is a folder:
 - the DCP files: ``model.<name>`` for every tensor of the model's state dict and ``optim.<name>.<key>``
   for the optimizer state of each parameter, named by the single-process model's names. Sharded
   tensors are saved as DTensors, so DCP records their global shape and each rank's chunk; loading
-  under another layout reads exactly the chunks each rank now holds (resharding);
+  under another layout reads exactly the chunks each rank now holds (resharding). A packed
+  ``colwise:N`` parameter, whose columns are reordered for one TP size, is saved in the
+  single-process order, one chunk per piece (parallel/packed_shards.py);
 - ``rng/rank<r>.pt``: each rank's RNG state;
 - ``meta.json``: the step, the resolved spec, the dist dict, the world size, the optimizer's
   hyperparameters (param groups without their tensors) and the caller's ``extra``;
@@ -34,9 +36,10 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
 from brickwork.parallel.manifest import verify_manifest, write_manifest
+from brickwork.parallel.packed_shards import natural_order_view
 from brickwork.parallel.parallel_model import parallel_state
 from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner, UnsafeCheckpointError
-from brickwork.parallel.styles import PACKED_ATTR
+from brickwork.parallel.styles import packed_names
 from brickwork.parallel.vocab_padding import VocabPadding, padded_names
 
 COMPLETE_MARKER = ".complete"
@@ -86,7 +89,6 @@ def save_checkpoint(
     """
     folder = Path(directory)
     rank, world = _rank_and_world()
-    _refuse_packed(model)
     if rank == 0:
         (folder / COMPLETE_MARKER).unlink(missing_ok=True)
         (folder / "rng").mkdir(parents=True, exist_ok=True)
@@ -144,7 +146,6 @@ def load_checkpoint(
             "or never ran)"
         )
     verify_manifest(folder)
-    _refuse_packed(model)
     meta = json.loads((folder / META_FILE).read_text())
     reader = SafeFileSystemReader(folder)
     stored = reader.read_metadata().state_dict_metadata
@@ -172,13 +173,25 @@ def load_checkpoint(
 
 def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's state dict, by single-process names: DTensors where sharded, sharing storage with
-    the parameters (so DCP loads in place); a padded vocabulary as the view of its real rows."""
+    the parameters (so DCP loads in place); a padded vocabulary as the view of its real rows, a packed
+    ``colwise:N`` parameter in the single-process column order (parallel/packed_shards.py)."""
     state = parallel_state(model)
-    if state is None:
-        return model.state_dict()
-    padded = padded_names(state.modules)
-    local = state.local_state_dict()
-    return {k: padded[k].unpadded_view(v) if k in padded else v for k, v in local.items()}
+    local = model.state_dict() if state is None else state.local_state_dict()
+    padded = padded_names(state.modules) if state is not None else {}
+    packed = _packed(model)
+    out = {}
+    for name, value in local.items():
+        if name in padded:
+            value = padded[name].unpadded_view(value)
+        elif name in packed:
+            value = natural_order_view(value, *packed[name])
+        out[name] = value
+    return out
+
+
+def _packed(model: nn.Module) -> dict[str, tuple[int, torch.Tensor]]:
+    state = parallel_state(model)
+    return packed_names(state.modules if state is not None else [model])
 
 
 def _dist_dict(model: nn.Module) -> dict[str, Any] | None:
@@ -212,7 +225,7 @@ def _as_global(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
 
 def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     local = _local_optimizer(model, optimizer)
-    padded = _padded(model)
+    padded, packed = _padded(model), _packed(model)
     out = {}
     for name, param in _trainable(model).items():
         for key, value in local.state.get(param, {}).items():
@@ -220,6 +233,8 @@ def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
                 value = _as_global(value, param)
                 if name in padded and value.shape == _param_shape(param):
                     value = padded[name].unpadded_view(value)
+                elif name in packed and value.shape == _param_shape(param):
+                    value = natural_order_view(value, *packed[name])
                 out[f"optim.{name}.{key}"] = value
     return out
 
@@ -243,7 +258,7 @@ def _optimizer_destinations(
     the optimizer keeps (the same, or for a padded vocabulary the padded one it is a view of)."""
     local = _local_optimizer(model, optimizer)
     owned = {id(p) for group in local.param_groups for p in group["params"]}
-    padded = _padded(model)
+    padded, packed = _padded(model), _packed(model)
     out: dict[str, tuple[torch.Tensor, str, torch.Tensor, torch.Tensor]] = {}
     done: set[int] = set()
     for name, param in _trainable(model).items():
@@ -258,8 +273,13 @@ def _optimizer_destinations(
                 continue
             dtype = md.properties.dtype
             kept = _as_global(torch.zeros_like(param, dtype=dtype), param)
-            # A padded vocabulary's state is stored unpadded: it loads into the real rows of ``kept``.
-            tensor = padded[name].unpadded_view(kept) if name in padded else kept
+            # A padded vocabulary's state is stored unpadded: it loads into the real rows of ``kept``;
+            # a packed parameter's in the single-process order.
+            tensor = kept
+            if name in padded:
+                tensor = padded[name].unpadded_view(kept)
+            elif name in packed:
+                tensor = natural_order_view(kept, *packed[name])
             if tuple(md.size) != tuple(tensor.shape):
                 tensor = kept = torch.zeros(tuple(md.size), dtype=dtype)
             out[key] = (param, key[len(prefix) :], tensor, kept)
@@ -289,17 +309,6 @@ def _restore_hyperparameters(optimizer: torch.optim.Optimizer, saved: list[dict[
     for group, values in zip(optimizer.param_groups, saved):
         for key, value in values.items():
             group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
-
-
-def _refuse_packed(model: nn.Module) -> None:
-    state = parallel_state(model)
-    for module in state.modules if state is not None else [model]:
-        for name, sub in module.named_modules():
-            if getattr(sub, PACKED_ATTR, None):
-                raise ValueError(
-                    f"{name} holds a packed 'colwise:N' projection whose columns are reordered for this TP "
-                    "size; save its full_state_dict() instead of a resharding checkpoint"
-                )
 
 
 def _rank_and_world() -> tuple[int, int]:

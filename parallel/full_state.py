@@ -8,7 +8,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from brickwork.parallel.parallel_model import parallel_state
-from brickwork.parallel.styles import PACKED_ATTR, unpack_full
+from brickwork.parallel.styles import packed_names, unpack_full
 from brickwork.parallel.vocab_padding import padded_names
 
 
@@ -43,10 +43,7 @@ def gather_full_state(module: nn.Module) -> dict[str, torch.Tensor]:
 
     Collective over the meshes of its DTensors: every rank holding a part of ``module`` calls it.
     """
-    packed = {}
-    for prefix, sub in module.named_modules():
-        for pname, layout in getattr(sub, PACKED_ATTR, {}).items():
-            packed[f"{prefix}.{pname}" if prefix else pname] = layout
+    packed = packed_names([module])
     padded = padded_names([module])
     out = {}
     for name, value in module.state_dict().items():

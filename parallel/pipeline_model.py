@@ -38,6 +38,7 @@ from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import uses_meta_init
 from brickwork.parallel.mesh import data_mesh
 from brickwork.parallel.parallel_model import STATE_ATTR, ParallelState, attach_ddp, mesh_device
+from brickwork.parallel.parts import whole_modules
 from brickwork.parallel.pipeline_stages import (
     PipelineStageModule,
     build_stage_modules,
@@ -60,6 +61,13 @@ def parallelize_pipeline(
     not fail alone; the stage checks after it give the same answer on every rank.
     """
     device = mesh_device(mesh)
+    annotated = whole_modules(model, {})
+    if annotated:  # the dist dict's parts are refused by ParallelConfig already
+        raise ConfigError(
+            f"{sorted(annotated)[0]} is kept whole by a part annotation; per-part strategies are not "
+            "supported under a pipeline yet",
+            "pipeline_parallel_size",
+        )
     if uses_meta_init(model, device):
         raise ConfigError(
             "a model on the meta device is not supported with pipeline_parallel_size > 1: every rank builds "

@@ -68,6 +68,17 @@ def packed_order(size: int, segments: int, tp: int) -> torch.Tensor:
     return index.transpose(0, 1).reshape(-1)
 
 
+def packed_names(modules: list[nn.Module]) -> dict[str, tuple[int, torch.Tensor]]:
+    """State-dict name -> (packed dim, :func:`packed_order`) for every parameter of ``modules`` that a
+    ``colwise:N`` split reordered (tied names too)."""
+    out = {}
+    for module in modules:
+        for prefix, sub in module.named_modules(remove_duplicate=False):
+            for pname, layout in getattr(sub, PACKED_ATTR, {}).items():
+                out[f"{prefix}.{pname}" if prefix else pname] = layout
+    return out
+
+
 def unpack_full(full: torch.Tensor, dim: int, order: torch.Tensor) -> torch.Tensor:
     """Undo :func:`packed_order` on a gathered tensor."""
     return full.index_select(dim, torch.argsort(order))

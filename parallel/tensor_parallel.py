@@ -4,9 +4,11 @@ A plan is a list of :class:`PlanEntry`: which module gets which style, and which
 (its *owner*, e.g. an attention layer for its q/k/v/out projections). From that list alone:
 
 - each target gets its DTensor style (parallel/styles.py);
-- an owner with colwise children receives its input as one replicated DTensor, so the q/k/v (or
-  up/gate) projections share it and the backward all-reduces once per owner, as in Megatron; under
-  sequence parallel the same hook all-gathers the sequence-sharded input instead;
+- an owner with colwise and rowwise children has the input of the innermost module holding its
+  colwise ones (the owner itself, or HF BERT's ``attention.self`` under ``attention``) turned into one
+  replicated DTensor, so the q/k/v (or up/gate) projections share it and the backward all-reduces
+  once per owner, as in Megatron; under sequence parallel the same hook all-gathers the
+  sequence-sharded input instead;
 - an owner whose colwise children have no rowwise partner produces the model's output (the LM head):
   that output stays sharded on the vocabulary for loss-parallel cross entropy;
 - integer attributes named by a module's ``tp_divide()`` (head counts) are divided by the TP size, and
@@ -65,11 +67,18 @@ def tp_divide(module: nn.Module) -> tuple[str, ...]:
     return tuple(declared() if callable(declared) else declared)
 
 
-def name_plan(model: nn.Module, plan: Mapping[str, str]) -> list[PlanEntry]:
+PlanValue = str | Mapping[str, str]
+
+
+def name_plan(model: nn.Module, plan: Mapping[str, PlanValue]) -> list[PlanEntry]:
     """Entries from glob patterns over module names (``"transformer.h.*.attn.c_attn": "colwise:3"``).
 
-    Each pattern must match at least one module; a module matched by two patterns is an error.
-    The owner of a matched module is its parent.
+    A value is a style, for the modules the pattern matches, whose owner is their parent; or a
+    mapping of child paths to styles, declared for the modules the pattern matches as their own
+    ``tp_plan()`` would (``"encoder.layer.0.attention": {"self.query": "colwise", "output.dense":
+    "rowwise"}``): they own those children, so a column-wise projection and its row-wise partner pair
+    up even where they sit under different parents. Each pattern must match at least one module, and
+    each child must exist; a module named twice is an error.
     """
     names = [name for name, _ in model.named_modules() if name]
     entries: dict[str, PlanEntry] = {}
@@ -77,12 +86,24 @@ def name_plan(model: nn.Module, plan: Mapping[str, str]) -> list[PlanEntry]:
         matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
         if not matched:
             raise ConfigError(f"pattern {pattern!r} matches no module of {type(model).__name__}", "plan")
+        if isinstance(value, Mapping):
+            for owner in matched:
+                for child, child_value in value.items():
+                    where = f"plan.{pattern}.{child}"
+                    path = join_path(owner, child)
+                    _get_module(model, path, where)
+                    _add_entry(entries, PlanEntry(owner, path, *parse_style(child_value, where)), where)
+            continue
         style, segments = parse_style(value, f"plan.{pattern}")
         for name in matched:
-            if name in entries:
-                raise ConfigError(f"module {name!r} is matched by more than one pattern", f"plan.{pattern}")
-            entries[name] = PlanEntry(name.rpartition(".")[0], name, style, segments)
+            _add_entry(entries, PlanEntry(name.rpartition(".")[0], name, style, segments), f"plan.{pattern}")
     return list(entries.values())
+
+
+def _add_entry(entries: dict[str, PlanEntry], entry: PlanEntry, where: str = "plan") -> None:
+    if entry.path in entries:
+        raise ConfigError(f"module {entry.path!r} is matched by more than one pattern", where)
+    entries[entry.path] = entry
 
 
 def merge_plans(base: Sequence[PlanEntry], override: Sequence[PlanEntry]) -> list[PlanEntry]:
@@ -182,6 +203,13 @@ def apply_tensor_parallel(
     the TP size does not divide is padded to a multiple of ``tp × vocab_multiple``.
     """
     tp = mesh.size()
+    if sequence_parallel and whole:
+        # The dist dict's parts are refused by ParallelConfig already; this catches `part` annotations.
+        raise ConfigError(
+            f"{sorted(whole)[0]} is kept whole by a part annotation, and a replicated part cannot take "
+            "sequence-parallel activations (every layer must be split)",
+            "sequence_parallel",
+        )
     check_tensor_parallel(model, entries, tp, whole)
     paddings = _pad_vocabularies(model, entries, tp, vocab_multiple)
     for path, padding in paddings.items():
@@ -194,7 +222,7 @@ def apply_tensor_parallel(
         by_owner.setdefault(entry.owner, []).append(entry)
     styles = {}
     outputs = _output_paths(entries)
-    for owner, group in by_owner.items():
+    for group in by_owner.values():
         has_rowwise = any(e.style == "rowwise" for e in group)
         for entry in group:
             output = entry.path in outputs
@@ -203,8 +231,9 @@ def apply_tensor_parallel(
             )
             if style is not None:
                 styles[entry.path] = style
-        if has_rowwise and any(e.style == "colwise" for e in group):
-            _gather_owner_input(_get_module(model, owner, "plan"), mesh, sequence_parallel)
+        colwise = [e.path for e in group if e.style == "colwise"]
+        if has_rowwise and colwise:
+            _gather_owner_input(_get_module(model, _common_parent(colwise), "plan"), mesh, sequence_parallel)
     parallelize_module(model, mesh, styles)
     for path, padding in paddings.items():
         module = model.get_submodule(path)
@@ -213,7 +242,18 @@ def apply_tensor_parallel(
     if sequence_parallel:
         _split_sequence_at_layers(model, mesh, split_input)
     _divide_attributes(model, mesh, divide or {}, whole)
-    _retie(model, tied)
+    _retie(model, tied, {id(model.get_submodule(p)) for p in {e.path for e in entries} | set(whole)})
+
+
+def _common_parent(paths: Sequence[str]) -> str:
+    """The innermost module holding every one of ``paths``: the one whose input feeds only them
+    (an owner's own input may also feed a residual, as in HF BERT's attention)."""
+    parents = [path.split(".")[:-1] for path in paths]
+    common = parents[0]
+    for parent in parents[1:]:
+        while parent[: len(common)] != common:
+            common = common[:-1]
+    return ".".join(common)
 
 
 def _gather_owner_input(owner: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> None:
@@ -300,20 +340,25 @@ def _tied_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
     return [group for group in groups.values() if len(group) > 1]
 
 
-def _retie(model: nn.Module, tied: list[list[tuple[nn.Module, str]]]) -> None:
-    # A style registers a new Parameter on the module it shards, which unties a shared weight; make
-    # every holder point at the first holder's (sharded) Parameter again.
-    for (first_module, first_name), *others in tied:
-        source = getattr(first_module, first_name)
-        for module, name in others:
-            current = getattr(module, name)
+def _retie(model: nn.Module, tied: list[list[tuple[nn.Module, str]]], laid_out: Set[int]) -> None:
+    """Make every holder of a shared weight point at one Parameter again: a style registers a new
+    Parameter on the module it shards, which unties it.
+
+    The sharded holder's Parameter wins; a holder the plan does not name (HF BERT's
+    ``cls.predictions.bias``, tied to ``decoder.bias``) follows it. ``laid_out`` holds the ids of the
+    modules whose layout was decided (plan targets, parts kept whole): those must agree.
+    """
+    for group in tied:
+        values = [getattr(module, name) for module, name in group]
+        source = next((v for v in values if isinstance(v, DTensor)), values[0])
+        for (module, name), current in zip(group, values):
             if isinstance(current, DTensor) and isinstance(source, DTensor):
                 if current.placements != source.placements:
                     raise ConfigError(
                         f"a tied weight is sharded two ways ({source.placements} vs {current.placements}); "
                         "tied modules need plans that split it the same way"
                     )
-            elif isinstance(current, DTensor) != isinstance(source, DTensor):
+            elif isinstance(current, DTensor) != isinstance(source, DTensor) and id(module) in laid_out:
                 raise ConfigError("a tied weight is sharded in one of its modules but not in the other")
             module.register_parameter(name, source)
 

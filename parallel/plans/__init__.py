@@ -12,12 +12,14 @@ from collections.abc import Callable
 
 from torch import nn
 
+from brickwork.parallel.plans.bert import bert_plan
 from brickwork.parallel.plans.gpt2 import gpt2_plan
 from brickwork.parallel.plans.gpt_neox import gpt_neox_plan
 from brickwork.parallel.plans.llama import llama_plan
 from brickwork.parallel.plans.model_plan import ModelPlan
 
 PLANS: dict[str, Callable[[nn.Module], ModelPlan]] = {
+    "bert": bert_plan,
     "gpt2": gpt2_plan,
     "gpt_neox": gpt_neox_plan,
     "llama": llama_plan,

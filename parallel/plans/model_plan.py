@@ -8,17 +8,20 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from brickwork.errors import ConfigError
+from brickwork.parallel.tensor_parallel import PlanValue
 
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """``plan``: module-name glob -> style; ``divide``: module glob -> integer attributes divided by tp.
+    """``plan``: module-name glob -> style, or -> {child: style} for the modules owning those children
+    (see :func:`~brickwork.parallel.tensor_parallel.name_plan`); ``divide``: module glob -> integer
+    attributes divided by tp.
 
     ``heads``: head counts that must divide by the TP size ({"num_key_value_heads": 4}) when no
     module attribute carries them, so a split that would cut a head in two is refused by name.
     """
 
-    plan: Mapping[str, str]
+    plan: Mapping[str, PlanValue]
     divide: Mapping[str, list[str]] = field(default_factory=dict)
     heads: Mapping[str, int] = field(default_factory=dict)
 

@@ -1,16 +1,21 @@
-"""Tiny HF models of each family with a plan in brickwork.parallel.plans, and the tp=2 rank function."""
+"""Tiny HF models of each family with a plan in brickwork.parallel.plans, and the rank functions."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from brickwork.parallel import full_state_dict, parallelize
+from brickwork.parallel import full_state_dict, parallel_state, parallelize
+from brickwork.train import TrainStep
 
 VOCAB, DIM, SEQ, BATCH, STEPS = 64, 32, 8, 2, 3
-FAMILIES = ("gpt2", "llama", "gpt_neox")
+FAMILIES = ("gpt2", "llama", "gpt_neox")  # causal LMs, trained on next tokens
+PLANNED = (*FAMILIES, "bert")
+MASK_ID = 3
 
 
 def build(family: str, head: bool = True, seed: int = 0) -> nn.Module:
@@ -24,6 +29,12 @@ def build(family: str, head: bool = True, seed: int = 0) -> nn.Module:
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         )  # fmt: skip
         return (hf.GPT2LMHeadModel if head else hf.GPT2Model)(config)
+    if family == "bert":
+        config = hf.BertConfig(
+            **common, intermediate_size=64, max_position_embeddings=32,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        )  # fmt: skip
+        return (hf.BertForMaskedLM if head else hf.BertModel)(config)
     if family == "llama":
         config = hf.LlamaConfig(
             **common, num_key_value_heads=2, intermediate_size=64, max_position_embeddings=32
@@ -60,10 +71,76 @@ def train(model: nn.Module) -> tuple[list[float], torch.Tensor, dict[str, torch.
     return losses, first, full_state_dict(model)
 
 
-def tp2_rank() -> dict[str, tuple[list[float], torch.Tensor, dict[str, torch.Tensor]]]:
+def mlm_batch(rows: int = 4) -> dict[str, torch.Tensor]:
+    """A masked-LM batch with HF's keys: 40% of positions masked and scored, two segments, and padding
+    at the end of row 1 (not scored)."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(4, VOCAB, (rows, SEQ), generator=g)
+    masked = torch.rand(ids.shape, generator=g) < 0.4
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, SEQ - 2 :] = 0
+    masked &= attention_mask.bool()
+    labels = torch.where(masked, ids, torch.full_like(ids, -100))
+    token_type_ids = torch.zeros_like(ids)
+    token_type_ids[:, SEQ // 2 :] = 1
+    return {
+        "input_ids": ids.masked_fill(masked, MASK_ID),
+        "attention_mask": attention_mask,
+        "token_type_ids": token_type_ids,
+        "labels": labels,
+    }
+
+
+def mlm_reference() -> tuple[list[float], dict[str, torch.Tensor]]:
+    """HF BertForMaskedLM in one process, its own loss (mean over the masked positions), STEPS SGD steps."""
+    model = build("bert")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    losses = []
+    for _ in range(STEPS):
+        loss = model(**mlm_batch()).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, full_state_dict(model)
+
+
+def mlm_rank(layout: dict) -> tuple[list[float], dict[str, torch.Tensor], bool]:
+    """BertForMaskedLM under ``layout`` through TrainStep (task masked_lm), each data-parallel rank on its
+    rows: the losses, the final full weights, and whether the tied biases are still one Parameter."""
+    model = parallelize(build("bert"), layout)
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), "masked_lm")
+    dp = parallel_state(model).mesh["dp"]
+    rows = {k: v.chunk(dp.size())[dp.get_local_rank()] for k, v in mlm_batch().items()}
+    losses = [step(rows) for _ in range(STEPS)]
+    predictions = model.cls.predictions
+    return losses, full_state_dict(model), predictions.bias is predictions.decoder.bias
+
+
+def classifier_logits(model: nn.Module) -> torch.Tensor:
+    batch = mlm_batch()
+    with torch.no_grad():
+        logits = model(batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return _full(logits).detach()
+
+
+def build_classifier() -> nn.Module:
+    """HF BertForSequenceClassification (pooler and classifier on top of the encoder), 3 labels."""
+    import transformers as hf
+
+    torch.manual_seed(0)
+    config = hf.BertConfig(
+        vocab_size=VOCAB, hidden_size=DIM, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3,
+    )  # fmt: skip
+    return hf.BertForSequenceClassification(config)
+
+
+def tp2_rank() -> dict[str, Any]:
     """Every family at tp=2 with the plan parallelize picks itself, in one process group (one spawn
-    for all: process start-up dominates)."""
-    results = {}
-    for family in FAMILIES:
-        results[family] = train(parallelize(build(family), {"tensor_parallel_size": 2}))
+    for all: process start-up dominates): the causal LMs, BERT's masked LM, BERT's classifier."""
+    tp2 = {"tensor_parallel_size": 2}
+    results: dict[str, Any] = {family: train(parallelize(build(family), tp2)) for family in FAMILIES}
+    results["bert"] = mlm_rank(tp2)
+    results["bert-classifier"] = classifier_logits(parallelize(build_classifier(), tp2))
     return results

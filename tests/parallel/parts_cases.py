@@ -1,4 +1,5 @@
-"""The tiny untied Llama-style model and the rank function of the per-part strategy tests."""
+"""The tiny untied Llama-style model, a user's model annotated with ``part`` blocks, and the rank
+functions of the per-part strategy tests."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import copy
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
+from toy_lm import ToyBlock
 
+from brickwork.errors import ConfigError
 from brickwork.factory import build_model, get_preset
-from brickwork.parallel import full_state_dict, parallelize
+from brickwork.parallel import full_state_dict, parallelize, part
 from brickwork.train import TrainStep
 
 VOCAB, STEPS = 64, 3
@@ -75,3 +78,53 @@ def tp2_with_parts() -> tuple[list[float], dict[str, torch.Tensor], dict[str, bo
     heads = (model.layers[0].attention.num_heads, model.layers[1].attention.num_heads)
     losses, state = train(model)
     return losses, state, {**sharded, "heads": heads}
+
+
+class AnnotatedLM(nn.Module):
+    """A user's untied LM whose code says what PARTS says: the embedding and the first block whole on
+    every tensor-parallel rank, the rest (and the LM head's vocabulary) split."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        with part("replicate"):
+            self.token_embedding = nn.Embedding(VOCAB, dim)
+            first = ToyBlock(dim, heads)  # its children are assigned inside the block
+        self.layers = nn.ModuleList([first, ToyBlock(dim, heads)])
+        self.final_norm = nn.LayerNorm(dim)
+        with part("split"):
+            self.lm_head = nn.Linear(dim, VOCAB, bias=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        h = self.token_embedding(input_ids)
+        for layer in self.layers:
+            h = layer(h)
+        return self.lm_head(self.final_norm(h))
+
+    def tp_plan(self) -> dict[str, str]:
+        return {"token_embedding": "vocab", "lm_head": "colwise"}
+
+
+def _refusal(layout: dict) -> str:
+    try:
+        parallelize(AnnotatedLM(), layout)
+    except ConfigError as error:
+        return str(error)
+    return ""
+
+
+def annotated_rank() -> dict:
+    """AnnotatedLM at tp=2: losses, weights, what is sharded; and the refusals under sequence
+    parallel and under a pipeline."""
+    model = parallelize(AnnotatedLM(), {"tensor_parallel_size": 2})
+    sharded = {name: isinstance(p, DTensor) for name, p in model.named_parameters()}
+    heads = (model.layers[0].attention.num_heads, model.layers[1].attention.num_heads)
+    losses, state = train(model)
+    return {
+        "losses": losses,
+        "state": state,
+        "sharded": sharded,
+        "heads": heads,
+        "sequence_parallel": _refusal({"tensor_parallel_size": 2, "sequence_parallel": True}),
+        "pipeline": _refusal({"pipeline_parallel_size": 2}),
+    }

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_plan_cases import FAMILIES, build, tp2_rank, train
+from hf_plan_cases import (
+    FAMILIES,
+    PLANNED,
+    build,
+    build_classifier,
+    classifier_logits,
+    mlm_reference,
+    tp2_rank,
+    train,
+)
 from torch import nn
 
 from brickwork.errors import ConfigError
@@ -16,7 +25,7 @@ pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize("head", [True, False], ids=["task-head", "base"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", PLANNED)
 def test_every_linear_in_the_blocks_is_split(family: str, head: bool) -> None:
     model = build(family, head=head)
     plan = plan_for(model)
@@ -33,6 +42,26 @@ def test_every_linear_in_the_blocks_is_split(family: str, head: bool) -> None:
 def test_a_split_through_a_head_is_refused() -> None:
     with pytest.raises(ConfigError, match="num_key_value_heads=2 is not divisible by tensor_parallel_size=4"):
         plan_for(build("llama")).check(4)
+
+
+def test_bert_pairs_each_projection_with_its_partner_per_layer() -> None:
+    entries = {e.path: e for e in name_plan(build("bert"), plan_for(build("bert")).plan)}
+    # The attention's out projection and the MLP's are both "output.dense"; each has its own owner.
+    assert entries["bert.encoder.layer.1.attention.output.dense"].owner == "bert.encoder.layer.1.attention"
+    assert entries["bert.encoder.layer.1.attention.self.query"].owner == "bert.encoder.layer.1.attention"
+    assert entries["bert.encoder.layer.1.output.dense"].owner == "bert.encoder.layer.1"
+    assert entries["bert.encoder.layer.1.output.dense"].style == "rowwise"
+    assert entries["cls.predictions.decoder"].style == "colwise"
+    assert entries["cls.predictions.transform.dense"].style == "replicate"
+    classifier = {e.path: e.style for e in name_plan(build_classifier(), plan_for(build_classifier()).plan)}
+    assert classifier["bert.pooler.dense"] == classifier["classifier"] == "replicate"
+
+
+def test_a_plan_child_that_does_not_exist_names_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"plan\.encoder\.layer\.0\.nothing\.dense"):
+        name_plan(build("bert", head=False), {"encoder.layer.0": {"nothing.dense": "colwise"}})
+    with pytest.raises(ConfigError, match="unknown tensor-parallel style"):
+        name_plan(build("bert", head=False), {"encoder.layer.0": {"output.dense": "rowise"}})
 
 
 def test_models_without_a_plan_get_none() -> None:
@@ -55,3 +84,18 @@ def test_tp2_trains_like_one_process(family: str, tp2_results: list[dict]) -> No
         assert state.keys() == ref_state.keys()
         for name, value in ref_state.items():
             torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_bert_masked_lm_at_tp2_trains_like_one_process(tp2_results: list[dict]) -> None:
+    ref_losses, ref_state = mlm_reference()
+    for losses, state, tied in (rank["bert"] for rank in tp2_results):
+        assert tied  # cls.predictions.bias follows the split decoder.bias
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+        assert state.keys() == ref_state.keys()
+        for name, value in ref_state.items():
+            torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
+    ref_logits = classifier_logits(build_classifier())
+    for rank in tp2_results:
+        torch.testing.assert_close(rank["bert-classifier"], ref_logits, rtol=1e-5, atol=1e-5)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from parts_cases import build, build_vit, tp2_with_parts, train, vit_split_head
+from parts_cases import AnnotatedLM, annotated_rank, build, build_vit, tp2_with_parts, train, vit_split_head
+from torch import nn
 
 from brickwork.errors import ConfigError
-from brickwork.parallel import ParallelConfig, spawn
-from brickwork.parallel.parts import whole_modules
+from brickwork.parallel import ParallelConfig, part, spawn
+from brickwork.parallel.parts import annotated_parts, whole_modules
 
 
 def test_the_innermost_named_module_decides_and_a_later_pattern_wins() -> None:
@@ -79,3 +80,54 @@ def test_a_wide_classifier_split_over_a_replicated_body_trains_like_one_process(
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
         for name, value in ref_state.items():
             torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_a_part_block_marks_what_is_assigned_inside_it_and_the_innermost_block_decides() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            with part("replicate"):
+                self.body = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+                with part("split"):
+                    self.inner = nn.Linear(2, 2)
+            self.after = nn.Linear(2, 2)
+
+    marked = annotated_parts(Model())
+    assert marked == {"body": "replicate", "body.0": "replicate", "body.1": "replicate", "inner": "split"}
+    assert annotated_parts(Model()) == marked  # the blocks leave nothing behind them
+
+
+def test_the_dist_dict_wins_over_annotations_at_and_inside_what_it_names() -> None:
+    model = AnnotatedLM()
+    assert {"token_embedding", "layers.0.attention", "layers.0.attention.q_proj"} <= whole_modules(model, {})
+    assert "lm_head" not in whole_modules(model, {}) and "layers.1.attention" not in whole_modules(model, {})
+    whole = whole_modules(model, {"layers.0": "split", "lm_head": "replicate"})
+    assert "token_embedding" in whole and "lm_head" in whole
+    assert not any(name.startswith("layers.0") for name in whole)
+
+
+def test_an_unknown_part_strategy_is_refused() -> None:
+    with pytest.raises(ConfigError, match="unknown part strategy 'shard'") as caught, part("shard"):
+        pass
+    assert "replicate" in str(caught.value)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_annotated_parts_train_like_one_process() -> None:
+    ref_losses, ref_state = train(AnnotatedLM())
+    for rank in spawn(annotated_rank, 2, timeout=200):
+        assert rank["heads"] == (4, 2)
+        sharded = rank["sharded"]
+        assert not sharded["token_embedding.weight"] and not sharded["layers.0.attention.q_proj.weight"]
+        assert sharded["layers.1.attention.q_proj.weight"] and sharded["lm_head.weight"]
+        torch.testing.assert_close(
+            torch.tensor(rank["losses"]), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6
+        )
+        for name, value in ref_state.items():
+            torch.testing.assert_close(rank["state"][name], value, rtol=1e-5, atol=1e-5, msg=name)
+        assert (
+            "part annotation" in rank["sequence_parallel"]
+            and "sequence-parallel" in rank["sequence_parallel"]
+        )
+        assert "part annotation" in rank["pipeline"] and "pipeline" in rank["pipeline"]
