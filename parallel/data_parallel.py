@@ -14,7 +14,8 @@ them over "dp", giving a 2-D layout, and DDP all-reduces their local shards over
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -27,11 +28,19 @@ from torch.nn.parallel import DistributedDataParallel
 from brickwork.parallel.activation_checkpointing import layer_stacks
 from brickwork.parallel.config import ParallelConfig
 
+if TYPE_CHECKING:
+    from brickwork.parallel.expert_parallel import ExpertParallel
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def apply_fsdp(module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh) -> None:
+def apply_fsdp(
+    module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh, experts: ExpertParallel | None = None
+) -> None:
     """ZeRO-2/3: shard each layer of the model's stacks and then the rest, in place, over ``dp_mesh``.
+
+    Under expert parallel each bank of experts is first a unit of its own over the ranks that hold
+    the same experts ("edp"); the units around it then leave its parameters out.
 
     One FSDP unit per layer lets the all-gather of layer i+1 overlap the compute of layer i and
     frees each layer's full parameters after use (ZeRO-3). Mixed precision casts the parameters for
@@ -46,14 +55,24 @@ def apply_fsdp(module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh) -
     options: dict[str, Any] = dict(
         mesh=dp_mesh, reshard_after_forward=config.zero_stage == 3, mp_policy=mixed, offload_policy=offload
     )
+    if experts is not None:
+        for bank in experts.banks.values():
+            fully_shard(bank, **{**options, "mesh": experts.mesh["edp"]})
     for stack in layer_stacks(module):
         for layer in stack:
             fully_shard(layer, **options)
     fully_shard(module, **options)
 
 
-def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh, accumulates: bool = False) -> DistributedDataParallel:
+def apply_ddp(
+    module: nn.Module,
+    dp_mesh: DeviceMesh,
+    accumulates: bool = False,
+    ignore: Sequence[nn.Parameter] = (),
+) -> DistributedDataParallel:
     """ZeRO-0/1: replicate ``module`` over ``dp_mesh``; gradients are averaged in backward.
+
+    ``ignore``: parameters DDP neither broadcasts nor reduces (experts, which differ between ranks).
 
     DDP works on plain tensors, so a tensor-parallel model is handed to it as :class:`LocalShards`.
     ``accumulates``: several backward passes feed one reduction (pipeline microbatches). DDP's
@@ -62,6 +81,10 @@ def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh, accumulates: bool = False)
     """
     if any(isinstance(p, DTensor) for p in module.parameters()):
         module = LocalShards(module)
+    if ignore:
+        skip = {id(p) for p in ignore}
+        names = [name for name, p in module.named_parameters() if id(p) in skip]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)
     return DistributedDataParallel(
         module, process_group=dp_mesh.get_group(), find_unused_parameters=accumulates
     )
