@@ -112,12 +112,12 @@ def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
     for batch in global_batches():
         losses.append(step(share(model, batch)))
         counts.append(step.metrics["expert_counts"])
-    held = sorted({int(m[1]) for n, _ in model.named_parameters() if (m := re.search(r"\.experts\.(\d+)\.", n))})
+    held = {int(m[1]) for n, _ in model.named_parameters() if (m := re.search(r"\.experts\.(\d+)\.", n))}
     return model, {
         "losses": losses,
         "state": full_state_dict(model),
         "expert_counts": counts,
-        "held_experts": held,
+        "held_experts": sorted(held),
     }
 
 

@@ -59,8 +59,8 @@ def check(per_rank: list[dict], key: str, layout: dict) -> None:
         assert abs(loss - want) <= 1e-5 * abs(want), f"step {step}: loss {loss} vs one process {want}"
     assert list(got["state"]) == list(ref["state"]), "full_state_dict keys or their order differ"
     for name, want in ref["state"].items():
-        torch.testing.assert_close(got["state"][name], want, rtol=0, atol=1e-5, msg=f"{name} after {STEPS} steps")
-        assert torch.equal(per_rank[-1][key]["state"][name], got["state"][name]), f"{name} differs between ranks"
+        torch.testing.assert_close(got["state"][name], want, rtol=0, atol=1e-5, msg=f"{name}, step {STEPS}")
+        assert torch.equal(per_rank[-1][key]["state"][name], got["state"][name]), f"{name}: ranks differ"
     # Each rank holds its half of the experts: ep rank i (dp rank i mod 2) experts 2i and 2i + 1.
     tp = layout.get("tensor_parallel_size", 1)
     for rank, rank_result in enumerate(per_rank):
