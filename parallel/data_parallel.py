@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,9 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from brickwork.parallel.activation_checkpointing import layer_stacks
 from brickwork.parallel.config import ParallelConfig
-
-if TYPE_CHECKING:
-    from brickwork.parallel.expert_parallel import ExpertParallel
+from brickwork.parallel.expert_parallel import ExpertParallel, ZeroBesideExperts
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -138,22 +136,28 @@ class ZeroOptimizers:
 
     Each rank keeps the optimizer state of its 1/dp of the parameters only. The user's optimizer
     stays the source of hyperparameters: its param-group values (e.g. an LR schedule's ``lr``) are
-    copied over before every step.
+    copied over before every step. ``experts`` (expert parallel: different tensors on each rank) are
+    left out of the ZeRO partition and stepped by a plain optimizer of the same class beside it
+    (:class:`~brickwork.parallel.expert_parallel.ZeroBesideExperts`).
     """
 
-    def __init__(self, dp_mesh: DeviceMesh) -> None:
+    def __init__(self, dp_mesh: DeviceMesh, experts: Sequence[nn.Parameter] = ()) -> None:
         self.group = dp_mesh.get_group()
-        self._by_user: dict[int, tuple[torch.optim.Optimizer, ZeroRedundancyOptimizer]] = {}
+        self._experts = {id(p) for p in experts}
+        self._by_user: dict[int, tuple[torch.optim.Optimizer, Any]] = {}
 
-    def get(self, optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer:
-        if isinstance(optimizer, ZeroRedundancyOptimizer):
+    def get(self, optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer | ZeroBesideExperts:
+        if isinstance(optimizer, ZeroRedundancyOptimizer | ZeroBesideExperts):
             return optimizer
         entry = self._by_user.get(id(optimizer))
         if entry is None:
             # Only what the class's constructor takes: defaults may hold derived keys (AdamW's
             # decoupled_weight_decay) that its __init__ does not accept.
             accepted = set(inspect.signature(type(optimizer).__init__).parameters)
-            groups = [dict(group) for group in optimizer.param_groups]
+            groups = [
+                {**group, "params": [p for p in group["params"] if id(p) not in self._experts]}
+                for group in optimizer.param_groups
+            ]
             zero = ZeroRedundancyOptimizer(
                 groups[0].pop("params"),
                 optimizer_class=type(optimizer),
@@ -162,9 +166,11 @@ class ZeroOptimizers:
             )
             for group in groups[1:]:
                 zero.add_param_group(group)
-            entry = (optimizer, zero)
+            stepped = ZeroBesideExperts(zero, optimizer, self._experts) if self._experts else zero
+            entry = (optimizer, stepped)
             self._by_user[id(optimizer)] = entry
-        user, zero = entry
-        for user_group, zero_group in zip(user.param_groups, zero.param_groups):
-            zero_group.update({k: v for k, v in user_group.items() if k != "params"})
-        return zero
+        user, stepped = entry
+        for owned in stepped.parts if isinstance(stepped, ZeroBesideExperts) else [stepped]:
+            for user_group, group in zip(user.param_groups, owned.param_groups):
+                group.update({k: v for k, v in user_group.items() if k != "params"})
+        return stepped

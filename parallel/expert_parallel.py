@@ -21,6 +21,8 @@ exactly as under data parallel without expert parallel, so ep changes nothing nu
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Set
 from typing import Any
 
 import torch
@@ -58,12 +60,6 @@ def check_expert_parallel(model: nn.Module, config: ParallelConfig) -> None:
                 f"{name} has {moe.num_experts} experts, which expert_parallel_size={ep} does not divide",
                 "expert_parallel_size",
             )
-    if config.zero_stage == 1:
-        raise ConfigError(
-            "expert parallel with zero_stage 1 is not supported yet (ZeroRedundancyOptimizer would "
-            "partition experts that differ between ranks); use zero_stage 0, 2 or 3",
-            "expert_parallel_size",
-        )
 
 
 def expert_module_paths(model: nn.Module) -> set[str]:
@@ -167,3 +163,55 @@ class ExpertParallel:
         for part in parts:
             merged.update(part or {})
         return {k: merged[k] for k in self.key_order if k in merged}
+
+
+class ZeroBesideExperts:
+    """ZeRO-1 under expert parallel: the ZeroRedundancyOptimizer ``zero`` steps the parameters every dp
+    rank shares (each rank keeping the state of its 1/dp of them), and a plain optimizer of the
+    user's class, with the user's param groups and hyperparameters, steps this rank's experts (their
+    state is already split ep ways). ``optim`` is the local view checkpoints read and fill."""
+
+    def __init__(self, zero: torch.optim.Optimizer, user: torch.optim.Optimizer, experts: Set[int]) -> None:
+        groups = [
+            {**group, "params": [p for p in group["params"] if id(p) in experts]}
+            for group in user.param_groups
+        ]
+        self.zero = zero
+        self.experts = type(user)(groups, **_constructor_options(user))
+        self.parts = [zero, self.experts]
+        self.optim = _LocalOptimizers(
+            lambda p: self.experts if id(p) in experts else zero.optim,
+            zero.optim.param_groups + self.experts.param_groups,
+        )
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = self.zero.step(closure)
+        self.experts.step()
+        return loss
+
+
+class _LocalOptimizers:
+    """This rank's two local optimizers seen as one: ``state[param]`` is the state of whichever steps
+    ``param`` (created on first use, as a torch optimizer's is), ``param_groups`` both lists."""
+
+    def __init__(self, owner: Callable[[torch.Tensor], torch.optim.Optimizer], groups: list[dict]) -> None:
+        self.state = _RoutedState(owner)
+        self.param_groups = groups
+
+
+class _RoutedState:
+    def __init__(self, owner: Callable[[torch.Tensor], torch.optim.Optimizer]) -> None:
+        self._owner = owner
+
+    def __getitem__(self, param: torch.Tensor) -> dict[str, Any]:
+        return self._owner(param).state[param]
+
+    def get(self, param: torch.Tensor, default: Any = None) -> Any:
+        state = self._owner(param).state
+        return state.get(param, default)
+
+
+def _constructor_options(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's defaults its constructor accepts (AdamW's derived keys left out)."""
+    accepted = set(inspect.signature(type(optimizer).__init__).parameters)
+    return {k: v for k, v in optimizer.defaults.items() if k in accepted}

@@ -210,7 +210,8 @@ class ParallelState:
         self.modules = list(modules)
         self.ddps = list(ddps)
         self.dp_group = mesh["dp"].get_group()
-        self._zero = ZeroOptimizers(mesh["dp"]) if config.zero_stage == 1 else None
+        expert_params = experts.parameters() if experts is not None else ()
+        self._zero = ZeroOptimizers(mesh["dp"], expert_params) if config.zero_stage == 1 else None
         self.batch_group, self.batch_source = _batch_group(mesh)
 
     @property

@@ -1,6 +1,7 @@
-"""Expert parallel trains a 4-expert MoE decoder like one process: ep=2 (alone, with ZeRO-3, with
-clipping, with a starved pair of experts) on 2 ranks, and dp2×ep2 (ZeRO-0 with accumulation,
-ZeRO-3) and ep2 with tp2 on 4. A checkpoint saved at ep=2 reloads at ep=2, at ep=1 and in one process.
+"""Expert parallel trains a 4-expert MoE decoder like one process: ep=2 (alone, with ZeRO-1, with
+ZeRO-3, with clipping, with a starved pair of experts) on 2 ranks, and dp2×ep2 (ZeRO-0 with
+accumulation, ZeRO-1 with clipping, ZeRO-3) and ep2 with tp2 on 4. A checkpoint saved at ep=2
+reloads at ep=2, at ep=1 and in one process.
 
 The reference is the plain loop of expert_parallel_cases: the load-balancing loss is that of each
 data-parallel rank's rows, as under data parallel without experts split, so ep changes nothing.
@@ -27,11 +28,13 @@ CASES_2 = {
     "ep2-zero3-clip": {**EP2, "zero_stage": 3, "grad_clip": 0.05},
     "ep2-clip": {**EP2, "grad_clip": 0.05},
     "ep2-starved": {**EP2, "top_k": 1, "starve": True},
+    "ep2-zero1": {**EP2, "zero_stage": 1},
 }
 DP4_EP2 = {"data_parallel_size": 4, "expert_parallel_size": 2}
 CASES_4 = {
     "dp2xep2-accum2": {**DP4_EP2, "grad_accum_steps": 2},
     "dp2xep2-zero3": {**DP4_EP2, "zero_stage": 3},
+    "dp2xep2-zero1-clip": {**DP4_EP2, "zero_stage": 1, "grad_clip": 0.05},
     "ep2-tp2": {**EP2, "tensor_parallel_size": 2},
 }
 
@@ -132,7 +135,6 @@ def test_bad_expert_parallel_sizes_are_config_errors(dist: dict, words: str) -> 
     [
         ("dense", EP2, "has no mixture-of-experts layer"),
         ("moe", {"data_parallel_size": 8, "expert_parallel_size": 8}, f"has {EXPERTS} experts, which"),
-        ("moe", {**EP2, "zero_stage": 1}, "zero_stage 1 is not supported yet"),
     ],
 )
 def test_models_expert_parallel_cannot_split_are_config_errors(model: str, dist: dict, words: str) -> None:
