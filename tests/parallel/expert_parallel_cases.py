@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -100,7 +99,7 @@ def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
     return {k: v.chunk(dp)[rank] for k, v in batch.items()}
 
 
-def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
+def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any], TrainStep]:
     """Parallelize and take STEPS TrainSteps; test-only keys: top_k, starve, grad_clip, grad_accum_steps."""
     layout = dict(layout)
     top_k, starve = layout.pop("top_k", 2), layout.pop("starve", False)
@@ -113,12 +112,13 @@ def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
         losses.append(step(share(model, batch)))
         counts.append(step.metrics["expert_counts"])
     held = {int(m[1]) for n, _ in model.named_parameters() if (m := re.search(r"\.experts\.(\d+)\.", n))}
-    return model, {
+    report = {
         "losses": losses,
         "state": full_state_dict(model),
         "expert_counts": counts,
         "held_experts": sorted(held),
     }
+    return model, report, step
 
 
 def logits(model: nn.Module) -> torch.Tensor:
@@ -128,15 +128,22 @@ def logits(model: nn.Module) -> torch.Tensor:
 
 
 def checkpoint_round_trip(directory: str) -> dict[str, Any]:
-    """Train at ep=2, save; reload into fresh models at ep=2 and at ep=1 (dp2): the logits of each."""
+    """Train at ep=2 and save (weights and SGD momentum); reload into fresh models at ep=2 and at ep=1
+    (dp2): the logits of each, and the losses of two more steps from each, beside the uninterrupted
+    run's."""
     ep2 = {"data_parallel_size": 2, "expert_parallel_size": 2}
-    model, _ = train(ep2)
-    save_checkpoint(directory, model, None, step=STEPS)
-    out = {"saved": logits(model), "files": sorted(p.name for p in Path(directory).iterdir())}
+    model, _, step = train(ep2)
+    save_checkpoint(directory, model, step.optimizer, step=STEPS)
+    # Two more steps: the second one's loss shows the first update, which used the momentum saved.
+    extra = global_batches()[1:]
+    out = {"saved": logits(model), "next_loss": [step(share(model, b)) for b in extra]}
     for name, layout in (("ep2", ep2), ("ep1", {"data_parallel_size": 2})):
         fresh = parallelize(build(), layout)
-        load_checkpoint(directory, fresh)
+        opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
+        load_checkpoint(directory, fresh, opt)
         out[name] = logits(fresh)
+        resumed = TrainStep(fresh, opt, "causal_lm")
+        out[f"{name}_next_loss"] = [resumed(share(fresh, b)) for b in extra]
     return out
 
 

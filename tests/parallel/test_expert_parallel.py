@@ -1,7 +1,8 @@
 """Expert parallel trains a 4-expert MoE decoder like one process: ep=2 (alone, with ZeRO-1, with
 ZeRO-3, with clipping, with a starved pair of experts) on 2 ranks, and dp2×ep2 (ZeRO-0 with
-accumulation, ZeRO-1 with clipping, ZeRO-3) and ep2 with tp2 on 4. A checkpoint saved at ep=2
-reloads at ep=2, at ep=1 and in one process.
+accumulation and activation checkpointing, ZeRO-1 with clipping, ZeRO-3) and ep2 with tp2 on 4. A
+checkpoint saved at ep=2 (weights and optimizer) reloads at ep=2, at ep=1 and in one process, and
+training resumed from it at ep=2 and at ep=1 takes the steps the uninterrupted run takes.
 
 The reference is the plain loop of expert_parallel_cases: the load-balancing loss is that of each
 data-parallel rank's rows, as under data parallel without experts split, so ep changes nothing.
@@ -32,7 +33,8 @@ CASES_2 = {
 }
 DP4_EP2 = {"data_parallel_size": 4, "expert_parallel_size": 2}
 CASES_4 = {
-    "dp2xep2-accum2": {**DP4_EP2, "grad_accum_steps": 2},
+    # The experts' own DDP (over the 2 ranks holding them) under accumulation and recomputation.
+    "dp2xep2-accum2-full-ac": {**DP4_EP2, "grad_accum_steps": 2, "activation_checkpointing": "full"},
     "dp2xep2-zero3": {**DP4_EP2, "zero_stage": 3},
     "dp2xep2-zero1-clip": {**DP4_EP2, "zero_stage": 1, "grad_clip": 0.05},
     "ep2-tp2": {**EP2, "tensor_parallel_size": 2},
@@ -97,9 +99,13 @@ def test_checkpoint_saved_at_ep2_reloads_at_ep2_ep1_and_in_one_process(
 ) -> None:
     per_rank, folder = two_ranks
     saved = per_rank[0]["checkpoint"]["saved"]
+    next_loss = per_rank[0]["checkpoint"]["next_loss"]
     for rank_result in per_rank:
         for layout in ("ep2", "ep1"):
             torch.testing.assert_close(rank_result["checkpoint"][layout], saved, rtol=0, atol=1e-6)
+            resumed = rank_result["checkpoint"][f"{layout}_next_loss"]
+            for got, want in zip(resumed, next_loss, strict=True):
+                assert abs(got - want) <= 1e-5 * want, f"{layout}: {resumed} vs {next_loss}"
     plain = build()
     load_checkpoint(folder, plain)
     torch.testing.assert_close(logits(plain), saved, rtol=0, atol=1e-6)
