@@ -184,6 +184,11 @@ class ZeroBesideExperts:
             zero.optim.param_groups + self.experts.param_groups,
         )
 
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The groups as the user's optimizer has them (the ZeRO optimizer's, one per user group)."""
+        return self.zero.param_groups
+
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = self.zero.step(closure)
         self.experts.step()

@@ -99,7 +99,7 @@ def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
     return {k: v.chunk(dp)[rank] for k, v in batch.items()}
 
 
-def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any], TrainStep]:
+def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any], TrainStep, torch.optim.Optimizer]:
     """Parallelize and take STEPS TrainSteps; test-only keys: top_k, starve, grad_clip, grad_accum_steps."""
     layout = dict(layout)
     top_k, starve = layout.pop("top_k", 2), layout.pop("starve", False)
@@ -118,7 +118,7 @@ def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any], TrainStep]
         "expert_counts": counts,
         "held_experts": sorted(held),
     }
-    return model, report, step
+    return model, report, step, opt
 
 
 def logits(model: nn.Module) -> torch.Tensor:
@@ -128,21 +128,22 @@ def logits(model: nn.Module) -> torch.Tensor:
 
 
 def checkpoint_round_trip(directory: str) -> dict[str, Any]:
-    """Train at ep=2 and save (weights and SGD momentum); reload into fresh models at ep=2 and at ep=1
-    (dp2): the logits of each, and the losses of two more steps from each, beside the uninterrupted
-    run's."""
+    """Train at ep=2 under ZeRO-1 and save (weights and SGD momentum); reload into fresh models at ep=2
+    (ZeRO-1 and ZeRO-0) and at ep=1 (dp2): the logits of each, and the losses of two more steps from
+    each, beside the uninterrupted run's."""
     ep2 = {"data_parallel_size": 2, "expert_parallel_size": 2}
-    model, _, step = train(ep2)
-    save_checkpoint(directory, model, step.optimizer, step=STEPS)
+    model, _, step, opt = train({**ep2, "zero_stage": 1})
+    save_checkpoint(directory, model, opt, step=STEPS)
     # Two more steps: the second one's loss shows the first update, which used the momentum saved.
     extra = global_batches()[1:]
     out = {"saved": logits(model), "next_loss": [step(share(model, b)) for b in extra]}
-    for name, layout in (("ep2", ep2), ("ep1", {"data_parallel_size": 2})):
+    reloads = {"ep2-zero1": {**ep2, "zero_stage": 1}, "ep2": ep2, "ep1": {"data_parallel_size": 2}}
+    for name, layout in reloads.items():
         fresh = parallelize(build(), layout)
         opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
+        resumed = TrainStep(fresh, opt, "causal_lm")
         load_checkpoint(directory, fresh, opt)
         out[name] = logits(fresh)
-        resumed = TrainStep(fresh, opt, "causal_lm")
         out[f"{name}_next_loss"] = [resumed(share(fresh, b)) for b in extra]
     return out
 

@@ -1,8 +1,8 @@
 """Expert parallel trains a 4-expert MoE decoder like one process: ep=2 (alone, with ZeRO-1, with
 ZeRO-3, with clipping, with a starved pair of experts) on 2 ranks, and dp2×ep2 (ZeRO-0 with
 accumulation and activation checkpointing, ZeRO-1 with clipping, ZeRO-3) and ep2 with tp2 on 4. A
-checkpoint saved at ep=2 (weights and optimizer) reloads at ep=2, at ep=1 and in one process, and
-training resumed from it at ep=2 and at ep=1 takes the steps the uninterrupted run takes.
+checkpoint saved at ep=2 under ZeRO-1 (weights and optimizer) reloads at ep=2 (ZeRO-1 and 0), at
+ep=1 and in one process, and training resumed from it takes the steps the uninterrupted run takes.
 
 The reference is the plain loop of expert_parallel_cases: the load-balancing loss is that of each
 data-parallel rank's rows, as under data parallel without experts split, so ep changes nothing.
@@ -94,14 +94,14 @@ def test_starved_experts_get_no_token_and_the_counts_are_the_global_batch(
 
 
 @pytest.mark.timeout(420)
-def test_checkpoint_saved_at_ep2_reloads_at_ep2_ep1_and_in_one_process(
+def test_checkpoint_saved_at_ep2_zero1_reloads_at_ep2_ep1_and_in_one_process(
     two_ranks: tuple[list[dict], Path],
 ) -> None:
     per_rank, folder = two_ranks
     saved = per_rank[0]["checkpoint"]["saved"]
     next_loss = per_rank[0]["checkpoint"]["next_loss"]
     for rank_result in per_rank:
-        for layout in ("ep2", "ep1"):
+        for layout in ("ep2-zero1", "ep2", "ep1"):
             torch.testing.assert_close(rank_result["checkpoint"][layout], saved, rtol=0, atol=1e-6)
             resumed = rank_result["checkpoint"][f"{layout}_next_loss"]
             for got, want in zip(resumed, next_loss, strict=True):
