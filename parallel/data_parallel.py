@@ -158,15 +158,13 @@ class ZeroOptimizers:
                 {**group, "params": [p for p in group["params"] if id(p) not in self._experts]}
                 for group in optimizer.param_groups
             ]
+            options = {k: v for k, v in groups[0].items() if k in accepted and k != "params"}
             zero = ZeroRedundancyOptimizer(
-                groups[0].pop("params"),
-                optimizer_class=type(optimizer),
-                process_group=self.group,
-                **{k: v for k, v in groups[0].items() if k in accepted},
+                groups[0].pop("params"), optimizer_class=type(optimizer), process_group=self.group, **options
             )
             for group in groups[1:]:
                 zero.add_param_group(group)
-            stepped = ZeroBesideExperts(zero, optimizer, self._experts) if self._experts else zero
+            stepped = ZeroBesideExperts(zero, optimizer, self._experts, options) if self._experts else zero
             entry = (optimizer, stepped)
             self._by_user[id(optimizer)] = entry
         user, stepped = entry

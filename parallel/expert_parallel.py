@@ -21,7 +21,6 @@ exactly as under data parallel without expert parallel, so ep changes nothing nu
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Set
 from typing import Any
 
@@ -169,15 +168,22 @@ class ZeroBesideExperts:
     """ZeRO-1 under expert parallel: the ZeroRedundancyOptimizer ``zero`` steps the parameters every dp
     rank shares (each rank keeping the state of its 1/dp of them), and a plain optimizer of the
     user's class, with the user's param groups and hyperparameters, steps this rank's experts (their
-    state is already split ep ways). ``optim`` is the local view checkpoints read and fill."""
+    state is already split ep ways). ``options``: the user's constructor options. ``optim`` is the
+    local view checkpoints read and fill."""
 
-    def __init__(self, zero: torch.optim.Optimizer, user: torch.optim.Optimizer, experts: Set[int]) -> None:
+    def __init__(
+        self,
+        zero: torch.optim.Optimizer,
+        user: torch.optim.Optimizer,
+        experts: Set[int],
+        options: dict[str, Any],
+    ) -> None:
         groups = [
             {**group, "params": [p for p in group["params"] if id(p) in experts]}
             for group in user.param_groups
         ]
         self.zero = zero
-        self.experts = type(user)(groups, **_constructor_options(user))
+        self.experts = type(user)(groups, **options)
         self.parts = [zero, self.experts]
         self.optim = _LocalOptimizers(
             lambda p: self.experts if id(p) in experts else zero.optim,
@@ -214,9 +220,3 @@ class _RoutedState:
     def get(self, param: torch.Tensor, default: Any = None) -> Any:
         state = self._owner(param).state
         return state.get(param, default)
-
-
-def _constructor_options(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The optimizer's defaults its constructor accepts (AdamW's derived keys left out)."""
-    accepted = set(inspect.signature(type(optimizer).__init__).parameters)
-    return {k: v for k, v in optimizer.defaults.items() if k in accepted}

@@ -100,10 +100,11 @@ def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
 
 
 def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any], TrainStep, torch.optim.Optimizer]:
-    """Parallelize and take STEPS TrainSteps; test-only keys: top_k, starve, grad_clip, grad_accum_steps."""
+    """Parallelize and take STEPS TrainSteps; test-only keys: top_k, starve, and the TrainStep's
+    grad_clip, grad_accum_steps and precision."""
     layout = dict(layout)
     top_k, starve = layout.pop("top_k", 2), layout.pop("starve", False)
-    options = {k: layout.pop(k) for k in ("grad_clip", "grad_accum_steps") if k in layout}
+    options = {k: layout.pop(k) for k in ("grad_clip", "grad_accum_steps", "precision") if k in layout}
     model = parallelize(build(top_k, starve), layout)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     step = TrainStep(model, opt, "causal_lm", **options)

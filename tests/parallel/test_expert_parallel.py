@@ -31,6 +31,8 @@ CASES_2 = {
     "ep2-starved": {**EP2, "top_k": 1, "starve": True},
     "ep2-zero1": {**EP2, "zero_stage": 1},
 }
+BF16_MIXED = {"zero_stage": 3, "mixed_precision": "bf16", "precision": "bf16-mixed"}
+BF16 = {"ep2-zero3-bf16-mixed": {**EP2, **BF16_MIXED}}
 DP4_EP2 = {"data_parallel_size": 4, "expert_parallel_size": 2}
 CASES_4 = {
     # The experts' own DDP (over the 2 ranks holding them) under accumulation and recomputation.
@@ -43,7 +45,7 @@ CASES_4 = {
 
 @functools.cache
 def world(size: int, directory: str | None = None) -> list[dict]:
-    cases = CASES_2 if size == 2 else CASES_4
+    cases = {**CASES_2, **BF16} if size == 2 else CASES_4
     return spawn(run_world, size, list(cases.items()), directory, timeout=300)
 
 
@@ -77,6 +79,14 @@ def check(per_rank: list[dict], key: str, layout: dict) -> None:
 @pytest.mark.parametrize("key", list(CASES_2))
 def test_ep2_trains_like_one_process(two_ranks: tuple[list[dict], Path], key: str) -> None:
     check(two_ranks[0], key, CASES_2[key])
+
+
+@pytest.mark.timeout(420)
+def test_bf16_mixed_under_zero3_stays_close(two_ranks: tuple[list[dict], Path]) -> None:
+    # bf16 compute (FSDP's MixedPrecisionPolicy, the experts' units too) against the fp32 loop.
+    want = reference(2, False, 2)["losses"]
+    for loss, ref in zip(two_ranks[0][0]["ep2-zero3-bf16-mixed"]["losses"], want, strict=True):
+        assert abs(loss - ref) <= 2e-2 * ref
 
 
 @pytest.mark.timeout(420)
