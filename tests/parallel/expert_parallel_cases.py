@@ -12,9 +12,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from brickwork.errors import ConfigError
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import full_state_dict, load_checkpoint, parallel_state, parallelize, save_checkpoint
-from brickwork.train import TrainStep
+from brickwork.train import TrainStep, evaluate
 
 VOCAB, DIM, SEQ, ROWS, STEPS, EXPERTS = 48, 32, 8, 8, 3, 4
 
@@ -90,7 +91,11 @@ def reference(top_k: int, starve: bool, parts: int, grad_clip: float | None = No
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         opt.step()
         losses.append(float(ce_sum / count))
-    return {"losses": losses, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+    with torch.no_grad():
+        first = global_batches()[0]
+        held_out = F.cross_entropy(model(first["input_ids"]).flatten(0, 1), first["labels"].flatten())
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {"losses": losses, "state": state, "eval": float(held_out)}
 
 
 def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -115,6 +120,7 @@ def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any], TrainStep,
     held = {int(m[1]) for n, _ in model.named_parameters() if (m := re.search(r"\.experts\.(\d+)\.", n))}
     report = {
         "losses": losses,
+        "eval": evaluate(model, [share(model, global_batches()[0])], "causal_lm"),
         "state": full_state_dict(model),
         "expert_counts": counts,
         "held_experts": sorted(held),
@@ -157,4 +163,19 @@ def run_world(cases: list[tuple[str, dict[str, Any]]], directory: str | None) ->
         dist.barrier()
     if directory is not None:
         out["checkpoint"] = checkpoint_round_trip(directory)
+        out["meta_init"] = meta_init_message()
     return out
+
+
+def meta_init_message() -> str:
+    """Rank 0 passes the real model, the others a meta one, at ep=2: the error each rank gets."""
+    if dist.get_rank() == 0:
+        model = build()
+    else:
+        with torch.device("meta"):
+            model = build()
+    try:
+        parallelize(model, {"data_parallel_size": 2, "expert_parallel_size": 2})
+    except ConfigError as error:
+        return str(error)
+    return "no error"

@@ -2,7 +2,8 @@
 ZeRO-3, with clipping, with a starved pair of experts) on 2 ranks, and dp2×ep2 (ZeRO-0 with
 accumulation and activation checkpointing, ZeRO-1 with clipping, ZeRO-3) and ep2 with tp2 on 4. A
 checkpoint saved at ep=2 under ZeRO-1 (weights and optimizer) reloads at ep=2 (ZeRO-1 and 0), at
-ep=1 and in one process, and training resumed from it takes the steps the uninterrupted run takes.
+ep=1 and in one process, exports to one safetensors file, and training resumed from it takes the
+steps the uninterrupted run takes. evaluate gives the single-process loss; meta init is refused.
 
 The reference is the plain loop of expert_parallel_cases: the load-balancing loss is that of each
 data-parallel rank's rows, as under data parallel without experts split, so ep changes nothing.
@@ -16,9 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 from expert_parallel_cases import EXPERTS, ROWS, SEQ, STEPS, build, logits, reference, run_world
+from safetensors.torch import load_file
 
 from brickwork.errors import ConfigError
-from brickwork.parallel import ParallelConfig, load_checkpoint, spawn
+from brickwork.parallel import ParallelConfig, export, load_checkpoint, spawn
 from brickwork.parallel.expert_parallel import check_expert_parallel
 
 pytestmark = [pytest.mark.distributed]
@@ -64,6 +66,7 @@ def check(per_rank: list[dict], key: str, layout: dict) -> None:
         assert other[key]["losses"] == got["losses"], "ranks returned different losses"
     for step, (loss, want) in enumerate(zip(got["losses"], ref["losses"], strict=True)):
         assert abs(loss - want) <= 1e-5 * abs(want), f"step {step}: loss {loss} vs one process {want}"
+    assert abs(got["eval"] - ref["eval"]) <= 1e-5 * ref["eval"], f"evaluate {got['eval']} vs {ref['eval']}"
     assert list(got["state"]) == list(ref["state"]), "full_state_dict keys or their order differ"
     for name, want in ref["state"].items():
         torch.testing.assert_close(got["state"][name], want, rtol=0, atol=1e-5, msg=f"{name}, step {STEPS}")
@@ -119,6 +122,16 @@ def test_checkpoint_saved_at_ep2_zero1_reloads_at_ep2_ep1_and_in_one_process(
     plain = build()
     load_checkpoint(folder, plain)
     torch.testing.assert_close(logits(plain), saved, rtol=0, atol=1e-6)
+    exported = build()
+    exported.load_state_dict(load_file(export(folder, folder.parent / "ep2.safetensors")))
+    torch.testing.assert_close(logits(exported), saved, rtol=0, atol=1e-6)
+
+
+@pytest.mark.timeout(420)
+def test_meta_init_is_refused_on_every_rank(two_ranks: tuple[list[dict], Path]) -> None:
+    for rank_result in two_ranks[0]:
+        assert "expert_parallel_size" in rank_result["meta_init"]
+        assert "needs the real model on every rank" in rank_result["meta_init"]
 
 
 @pytest.mark.slow
