@@ -39,11 +39,14 @@ def spec(top_k: int) -> dict[str, Any]:
     return out
 
 
-def build(top_k: int = 2, starve: bool = False) -> nn.Module:
+def build(top_k: int = 2, starve: str | None = None) -> nn.Module:
+    """``starve``: "upper-half" (top-1: experts 2 and 3 get no token), "last" (top-2: expert 3 none)."""
     torch.manual_seed(0)
     model = build_model(spec(top_k))
-    if starve:
+    if starve == "upper-half":
         starve_upper_half(model)
+    elif starve == "last":
+        starve_last(model)
     return model
 
 
@@ -56,6 +59,20 @@ def starve_upper_half(model: nn.Module) -> None:
         router = getattr(module, "router", None)
         if router is not None:
             router.weight[2:] = (router.weight[0] + router.weight[1]) / 2
+
+
+@torch.no_grad()
+def starve_last(model: nn.Module) -> None:
+    """A router bias, which a linear router lacks, made from the MoE's input: feature 0 of the
+    feedforward norm's output := 1 for every token (weight 0, bias 1), and expert 3's router row :=
+    -100 on that feature only. Its logit is then -100 while the others' are O(1), so even at top-2 it
+    gets no token for as long as training leaves that feature near 1 (the 3 steps here)."""
+    for layer in model.layers:
+        layer.feedforward_norm.weight[0] = 0.0
+        layer.feedforward_norm.bias[0] = 1.0
+        router = layer.feedforward.router.weight
+        router[3] = 0.0
+        router[3, 0] = -100.0
 
 
 def global_batches() -> list[dict[str, torch.Tensor]]:
@@ -71,7 +88,7 @@ def moe_aux(model: nn.Module) -> torch.Tensor:
     return sum(m.aux_loss_weight * m.aux_loss for m in model.modules() if hasattr(m, "aux_loss_weight"))
 
 
-def reference(top_k: int, starve: bool, parts: int, grad_clip: float | None = None) -> dict[str, Any]:
+def reference(top_k: int, starve: str | None, parts: int, grad_clip: float | None = None) -> dict[str, Any]:
     """One process, plain torch: mean cross-entropy of each global batch plus, as each of ``parts``
     data-parallel ranks computes it on its rows, the load-balancing loss weighted by its positions; SGD."""
     model = build(top_k, starve)
@@ -108,7 +125,7 @@ def train(layout: dict[str, Any]) -> tuple[nn.Module, dict[str, Any], TrainStep,
     """Parallelize and take STEPS TrainSteps; test-only keys: top_k, starve, and the TrainStep's
     grad_clip, grad_accum_steps and precision."""
     layout = dict(layout)
-    top_k, starve = layout.pop("top_k", 2), layout.pop("starve", False)
+    top_k, starve = layout.pop("top_k", 2), layout.pop("starve", None)
     options = {k: layout.pop(k) for k in ("grad_clip", "grad_accum_steps", "precision") if k in layout}
     model = parallelize(build(top_k, starve), layout)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
