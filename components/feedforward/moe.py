@@ -159,7 +159,7 @@ class MixtureOfExperts(Feedforward):
 
 class Experts(nn.Module):
     """A bank of experts, each a child named by its index (``"0"`` .. ``"E-1"``), as a ModuleList names
-    them, so state dicts read ``experts.3.fc1.weight``.
+    them, so state dicts read ``experts.3.up_proj.weight``.
 
     ``forward(rows, counts)``: rows ``[M, d]`` grouped by expert in the order of the experts held,
     counts ``[len(self)]`` rows per expert -> ``[M, d]``, each expert applied to its rows. Expert
