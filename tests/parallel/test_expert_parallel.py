@@ -1,10 +1,10 @@
 """Expert parallel trains a 4-expert MoE decoder like one process: ep=2 (alone, with ZeRO-1, with
 ZeRO-3, with clipping, with expert 3 starved at top-2, with both of rank 1's experts starved at
-top-1) on 2 ranks, and dp2×ep2 (ZeRO-0 with
-accumulation and activation checkpointing, ZeRO-1 with clipping, ZeRO-3) and ep2 with tp2 on 4. A
-checkpoint saved at ep=2 under ZeRO-1 (weights and optimizer) reloads at ep=2 (ZeRO-1 and 0), at
-ep=1 and in one process, exports to one safetensors file, and training resumed from it takes the
-steps the uninterrupted run takes. evaluate gives the single-process loss; meta init is refused.
+top-1) on 2 ranks, and dp2×ep2 (ZeRO-0 with accumulation and activation checkpointing, ZeRO-1 with
+clipping, ZeRO-3 with accumulation) and ep2 with tp2 on 4. A checkpoint saved at ep=2 under ZeRO-1
+(weights and optimizer) reloads at ep=2 (ZeRO-1 and 0), at ep=1 and in one process, exports to one
+safetensors file, and training resumed from it takes the steps the uninterrupted run takes.
+evaluate gives the single-process loss; meta init is refused.
 
 The reference is the plain loop of expert_parallel_cases: the load-balancing loss is that of each
 data-parallel rank's rows, as under data parallel without experts split, so ep changes nothing.
@@ -41,7 +41,7 @@ DP4_EP2 = {"data_parallel_size": 4, "expert_parallel_size": 2}
 CASES_4 = {
     # The experts' own DDP (over the 2 ranks holding them) under accumulation and recomputation.
     "dp2xep2-accum2-full-ac": {**DP4_EP2, "grad_accum_steps": 2, "activation_checkpointing": "full"},
-    "dp2xep2-zero3": {**DP4_EP2, "zero_stage": 3},
+    "dp2xep2-zero3-accum2": {**DP4_EP2, "zero_stage": 3, "grad_accum_steps": 2},
     "dp2xep2-zero1-clip": {**DP4_EP2, "zero_stage": 1, "grad_clip": 0.05},
     "ep2-tp2": {**EP2, "tensor_parallel_size": 2},
 }
