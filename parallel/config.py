@@ -47,6 +47,7 @@ class ParallelConfig:
     device_type: str | None = None
     parts: tuple[tuple[str, str], ...] = ()
     vocab_multiple: int = 64
+    expert_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         for key in (
@@ -56,6 +57,7 @@ class ParallelConfig:
             "context_parallel_size",
             "virtual_pipeline_size",
             "vocab_multiple",
+            "expert_parallel_size",
         ):
             _check_positive_int(key, getattr(self, key))
         for key in ("sequence_parallel", "cpu_offload"):
@@ -80,6 +82,7 @@ class ParallelConfig:
         self._check_pipeline()
         self._check_device_weights()
         self._check_parts()
+        self._check_expert_parallel()
 
     @property
     def microbatches(self) -> int:
@@ -154,6 +157,23 @@ class ParallelConfig:
             raise ConfigError(
                 "a replicated part cannot take sequence-parallel activations (every layer must be split)",
                 "parts",
+            )
+
+    def _check_expert_parallel(self) -> None:
+        ep, dp = self.expert_parallel_size, self.data_parallel_size
+        if dp % ep:
+            raise ConfigError(
+                f"expert_parallel_size={ep} must divide data_parallel_size={dp} (experts are split over "
+                "groups of that many data-parallel ranks)",
+                "expert_parallel_size",
+            )
+        if ep > 1 and self.pipeline_parallel_size > 1:
+            raise ConfigError("expert parallel is not supported under a pipeline yet", "expert_parallel_size")
+        if ep > 1 and self.context_parallel_size > 1:
+            # Context-parallel peers route different tokens to the same experts: the experts would
+            # need their gradients reduced over edp × cp, which the expert mesh does not lay out yet.
+            raise ConfigError(
+                "expert parallel is not supported with context_parallel_size > 1 yet", "expert_parallel_size"
             )
 
     @property

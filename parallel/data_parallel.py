@@ -14,6 +14,7 @@ them over "dp", giving a 2-D layout, and DDP all-reduces their local shards over
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -26,12 +27,18 @@ from torch.nn.parallel import DistributedDataParallel
 
 from brickwork.parallel.activation_checkpointing import layer_stacks
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.expert_parallel import ExpertParallel, ZeroBesideExperts
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def apply_fsdp(module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh) -> None:
+def apply_fsdp(
+    module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh, experts: ExpertParallel | None = None
+) -> None:
     """ZeRO-2/3: shard each layer of the model's stacks and then the rest, in place, over ``dp_mesh``.
+
+    Under expert parallel each bank of experts is first a unit of its own over the ranks that hold
+    the same experts ("edp"); the units around it then leave its parameters out.
 
     One FSDP unit per layer lets the all-gather of layer i+1 overlap the compute of layer i and
     frees each layer's full parameters after use (ZeRO-3). Mixed precision casts the parameters for
@@ -46,14 +53,24 @@ def apply_fsdp(module: nn.Module, config: ParallelConfig, dp_mesh: DeviceMesh) -
     options: dict[str, Any] = dict(
         mesh=dp_mesh, reshard_after_forward=config.zero_stage == 3, mp_policy=mixed, offload_policy=offload
     )
+    if experts is not None:
+        for bank in experts.banks.values():
+            fully_shard(bank, **{**options, "mesh": experts.mesh["edp"]})
     for stack in layer_stacks(module):
         for layer in stack:
             fully_shard(layer, **options)
     fully_shard(module, **options)
 
 
-def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh, accumulates: bool = False) -> DistributedDataParallel:
+def apply_ddp(
+    module: nn.Module,
+    dp_mesh: DeviceMesh,
+    accumulates: bool = False,
+    ignore: Sequence[nn.Parameter] = (),
+) -> DistributedDataParallel:
     """ZeRO-0/1: replicate ``module`` over ``dp_mesh``; gradients are averaged in backward.
+
+    ``ignore``: parameters DDP neither broadcasts nor reduces (experts, which differ between ranks).
 
     DDP works on plain tensors, so a tensor-parallel model is handed to it as :class:`LocalShards`.
     ``accumulates``: several backward passes feed one reduction (pipeline microbatches). DDP's
@@ -62,6 +79,10 @@ def apply_ddp(module: nn.Module, dp_mesh: DeviceMesh, accumulates: bool = False)
     """
     if any(isinstance(p, DTensor) for p in module.parameters()):
         module = LocalShards(module)
+    if ignore:
+        skip = {id(p) for p in ignore}
+        names = [name for name, p in module.named_parameters() if id(p) in skip]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)
     return DistributedDataParallel(
         module, process_group=dp_mesh.get_group(), find_unused_parameters=accumulates
     )
@@ -115,33 +136,39 @@ class ZeroOptimizers:
 
     Each rank keeps the optimizer state of its 1/dp of the parameters only. The user's optimizer
     stays the source of hyperparameters: its param-group values (e.g. an LR schedule's ``lr``) are
-    copied over before every step.
+    copied over before every step. ``experts`` (expert parallel: different tensors on each rank) are
+    left out of the ZeRO partition and stepped by a plain optimizer of the same class beside it
+    (:class:`~brickwork.parallel.expert_parallel.ZeroBesideExperts`).
     """
 
-    def __init__(self, dp_mesh: DeviceMesh) -> None:
+    def __init__(self, dp_mesh: DeviceMesh, experts: Sequence[nn.Parameter] = ()) -> None:
         self.group = dp_mesh.get_group()
-        self._by_user: dict[int, tuple[torch.optim.Optimizer, ZeroRedundancyOptimizer]] = {}
+        self._experts = {id(p) for p in experts}
+        self._by_user: dict[int, tuple[torch.optim.Optimizer, Any]] = {}
 
-    def get(self, optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer:
-        if isinstance(optimizer, ZeroRedundancyOptimizer):
+    def get(self, optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer | ZeroBesideExperts:
+        if isinstance(optimizer, ZeroRedundancyOptimizer | ZeroBesideExperts):
             return optimizer
         entry = self._by_user.get(id(optimizer))
         if entry is None:
             # Only what the class's constructor takes: defaults may hold derived keys (AdamW's
             # decoupled_weight_decay) that its __init__ does not accept.
             accepted = set(inspect.signature(type(optimizer).__init__).parameters)
-            groups = [dict(group) for group in optimizer.param_groups]
+            groups = [
+                {**group, "params": [p for p in group["params"] if id(p) not in self._experts]}
+                for group in optimizer.param_groups
+            ]
+            options = {k: v for k, v in groups[0].items() if k in accepted and k != "params"}
             zero = ZeroRedundancyOptimizer(
-                groups[0].pop("params"),
-                optimizer_class=type(optimizer),
-                process_group=self.group,
-                **{k: v for k, v in groups[0].items() if k in accepted},
+                groups[0].pop("params"), optimizer_class=type(optimizer), process_group=self.group, **options
             )
             for group in groups[1:]:
                 zero.add_param_group(group)
-            entry = (optimizer, zero)
+            stepped = ZeroBesideExperts(zero, optimizer, self._experts, options) if self._experts else zero
+            entry = (optimizer, stepped)
             self._by_user[id(optimizer)] = entry
-        user, zero = entry
-        for user_group, zero_group in zip(user.param_groups, zero.param_groups):
-            zero_group.update({k: v for k, v in user_group.items() if k != "params"})
-        return zero
+        user, stepped = entry
+        for owned in stepped.parts if isinstance(stepped, ZeroBesideExperts) else [stepped]:
+            for user_group, group in zip(user.param_groups, owned.param_groups):
+                group.update({k: v for k, v in user_group.items() if k != "params"})
+        return stepped

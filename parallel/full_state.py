@@ -26,6 +26,8 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     local: dict[str, torch.Tensor] = {}
     for module in state.modules:
         local.update(gather_full_state(module))
+    if state.experts is not None:
+        local = state.experts.gather_full_state(local)
     if not state.is_pipeline:
         return local
     parts: list[dict[str, torch.Tensor] | None] = [None] * state.config.pipeline_parallel_size

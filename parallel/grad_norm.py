@@ -54,15 +54,19 @@ def clip_grad_norm(
     max_norm: float,
     extra_groups: Sequence[dist.ProcessGroup] = (),
     duplicates: Sequence[torch.Tensor] = (),
+    split_over: Sequence[tuple[Sequence[torch.Tensor], dist.ProcessGroup]] = (),
 ) -> torch.Tensor:
     """Scale this rank's gradients in place so the full gradient's 2-norm is at most ``max_norm``.
 
     ``duplicates`` are parameters among ``parameters`` that another rank of ``extra_groups`` holds too
     (a tied weight on two pipeline stages): they are scaled but counted only once, by that other rank.
+    ``split_over``: parameters that are different tensors on each rank of a group (experts split over
+    expert parallel), whose squares are summed over that group too.
     Returns the norm before clipping (a float32 scalar, the same on every rank). Every rank of the
     model must call it: it runs collectives.
     """
     skip = {id(p) for p in duplicates}
+    spread = {id(p): (group,) for params, group in split_over for p in params}
     sums: dict[tuple[int, ...], torch.Tensor] = {}
     groups_of: dict[tuple[int, ...], tuple[dist.ProcessGroup, ...]] = {}
     locals_ = []
@@ -70,6 +74,7 @@ def clip_grad_norm(
         if param.grad is None:
             continue
         local, groups = _pieces(param)
+        groups += spread.get(id(param), ())
         locals_.append(local)
         if id(param) in skip:
             continue

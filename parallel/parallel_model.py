@@ -26,6 +26,7 @@ from brickwork.parallel.agreement import check_agreement
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.context_parallel import apply_context_parallel, check_context_parallel
 from brickwork.parallel.data_parallel import LocalShards, ZeroOptimizers, apply_ddp, apply_fsdp
+from brickwork.parallel.expert_parallel import ExpertParallel, check_expert_parallel, expert_module_paths
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.materialize import materialize, take_source, uses_meta_init
 from brickwork.parallel.mesh import build_mesh, data_mesh, start_process_group
@@ -77,6 +78,8 @@ def parallelize(
         known.check(tp)
         plan, divide = known.plan, {**known.divide, **(divide or {})}
     whole = whole_modules(model, dict(config.parts))
+    if config.expert_parallel_size > 1:
+        whole |= expert_module_paths(model)
     entries = keep_whole(merge_plans(component_plan(model), name_plan(model, plan) if plan else []), whole)
     if tp > 1:
         if not entries:
@@ -87,6 +90,7 @@ def parallelize(
         check_tensor_parallel(model, entries, tp, whole)
     if config.context_parallel_size > 1:  # hooks on the modules themselves: pipeline stages keep them
         apply_context_parallel(model, mesh["cp"])
+    check_expert_parallel(model, config)
     if config.pipeline_parallel_size > 1:
         # Imported here: the pipeline module builds on this one's ParallelState.
         from brickwork.parallel.pipeline_model import parallelize_pipeline
@@ -94,6 +98,11 @@ def parallelize(
         return parallelize_pipeline(model, config, mesh, plan, divide)
     device = mesh_device(mesh)
     meta = uses_meta_init(model, device)
+    if meta and config.expert_parallel_size > 1:
+        raise ConfigError(
+            "expert parallel needs the real model on every rank (no meta-device init yet)",
+            "expert_parallel_size",
+        )
     source = take_source(model, device) if meta else {}
     if not meta:
         model.to(device)
@@ -110,20 +119,23 @@ def parallelize(
         if source:
             source = pad_source(model, source)
     apply_activation_checkpointing(model, config.activation_checkpointing)
-    ddp = None
+    experts = ExpertParallel(model, config, mesh) if config.expert_parallel_size > 1 else None
+    ddps = []
     replicas = data_mesh(mesh)
     if config.zero_stage >= 2:
-        apply_fsdp(model, config, replicas)
+        apply_fsdp(model, config, replicas, experts)
         if meta:
             materialize(model, source, device)
     else:
         if meta:
             materialize(model, source, device)
         if replicas.size() > 1:
-            ddp = attach_ddp(model, replicas)
-    state = ParallelState(config, mesh, [model], [ddp] if ddp is not None else [])
+            ddps.append(attach_ddp(model, replicas, ignore=experts.parameters() if experts else ()))
+        if experts is not None and experts.mesh["edp"].size() > 1:
+            ddps += [attach_ddp(bank, experts.mesh["edp"]) for bank in experts.banks.values()]
+    state = ParallelState(config, mesh, [model], ddps, experts)
     setattr(model, STATE_ATTR, state)
-    if ddp is not None and isinstance(ddp.module, LocalShards):
+    if ddps and isinstance(ddps[0].module, LocalShards):
         # The optimizer must step the shards DDP reduces, not the DTensor views the modules hold.
         model.__class__ = type(type(model).__name__, (TrainableParameters, type(model)), {})
     return model
@@ -135,10 +147,16 @@ def mesh_device(mesh: DeviceMesh) -> torch.device:
     return torch.device(mesh.device_type, index)
 
 
-def attach_ddp(module: nn.Module, dp_mesh: DeviceMesh, accumulates: bool = False) -> DistributedDataParallel:
+def attach_ddp(
+    module: nn.Module,
+    dp_mesh: DeviceMesh,
+    accumulates: bool = False,
+    ignore: Sequence[nn.Parameter] = (),
+) -> DistributedDataParallel:
     """DDP over ``dp_mesh`` driven by hooks on ``module`` itself (torch ``replicate``'s way), so
-    ``module`` needs no wrapper. Returns the DDP object, which holds the reducer."""
-    ddp = apply_ddp(module, dp_mesh, accumulates=accumulates)
+    ``module`` needs no wrapper; ``ignore``: parameters it leaves alone. Returns the DDP object,
+    which holds the reducer."""
+    ddp = apply_ddp(module, dp_mesh, accumulates=accumulates, ignore=ignore)
 
     def before(_: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         DistributedDataParallel._active_ddp_module = ddp
@@ -178,9 +196,10 @@ class ParallelState:
     """What training needs to know about a parallelized model, and nothing about losses.
 
     ``modules`` are the model (or this rank's pipeline stages), whose state dicts use the
-    single-process names; ``ddps`` are the DDP objects attached to them (none under FSDP or dp=1).
-    ``dp_group`` holds the ``data_replicas`` ranks that hold the same parameters and see other
-    tokens, over which gradients and losses are reduced: dp, times cp under context parallel.
+    single-process names; ``ddps`` are the DDP objects attached to them (none under FSDP or dp=1);
+    ``experts`` is the expert-parallel split, if any. ``dp_group`` holds the ``data_replicas`` ranks
+    that hold the same parameters and see other tokens, over which gradients and losses are reduced:
+    dp, times cp under context parallel.
     """
 
     def __init__(
@@ -189,15 +208,18 @@ class ParallelState:
         mesh: DeviceMesh,
         modules: Sequence[nn.Module],
         ddps: Sequence[DistributedDataParallel],
+        experts: ExpertParallel | None = None,
     ) -> None:
         self.config = config
+        self.experts = experts
         self.mesh = mesh
         self.device = mesh_device(mesh)
         self.modules = list(modules)
         self.ddps = list(ddps)
         replicas = data_mesh(mesh)
         self.dp_group, self.data_replicas = replicas.get_group(), replicas.size()
-        self._zero = ZeroOptimizers(replicas) if config.zero_stage == 1 else None
+        expert_params = experts.parameters() if experts is not None else ()
+        self._zero = ZeroOptimizers(replicas, expert_params) if config.zero_stage == 1 else None
         self.batch_group, self.batch_source = _batch_group(mesh)
 
     @property
@@ -245,10 +267,13 @@ class ParallelState:
         """Carry out reductions still pending after backward (a Partial gradient under sequence
         parallel); the pipeline adds the sum of a tied weight's gradient over its stages."""
         settle_gradients(self.parameters())
+        if self.experts is not None:
+            self.experts.finish_gradients()
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """Scale the gradients so the full gradient's 2-norm is at most ``max_norm``; returns the norm."""
-        return clip_grad_norm(self.parameters(), max_norm)
+        split = [(self.experts.parameters(), self.experts.group)] if self.experts is not None else []
+        return clip_grad_norm(self.parameters(), max_norm, split_over=split)
 
 
 def _batch_group(mesh: DeviceMesh) -> tuple[dist.ProcessGroup | None, int]:

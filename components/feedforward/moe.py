@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,9 +32,12 @@ class MixtureOfExperts(Feedforward):
     in the training objective (``brickwork.train`` adds ``aux_loss_weight * aux_loss``; 0 = off), and
     ``expert_counts`` ``[num_experts]`` holds how many assignments each expert got.
 
-    Every expert runs on every forward, on zero rows when no token chose it, so its parameters always
-    take part in backward (with zero gradient): data parallel and ZeRO then reduce the same
-    parameters on every rank, whatever the routing.
+    The experts live in an :class:`Experts` bank that takes the token rows grouped by expert, so that
+    expert parallel (parallel/expert_parallel.py) can move those rows to the ranks holding their
+    experts around the bank's forward without this module knowing. Every expert runs on every
+    forward, on zero rows when no token chose it, so its parameters always take part in backward
+    (with zero gradient): data parallel and ZeRO then reduce the same parameters on every rank,
+    whatever the routing.
     """
 
     @dataclass
@@ -112,9 +116,11 @@ class MixtureOfExperts(Feedforward):
         options: dict[str, object] = {"hidden_dim": hidden_dim, "dropout": dropout, "bias": bias}
         if activation is not None:
             options["activation"] = activation
-        self.experts = nn.ModuleList(
-            FEEDFORWARD_REGISTRY.build(expert, "expert", dim_model=dim_model, **options)
-            for _ in range(num_experts)
+        self.experts = Experts(
+            [
+                FEEDFORWARD_REGISTRY.build(expert, "expert", dim_model=dim_model, **options)
+                for _ in range(num_experts)
+            ]
         )
         self.aux_loss: torch.Tensor | None = None
         self.expert_counts: torch.Tensor | None = None
@@ -136,13 +142,56 @@ class MixtureOfExperts(Feedforward):
         self.check_input(x)
         tokens = x.reshape(-1, self.dim_model)
         probs, weights, chosen = self.route(tokens)
-        out = torch.zeros_like(tokens)
-        for e, expert in enumerate(self.experts):
-            token_idx, slot = torch.nonzero(chosen == e, as_tuple=True)
-            y = expert(tokens[token_idx]) * weights[token_idx, slot, None].to(tokens.dtype)
-            out = out.index_add(0, token_idx, y)
-        counts = torch.bincount(chosen.flatten(), minlength=self.num_experts)
+        assigned = chosen.flatten()  # [N * k]: assignment n * k + j is token n's j-th expert
+        # Assignments grouped by expert, in token order within an expert (a stable sort), so that each
+        # token's contributions are added in expert order, as a loop over the experts would.
+        order = assigned.argsort(stable=True)
+        token_idx = order // self.top_k
+        counts = torch.bincount(assigned, minlength=self.num_experts)
+        rows = self.experts(tokens[token_idx], counts)
+        rows = rows * weights.flatten()[order, None].to(tokens.dtype)
+        out = torch.zeros_like(tokens).index_add(0, token_idx, rows)
         self.expert_counts = counts.detach()
         fraction = counts.to(probs.dtype) / chosen.numel()
         self.aux_loss = self.num_experts * (fraction * probs.mean(dim=0)).sum()
         return out.reshape(x.shape)
+
+
+class Experts(nn.Module):
+    """A bank of experts, each a child named by its index (``"0"`` .. ``"E-1"``), as a ModuleList names
+    them, so state dicts read ``experts.3.up_proj.weight``.
+
+    ``forward(rows, counts)``: rows ``[M, d]`` grouped by expert in the order of the experts held,
+    counts ``[len(self)]`` rows per expert -> ``[M, d]``, each expert applied to its rows. Expert
+    parallel keeps a subset with :meth:`keep`; the kept experts keep their single-process names.
+    """
+
+    def __init__(self, experts: list[nn.Module]) -> None:
+        super().__init__()
+        for index, expert in enumerate(experts):
+            self.add_module(str(index), expert)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[nn.Module]:
+        return iter(self._modules.values())
+
+    def __getitem__(self, index: int) -> nn.Module:
+        """The expert of single-process index ``index`` (KeyError if this bank does not hold it)."""
+        return self._modules[str(index)]
+
+    def indices(self) -> list[int]:
+        """The single-process indices of the experts held, in order."""
+        return [int(name) for name in self._modules]
+
+    def keep(self, indices: Sequence[int]) -> None:
+        """Drop every expert whose index is not in ``indices``."""
+        for name in [n for n in self._modules if int(n) not in set(indices)]:
+            del self._modules[name]
+
+    def forward(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        if counts.numel() != len(self):
+            raise ValueError(f"counts has {counts.numel()} entries for {len(self)} experts")
+        chunks = rows.split(counts.tolist())
+        return torch.cat([expert(chunk) for expert, chunk in zip(self, chunks, strict=True)])

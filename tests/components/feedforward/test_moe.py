@@ -92,3 +92,31 @@ def test_expert_kind_and_activation_are_passed_to_each_expert() -> None:
 def test_bad_options(options: dict, option: str) -> None:
     with pytest.raises(ConfigError, match=option):
         MixtureOfExperts(6, **options)
+
+
+def test_experts_bank_applies_each_expert_to_its_rows_and_keeps_single_process_names() -> None:
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(6, num_experts=4, top_k=1, hidden_dim=8)
+    bank = moe.experts
+    rows, counts = torch.randn(5, 6), torch.tensor([2, 0, 3, 0])  # experts 1 and 3 get no row
+    expected = torch.cat([bank[0](rows[:2]), bank[2](rows[2:])])
+    torch.testing.assert_close(bank(rows, counts), expected)
+    names = list(moe.state_dict())
+    bank.keep([2, 3])
+    assert bank.indices() == [2, 3] and len(bank) == 2
+    assert list(moe.state_dict()) == [n for n in names if not n.startswith(("experts.0.", "experts.1."))]
+    torch.testing.assert_close(bank(rows[2:], torch.tensor([3, 0])), expected[2:])
+    with pytest.raises(ValueError, match="counts has 4 entries for 2 experts"):
+        bank(rows, counts)
+
+
+def test_an_expert_no_token_chose_still_gets_a_zero_gradient() -> None:
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(6, num_experts=3, top_k=1, hidden_dim=8)
+    with torch.no_grad():
+        moe.router.weight[2] = (moe.router.weight[0] + moe.router.weight[1]) / 2  # never the largest
+    moe(torch.randn(4, 5, 6)).sum().backward()
+    assert moe.expert_counts[2] == 0
+    grads = [p.grad for p in moe.experts[2].parameters()]
+    assert all(g is not None and not g.any() for g in grads)
+    assert any(p.grad.any() for p in moe.experts[0].parameters())
