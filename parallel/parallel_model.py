@@ -33,6 +33,7 @@ from brickwork.parallel.mesh import build_mesh, data_mesh, start_process_group
 from brickwork.parallel.parts import keep_whole, whole_modules
 from brickwork.parallel.plans import plan_for
 from brickwork.parallel.tensor_parallel import (
+    PlanValue,
     apply_tensor_parallel,
     check_tensor_parallel,
     component_plan,
@@ -48,7 +49,7 @@ def parallelize(
     model: nn.Module,
     dist_config: Mapping[str, Any] | ParallelConfig,
     *,
-    plan: Mapping[str, str] | None = None,
+    plan: Mapping[str, PlanValue] | None = None,
     divide: Mapping[str, Sequence[str]] | None = None,
 ) -> nn.Module:
     """Lay ``model`` out over all ranks as the dist dict says, in place; every rank calls it.
@@ -56,11 +57,13 @@ def parallelize(
     Returns ``model`` itself, whose ``.parameters()`` are now this rank's (shards under TP/FSDP), or
     with ``pipeline_parallel_size`` > 1 a :class:`~brickwork.parallel.pipeline_model.PipelinedModel`
     holding this rank's stages and the schedule. Tensor parallel follows the components' own
-    ``tp_plan()`` declarations, plus ``plan`` (glob pattern -> style), whose entries win over a
+    ``tp_plan()`` declarations, plus ``plan`` (glob pattern -> style, or -> {child: style} for an owner
+    of children under different parents), whose entries win over a
     component's entry for the same module: that is how a model brickwork did not build is sharded
-    (``divide`` names attributes such as head counts to divide by the TP size). HF GPT-2, Llama and
-    GPT-NeoX models need neither: their plans come from parallel/plans/ by model type. Every check runs
-    before the first collective, so a bad dist dict raises the same ConfigError on every rank. Rank 0
+    (``divide`` names attributes such as head counts to divide by the TP size). HF GPT-2, Llama,
+    GPT-NeoX and BERT models need neither: their plans come from parallel/plans/ by model type.
+    Every check runs before the first collective, so a bad dist dict raises the same ConfigError on
+    every rank. Rank 0
     may pass the real model while the others pass it built on the meta device (parallel/materialize.py),
     except under a pipeline. In a plain ``python`` process this is a world of one.
     """

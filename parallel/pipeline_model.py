@@ -45,14 +45,20 @@ from brickwork.parallel.pipeline_stages import (
     shared_parameters,
     stage_layer_counts,
 )
-from brickwork.parallel.tensor_parallel import apply_tensor_parallel, component_plan, merge_plans, name_plan
+from brickwork.parallel.tensor_parallel import (
+    PlanValue,
+    apply_tensor_parallel,
+    component_plan,
+    merge_plans,
+    name_plan,
+)
 
 
 def parallelize_pipeline(
     model: nn.Module,
     config: ParallelConfig,
     mesh: DeviceMesh,
-    plan: Mapping[str, str] | None,
+    plan: Mapping[str, PlanValue] | None,
     divide: Mapping[str, Sequence[str]] | None,
 ) -> PipelinedModel:
     """The pipeline path of ``parallelize`` (checks on the dist dict and plans are done by then).
@@ -89,7 +95,7 @@ def _lay_out(
     config: ParallelConfig,
     mesh: DeviceMesh,
     device: torch.device,
-    plan: Mapping[str, str] | None,
+    plan: Mapping[str, PlanValue] | None,
     divide: Mapping[str, Sequence[str]] | None,
 ) -> nn.Module:
     """Tensor parallel, activation checkpointing and data parallel on one stage; returns what the

@@ -7,12 +7,12 @@ from collections.abc import Mapping, Sequence
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from brickwork.parallel.tensor_parallel import apply_tensor_parallel, name_plan
+from brickwork.parallel.tensor_parallel import PlanValue, apply_tensor_parallel, name_plan
 
 
 def parallelize_module_by_plan(
     module: nn.Module,
-    plan: Mapping[str, str],
+    plan: Mapping[str, PlanValue],
     mesh: DeviceMesh,
     divide: Mapping[str, Sequence[str]] | None = None,
 ) -> nn.Module:
