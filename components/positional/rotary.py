@@ -30,7 +30,10 @@ class RotaryEmbedding(PositionalEncoding):
     ``type`` linear | ntk | yarn | llama3 and its options (see ``rotary_scaling``).
 
     The rotation runs in fp32 (fp64 for fp64 inputs) and is cast back. cos/sin for the first
-    ``max_seq_len`` positions are cached; later positions are computed when asked.
+    ``max_seq_len`` positions are cached; later positions are computed when asked. The rotation is
+    ``x * cos + pair_swap(x) * sin`` with per-channel tables: elementwise, so the result keeps the
+    memory layout of q and k (projected as ``[B, T, H, D]``) and attention's output needs no copy
+    before ``out_proj``, eager or compiled.
     """
 
     def __init__(
@@ -90,8 +93,10 @@ class RotaryEmbedding(PositionalEncoding):
     def _cos_sin(
         self, start: int, length: int, device: torch.device, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin ``[length, rotary_dim // 2]`` for positions ``start ..``, angles built in fp64."""
+        """cos and sin ``[length, rotary_dim]`` for positions ``start ..``, angles built in fp64."""
         inv_freq, _ = rotary_inv_freq(self.rotary_dim, self.base, self.scaling)
+        # Channel c rotates with frequency c // 2 (interleaved pairs) or c % (rotary_dim / 2).
+        inv_freq = inv_freq.repeat_interleave(2) if self.interleaved else inv_freq.repeat(2)
         positions = torch.arange(start, start + length, dtype=torch.float64)
         angles = (positions[:, None] * inv_freq[None, :]).to(device)
         cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
@@ -100,8 +105,9 @@ class RotaryEmbedding(PositionalEncoding):
     def cos_sin(
         self, offset: int, length: int, device: torch.device, dtype: torch.dtype = torch.float32
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin ``[length, rotary_dim // 2]`` for positions ``offset .. offset + length - 1``,
-        already multiplied by ``attention_factor`` (YaRN)."""
+        """cos and sin ``[length, rotary_dim]`` for positions ``offset .. offset + length - 1``, one
+        column per rotating channel (each frequency on both channels of its pair), already multiplied
+        by ``attention_factor`` (YaRN)."""
         end = offset + length
         if (
             dtype == torch.float32
@@ -118,14 +124,20 @@ class RotaryEmbedding(PositionalEncoding):
         start = check_offset(offset)
         compute = torch.promote_types(x.dtype, torch.float32)
         cos, sin = self.cos_sin(start, x.shape[-2], x.device, compute)
-        rot, rest = x[..., : self.rotary_dim].to(compute), x[..., self.rotary_dim :]
+        rot = x[..., : self.rotary_dim].to(compute)
+        # Pair (a, b) becomes (a cos - b sin, b cos + a sin); the multiply leads so that the output
+        # takes rot's strides, not those of the swapped copy.
+        rotated = (rot * cos + self._swap_pairs(rot) * sin).to(x.dtype)
+        if self.rotary_dim == self.dim_head:
+            return rotated
+        return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
+
+    def _swap_pairs(self, rot: torch.Tensor) -> torch.Tensor:
+        """Each rotating pair (a, b) as (-b, a), in the pairing's channel order."""
         if self.interleaved:
-            x1, x2 = rot[..., 0::2], rot[..., 1::2]
-            rotated = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-        else:
-            x1, x2 = rot.chunk(2, dim=-1)
-            rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        return torch.cat((rotated.to(x.dtype), rest), dim=-1)
+            return torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).flatten(-2)
+        first, second = rot.chunk(2, dim=-1)
+        return torch.cat((-second, first), dim=-1)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         for name, t in (("q", q), ("k", k)):
