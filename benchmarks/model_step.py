@@ -11,7 +11,9 @@ logits), and times a training step of each variant:
   never materialising the logits;
 - ``... + AdamW``: a full step, forward, backward and the optimizer step (fused AdamW on CUDA, the
   default implementation on CPU);
-- with ``compile_too``, each of these again under ``torch.compile``.
+- with ``compile_too``, each of these again under ``torch.compile``; on CUDA also
+  ``brickwork, compiled, Triton <kernel>``: the compiled step with that one kernel's modules on the
+  registered Triton op instead of the twin that ``backend=None`` compiles (see :func:`triton_kernel`).
 
 Each row gives the wall time of a step (ending in a synchronize) and tokens per second. On CUDA it
 also gives the step's device time (GPU-busy time) and host time, measured apart as in the kernel
@@ -25,14 +27,16 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from brickwork.components.residual import LayerNorm, RMSNorm
 from brickwork.train.losses import logits_of
 
 from .report import device_name, device_slug
@@ -103,6 +107,30 @@ def torch_twins() -> Iterator[None]:
         kernels.use_triton = original
 
 
+# The modules that call each kernel and carry its ``backend`` option.
+KERNEL_MODULES: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm}
+
+
+def kernels_in(model: nn.Module) -> list[str]:
+    """The kernels of :data:`KERNEL_MODULES` that ``model`` calls, in that table's order."""
+    return [k for k, cls in KERNEL_MODULES.items() if any(isinstance(m, cls) for m in model.modules())]
+
+
+@contextmanager
+def triton_kernel(model: nn.Module, kernel: str) -> Iterator[None]:
+    """Within this block ``model``'s ``kernel`` modules take ``backend="triton"``, so that a compiled
+    step runs that kernel as its ``torch.library`` Triton op and every other kernel as its twin."""
+    modules = [m for m in model.modules() if isinstance(m, KERNEL_MODULES[kernel])]
+    saved = [m.backend for m in modules]
+    for module in modules:
+        module.backend = "triton"
+    try:
+        yield
+    finally:
+        for module, backend in zip(modules, saved, strict=True):
+            module.backend = backend
+
+
 def _logits_loss(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     logits = logits_of(model(input_ids))
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
@@ -154,20 +182,28 @@ def time_variant(
     return row
 
 
-def _variants(hf: nn.Module, ours: nn.Module, compile_too: bool, fused_adamw: bool):
-    """(name, model, loss, needs optimizer, twins) for every variant to time."""
+def _variants(hf: nn.Module, ours: nn.Module, compile_too: bool, cuda: bool):
+    """(name, model, loss, needs optimizer, kernel setting) for every variant to time.
+
+    The setting is a context for the step: ``nullcontext``, :func:`torch_twins`, or (compiled, on
+    CUDA, where the Triton ops can compile) :func:`triton_kernel` for one kernel at a time.
+    """
     models = [("", hf, ours)]
     if compile_too:
         models.append((", compiled", torch.compile(hf), torch.compile(ours)))
     for suffix, hf_model, our_model in models:
-        yield f"hf{suffix}", hf_model, _logits_loss, False, False
-        yield f"brickwork{suffix}", our_model, _logits_loss, False, False
-        yield f"brickwork{suffix}, twins", our_model, _logits_loss, False, True
+        yield f"hf{suffix}", hf_model, _logits_loss, False, nullcontext
+        yield f"brickwork{suffix}", our_model, _logits_loss, False, nullcontext
+        yield f"brickwork{suffix}, twins", our_model, _logits_loss, False, torch_twins
+        if suffix and cuda:
+            for kernel in kernels_in(ours):
+                setting = partial(triton_kernel, ours, kernel)
+                yield f"brickwork{suffix}, Triton {kernel}", our_model, _logits_loss, False, setting
         if hasattr(ours, "hidden_states"):
-            yield f"brickwork{suffix}, fused head loss", our_model, _fused_head_loss, False, False
-        adamw = "fused AdamW" if fused_adamw else "AdamW"
-        yield f"hf{suffix} + {adamw}", hf_model, _logits_loss, True, False
-        yield f"brickwork{suffix} + {adamw}", our_model, _logits_loss, True, False
+            yield f"brickwork{suffix}, fused head loss", our_model, _fused_head_loss, False, nullcontext
+        adamw = "fused AdamW" if cuda else "AdamW"
+        yield f"hf{suffix} + {adamw}", hf_model, _logits_loss, True, nullcontext
+        yield f"brickwork{suffix} + {adamw}", our_model, _logits_loss, True, nullcontext
 
 
 def run_case(
@@ -187,22 +223,19 @@ def run_case(
         diff = (logits_of(hf(input_ids)).float() - ours(input_ids).float()).abs().max().item()
     hf.train()
     ours.train()
-    fused_adamw = device.type == "cuda"
+    cuda = device.type == "cuda"
     base = {
         "model": case.name, "layers": layers, "batch": batch, "seq_len": seq, "device": str(device),
         "dtype": str(dtype).removeprefix("torch."), "max_logit_diff": diff,
         "params": sum(p.numel() for p in ours.parameters()),
     }  # fmt: skip
     rows = []
-    for name, model, loss_fn, with_optimizer, twins in _variants(hf, ours, compile_too, fused_adamw):
+    for name, model, loss_fn, with_optimizer, setting in _variants(hf, ours, compile_too, cuda):
         optimizer = None
         if with_optimizer:
             # lr 0 keeps the weights (and so every other variant's numbers) unchanged.
-            optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=fused_adamw or None)
-        if twins:
-            with torch_twins():
-                timing = time_variant(model, input_ids, repeats, loss_fn, optimizer)
-        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=cuda or None)
+        with setting():
             timing = time_variant(model, input_ids, repeats, loss_fn, optimizer)
         rows.append(base | {"variant": name} | timing)
     return rows
