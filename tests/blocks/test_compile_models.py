@@ -43,15 +43,15 @@ def _tiny(preset: str) -> dict[str, Any]:
     return spec
 
 
-def _inputs(preset: str, batch: int, masked: bool) -> tuple[torch.Tensor, ...]:
-    """The forward's positional arguments; ``masked`` adds a padding mask with one padded key."""
+def _inputs(preset: str, batch: int, masked: bool, seq: int = T) -> tuple[torch.Tensor, ...]:
+    """The forward's positional arguments; ``masked`` adds a padding mask with two padded keys."""
     if preset == "vit":
         return (torch.randn(batch, 3, 16, 16),)
-    ids = torch.randint(0, VOCAB, (batch, T))
-    mask = torch.ones(batch, T, dtype=torch.long)
+    ids = torch.randint(0, VOCAB, (batch, seq))
+    mask = torch.ones(batch, seq, dtype=torch.long)
     mask[0, -2:] = 0
     if preset == "t5-small":
-        return (ids, ids[:, : T // 2].clone()) + ((mask,) if masked else ())
+        return (ids, ids[:, : seq // 2].clone()) + ((mask,) if masked else ())
     return (ids, mask) if masked else (ids,)
 
 
@@ -111,21 +111,23 @@ def test_training_forward_with_dropout_is_one_graph(preset: str) -> None:
 @pytest.mark.parametrize(
     "preset", ["gpt2", "llama", "bert-base", pytest.param("t5-small", marks=pytest.mark.slow), "vit"]
 )
-def test_a_new_batch_size_does_not_recompile_when_marked_dynamic(preset: str) -> None:
+def test_new_batch_sizes_and_lengths_do_not_recompile_when_marked_dynamic(preset: str) -> None:
     model = build_model(_tiny(preset)).eval()
     compiled = torch.compile(model, backend="eager", fullgraph=True)
 
-    def run(batch: int) -> None:
-        args = _inputs(preset, batch, masked=preset != "vit")
+    def run(batch: int, seq: int) -> None:
+        args = _inputs(preset, batch, masked=preset != "vit", seq=seq)
         for tensor in args:
             torch._dynamo.mark_dynamic(tensor, 0)
+            if tensor.dim() == 2:  # ids and masks: the sequence dim too
+                torch._dynamo.mark_dynamic(tensor, 1)
         with torch.no_grad():
             torch.testing.assert_close(compiled(*args), model(*args), rtol=1e-5, atol=1e-5)
 
-    run(2)
+    run(2, T)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        run(3)
-        run(5)
+        run(3, T)
+        run(5, T - 4)
 
 
 @pytest.mark.slow
