@@ -169,3 +169,31 @@ def test_kv_cache_decoding_stops_recompiling_after_the_first_steps(masked: bool)
             torch.testing.assert_close(got, model(tokens, *extra, cache=caches[1]), rtol=1e-5, atol=1e-5)
             # The mask grows as a generation loop grows it: a new contiguous tensor per step.
             mask = torch.cat([mask, torch.ones(B, 1, dtype=torch.long)], dim=1)
+
+
+def test_bad_input_raises_the_eager_error_under_compile() -> None:
+    """Checks on shapes and dtypes run while dynamo traces; a failing one falls back to eager and raises
+    there. (With ``fullgraph=True`` no fallback is allowed: torch raises ``Unsupported`` instead, with
+    the original error in its message.)"""
+    spec = _tiny("gpt2") | {"max_seq_len": 16}
+    model = build_model(spec).eval()
+    compiled = torch.compile(model, backend="eager")
+    ids = torch.zeros(2, 4, dtype=torch.long)
+    bad = [
+        (ValueError, r"input_ids must have shape \[B, T\], got shape \(1, 2, 4\)", (ids[None],)),
+        (TypeError, r"input_ids must hold integer token ids, got dtype torch.float32", (ids.float(),)),
+        (
+            ValueError,
+            r"attention_mask must have the shape of the ids \(2, 4\), got \(2, 5\)",
+            (ids, torch.ones(2, 5)),
+        ),
+        (
+            ValueError,
+            r"input_ids reach position 20, beyond max_seq_len=16",
+            (torch.zeros(1, 20, dtype=torch.long),),
+        ),
+    ]
+    for error, message, args in bad:
+        for forward in (model, compiled):
+            with pytest.raises(error, match=message):
+                forward(*args)
