@@ -93,10 +93,8 @@ class RotaryEmbedding(PositionalEncoding):
     def _cos_sin(
         self, start: int, length: int, device: torch.device, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin ``[length, rotary_dim]`` for positions ``start ..``, angles built in fp64."""
+        """cos and sin ``[length, rotary_dim // 2]`` for positions ``start ..``, angles built in fp64."""
         inv_freq, _ = rotary_inv_freq(self.rotary_dim, self.base, self.scaling)
-        # Channel c rotates with frequency c // 2 (interleaved pairs) or c % (rotary_dim / 2).
-        inv_freq = inv_freq.repeat_interleave(2) if self.interleaved else inv_freq.repeat(2)
         positions = torch.arange(start, start + length, dtype=torch.float64)
         angles = (positions[:, None] * inv_freq[None, :]).to(device)
         cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
@@ -105,9 +103,8 @@ class RotaryEmbedding(PositionalEncoding):
     def cos_sin(
         self, offset: int, length: int, device: torch.device, dtype: torch.dtype = torch.float32
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin ``[length, rotary_dim]`` for positions ``offset .. offset + length - 1``, one
-        column per rotating channel (each frequency on both channels of its pair), already multiplied
-        by ``attention_factor`` (YaRN)."""
+        """cos and sin ``[length, rotary_dim // 2]`` for positions ``offset .. offset + length - 1``,
+        already multiplied by ``attention_factor`` (YaRN)."""
         end = offset + length
         if (
             dtype == torch.float32
@@ -117,14 +114,30 @@ class RotaryEmbedding(PositionalEncoding):
             return self.cos_cached[offset:end], self.sin_cached[offset:end]
         return self._cos_sin(offset, length, torch.device(device), dtype)
 
+    def channel_cos_sin(
+        self, offset: int, length: int, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`cos_sin` with one column per rotating channel, ``[length, rotary_dim]``: each
+        frequency on both channels of its pair. Built per call from the cached half-width tables, which
+        for a long ``max_seq_len`` are the larger cost."""
+        cos, sin = self.cos_sin(offset, length, device, dtype)
+        if self.interleaved:
+            return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+
     def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Rotate one tensor ``[..., T, dim_head]`` whose index ``t`` is at position ``offset + t``."""
+        self._check_head(x)
+        compute = torch.promote_types(x.dtype, torch.float32)
+        cos, sin = self.channel_cos_sin(check_offset(offset), x.shape[-2], x.device, compute)
+        return self._rotate(x, cos, sin)
+
+    def _check_head(self, x: torch.Tensor) -> None:
         if x.dim() < 2 or x.shape[-1] != self.dim_head:
             raise ValueError(f"expected [..., T, dim_head={self.dim_head}], got shape {tuple(x.shape)}")
-        start = check_offset(offset)
-        compute = torch.promote_types(x.dtype, torch.float32)
-        cos, sin = self.cos_sin(start, x.shape[-2], x.device, compute)
-        rot = x[..., : self.rotary_dim].to(compute)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        rot = x[..., : self.rotary_dim].to(cos.dtype)
         # Pair (a, b) becomes (a cos - b sin, b cos + a sin); the multiply leads so that the output
         # takes rot's strides, not those of the swapped copy.
         rotated = (rot * cos + self._swap_pairs(rot) * sin).to(x.dtype)
@@ -143,7 +156,14 @@ class RotaryEmbedding(PositionalEncoding):
         for name, t in (("q", q), ("k", k)):
             if t.dim() != 4:
                 raise ValueError(f"{name} must be [B, heads, T, dim_head], got shape {tuple(t.shape)}")
-        return self.rotate(q, offset), self.rotate(k, offset)
+        if q.shape[-2] != k.shape[-2] or q.dtype != k.dtype or q.device != k.device:
+            return self.rotate(q, offset), self.rotate(k, offset)
+        for t in (q, k):
+            self._check_head(t)
+        # One pair of channel tables for both.
+        compute = torch.promote_types(q.dtype, torch.float32)
+        cos, sin = self.channel_cos_sin(check_offset(offset), q.shape[-2], q.device, compute)
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 
     def extra_repr(self) -> str:
         return (
