@@ -72,3 +72,23 @@ def test_compiled_cuda_variants_switch_one_kernel_to_its_triton_op_and_restore(c
     with model_step.triton_kernel(ours, kernel):
         assert all(m.backend == "triton" for m in norms)
     assert all(m.backend is None for m in norms)
+
+
+@pytest.mark.slow
+def test_compile_report_finds_one_graph_per_model_and_counts_kernels(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    import json
+
+    assert (
+        model_step.main(["--tiny", "--layers", "1", "--batch", "2", "--seq-len", "8", "--out", str(tmp_path)])
+        == 0
+    )
+    (written,) = tmp_path.glob("compile_report_*.json")
+    rows = json.loads(written.read_text())["results"]
+    assert [(r["model"], r["variant"]) for r in rows] == [
+        (case.name, variant) for case in TINY for variant in ("hf", "brickwork")
+    ]
+    for row in rows:
+        assert (row["graphs"], row["graph_breaks"]) == (1, 0)
+        assert row["kernels"] > 0 and row["max_logit_diff"] < 1e-4
+    assert "| llama-tiny | brickwork | 1 | 0 |" in capsys.readouterr().out
