@@ -11,7 +11,9 @@ logits), and times a training step of each variant:
   never materialising the logits;
 - ``... + AdamW``: a full step, forward, backward and the optimizer step (fused AdamW on CUDA, the
   default implementation on CPU);
-- with ``compile_too``, each of these again under ``torch.compile``.
+- with ``compile_too``, each of these again under ``torch.compile``; on CUDA also
+  ``brickwork, compiled, Triton <kernel>``: the compiled step with that one kernel's modules on the
+  registered Triton op instead of the twin that ``backend=None`` compiles (see :func:`triton_kernel`).
 
 Each row gives the wall time of a step (ending in a synchronize) and tokens per second. On CUDA it
 also gives the step's device time (GPU-busy time) and host time, measured apart as in the kernel
@@ -21,18 +23,22 @@ the host. CPU runs use float32; a GPU run uses bf16 weights.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
+import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from brickwork.components.residual import LayerNorm, RMSNorm
 from brickwork.train.losses import logits_of
 
 from .report import device_name, device_slug
@@ -103,6 +109,30 @@ def torch_twins() -> Iterator[None]:
         kernels.use_triton = original
 
 
+# The modules that call each kernel and carry its ``backend`` option.
+KERNEL_MODULES: dict[str, type[nn.Module]] = {"layer_norm": LayerNorm, "rms_norm": RMSNorm}
+
+
+def kernels_in(model: nn.Module) -> list[str]:
+    """The kernels of :data:`KERNEL_MODULES` that ``model`` calls, in that table's order."""
+    return [k for k, cls in KERNEL_MODULES.items() if any(isinstance(m, cls) for m in model.modules())]
+
+
+@contextmanager
+def triton_kernel(model: nn.Module, kernel: str) -> Iterator[None]:
+    """Within this block ``model``'s ``kernel`` modules take ``backend="triton"``, so that a compiled
+    step runs that kernel as its ``torch.library`` Triton op and every other kernel as its twin."""
+    modules = [m for m in model.modules() if isinstance(m, KERNEL_MODULES[kernel])]
+    saved = [m.backend for m in modules]
+    for module in modules:
+        module.backend = "triton"
+    try:
+        yield
+    finally:
+        for module, backend in zip(modules, saved, strict=True):
+            module.backend = backend
+
+
 def _logits_loss(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     logits = logits_of(model(input_ids))
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
@@ -154,26 +184,35 @@ def time_variant(
     return row
 
 
-def _variants(hf: nn.Module, ours: nn.Module, compile_too: bool, fused_adamw: bool):
-    """(name, model, loss, needs optimizer, twins) for every variant to time."""
+def _variants(hf: nn.Module, ours: nn.Module, compile_too: bool, cuda: bool):
+    """(name, model, loss, needs optimizer, kernel setting) for every variant to time.
+
+    The setting is a context for the step: ``nullcontext``, :func:`torch_twins`, or (compiled, on
+    CUDA, where the Triton ops can compile) :func:`triton_kernel` for one kernel at a time.
+    """
     models = [("", hf, ours)]
     if compile_too:
         models.append((", compiled", torch.compile(hf), torch.compile(ours)))
     for suffix, hf_model, our_model in models:
-        yield f"hf{suffix}", hf_model, _logits_loss, False, False
-        yield f"brickwork{suffix}", our_model, _logits_loss, False, False
-        yield f"brickwork{suffix}, twins", our_model, _logits_loss, False, True
+        yield f"hf{suffix}", hf_model, _logits_loss, False, nullcontext
+        yield f"brickwork{suffix}", our_model, _logits_loss, False, nullcontext
+        yield f"brickwork{suffix}, twins", our_model, _logits_loss, False, torch_twins
+        if suffix and cuda:
+            for kernel in kernels_in(ours):
+                setting = partial(triton_kernel, ours, kernel)
+                yield f"brickwork{suffix}, Triton {kernel}", our_model, _logits_loss, False, setting
         if hasattr(ours, "hidden_states"):
-            yield f"brickwork{suffix}, fused head loss", our_model, _fused_head_loss, False, False
-        adamw = "fused AdamW" if fused_adamw else "AdamW"
-        yield f"hf{suffix} + {adamw}", hf_model, _logits_loss, True, False
-        yield f"brickwork{suffix} + {adamw}", our_model, _logits_loss, True, False
+            yield f"brickwork{suffix}, fused head loss", our_model, _fused_head_loss, False, nullcontext
+        adamw = "fused AdamW" if cuda else "AdamW"
+        yield f"hf{suffix} + {adamw}", hf_model, _logits_loss, True, nullcontext
+        yield f"brickwork{suffix} + {adamw}", our_model, _logits_loss, True, nullcontext
 
 
-def run_case(
-    case: StepCase, layers: int, batch: int, seq: int, repeats: int, compile_too: bool
-) -> list[dict]:
-    """Time every variant of one architecture; one result row per variant."""
+def _models(
+    case: StepCase, layers: int, batch: int, seq: int
+) -> tuple[nn.Module, nn.Module, torch.Tensor, dict]:
+    """The HF model and its ``from_hf`` twin in training mode, a batch of ids, and the row fields
+    they share (shapes, dtype, and the largest logit difference between the two, without dropout)."""
     from brickwork.factory import from_hf
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -182,27 +221,59 @@ def run_case(
     hf = case.build_hf(layers).to(device=device, dtype=dtype).eval()
     ours = from_hf(hf)
     input_ids = torch.randint(0, hf.config.vocab_size, (batch, seq), device=device)
-    # Same weights, same function: compared without dropout, then all timed in training mode.
     with torch.no_grad():
         diff = (logits_of(hf(input_ids)).float() - ours(input_ids).float()).abs().max().item()
     hf.train()
     ours.train()
-    fused_adamw = device.type == "cuda"
     base = {
         "model": case.name, "layers": layers, "batch": batch, "seq_len": seq, "device": str(device),
         "dtype": str(dtype).removeprefix("torch."), "max_logit_diff": diff,
         "params": sum(p.numel() for p in ours.parameters()),
     }  # fmt: skip
+    return hf, ours, input_ids, base
+
+
+def compile_report(case: StepCase, layers: int, batch: int, seq: int) -> list[dict]:
+    """What ``torch.compile`` makes of one training step (forward, token loss, backward), HF against
+    brickwork: dynamo's graphs and graph breaks, the kernels Inductor generates for the forward and
+    backward graphs (Triton kernels on CUDA, C++ ones on CPU), and Inductor's estimate of the bytes
+    those kernels move (made for Triton kernels only, so 0 on CPU). Inductor's caches are bypassed so
+    that every kernel is generated, and counted, here."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor import metrics
+
+    hf, ours, input_ids, base = _models(case, layers, batch, seq)
     rows = []
-    for name, model, loss_fn, with_optimizer, twins in _variants(hf, ours, compile_too, fused_adamw):
+    for variant, model in (("hf", hf), ("brickwork", ours)):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(model)(input_ids)
+        torch._dynamo.reset()
+        metrics.reset()
+        with inductor_config.patch(fx_graph_cache=False):
+            _logits_loss(torch.compile(model), input_ids).backward()
+        model.zero_grad(set_to_none=True)
+        counts = {
+            "graphs": explained.graph_count, "graph_breaks": explained.graph_break_count,
+            "kernels": metrics.generated_kernel_count, "kernel_bytes": metrics.num_bytes_accessed,
+        }  # fmt: skip
+        rows.append(base | {"variant": variant} | counts)
+    torch._dynamo.reset()
+    return rows
+
+
+def run_case(
+    case: StepCase, layers: int, batch: int, seq: int, repeats: int, compile_too: bool
+) -> list[dict]:
+    """Time every variant of one architecture; one result row per variant."""
+    hf, ours, input_ids, base = _models(case, layers, batch, seq)
+    cuda = input_ids.is_cuda
+    rows = []
+    for name, model, loss_fn, with_optimizer, setting in _variants(hf, ours, compile_too, cuda):
         optimizer = None
         if with_optimizer:
             # lr 0 keeps the weights (and so every other variant's numbers) unchanged.
-            optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=fused_adamw or None)
-        if twins:
-            with torch_twins():
-                timing = time_variant(model, input_ids, repeats, loss_fn, optimizer)
-        else:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=cuda or None)
+        with setting():
             timing = time_variant(model, input_ids, repeats, loss_fn, optimizer)
         rows.append(base | {"variant": name} | timing)
     return rows
@@ -246,3 +317,53 @@ def write_results(rows: list[dict], out_dir: Path) -> list[Path]:
     json_path.write_text(json.dumps({"metadata": meta, "results": rows}, indent=2) + "\n")
     md_path.write_text(f"Training step, {name}, torch {torch.__version__}\n\n" + markdown_table(rows))
     return [json_path, md_path]
+
+
+def compile_table(rows: list[dict]) -> str:
+    """:func:`compile_report`'s rows as a Markdown table."""
+    lines = [
+        "| model | variant | graphs | graph breaks | Inductor kernels | kernel MB (Inductor's estimate) |"
+    ]
+    lines.append("|---|---|---|---|---|---|")
+    for r in rows:
+        cells = [
+            r["model"],
+            r["variant"],
+            r["graphs"],
+            r["graph_breaks"],
+            r["kernels"],
+            r["kernel_bytes"] / 2**20,
+        ]
+        lines.append("| " + " | ".join(f"{c:.1f}" if isinstance(c, float) else str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.model_step``: the compile report of both architectures (the timed steps
+    run through ``brickwork bench``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.model_step", description=compile_report.__doc__
+    )
+    parser.add_argument("--layers", type=int, default=FULL_LAYERS)
+    parser.add_argument("--batch", type=int, help="default 8 on a GPU, 1 on CPU")
+    parser.add_argument("--seq-len", type=int, help="default 1024 on a GPU, 128 on CPU")
+    parser.add_argument("--tiny", action="store_true", help="the width-32 cases, to check the report itself")
+    parser.add_argument("--out", default="benchmarks/results")
+    ns = parser.parse_args(argv)
+    gpu = torch.cuda.is_available()
+    batch, seq = ns.batch or (8 if gpu else 1), ns.seq_len or (1024 if gpu else 128)
+    rows = []
+    for case in TINY_CASES if ns.tiny else CASES:
+        rows += compile_report(case, ns.layers, batch, seq)
+    print(compile_table(rows), end="")
+    name = device_name(torch.device("cuda" if gpu else "cpu"))
+    out = Path(ns.out) / f"compile_report_{device_slug(name)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"device": name, "torch": torch.__version__}
+    out.write_text(json.dumps({"metadata": meta, "results": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,14 +16,21 @@ def causal_keep(tq: int, tk: int, device: torch.device | str | None = None) -> t
     """Boolean ``[tq, tk]``: True where key j is not after query i (bottom-right aligned).
 
     Read-only: the same tensor is handed out for the same shape and device, so that a forward pass
-    does not rebuild it in every layer.
+    does not rebuild it in every layer. Under ``torch.compile`` it is built in the graph instead, where
+    Inductor computes it inside the kernel that uses it (dynamo cannot trace the cache; it would bypass
+    it and warn).
     """
-    return _causal_keep(tq, tk, torch.device(device) if device is not None else torch.device("cpu"))
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if torch.compiler.is_compiling():
+        return _build_causal_keep(tq, tk, device)
+    return _cached_causal_keep(tq, tk, device)
 
 
-@functools.lru_cache(maxsize=16)
-def _causal_keep(tq: int, tk: int, device: torch.device) -> torch.Tensor:
+def _build_causal_keep(tq: int, tk: int, device: torch.device) -> torch.Tensor:
     return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(tk - tq)
+
+
+_cached_causal_keep = functools.lru_cache(maxsize=16)(_build_causal_keep)
 
 
 def restrict(mask: torch.Tensor | None, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -30,7 +30,10 @@ class RotaryEmbedding(PositionalEncoding):
     ``type`` linear | ntk | yarn | llama3 and its options (see ``rotary_scaling``).
 
     The rotation runs in fp32 (fp64 for fp64 inputs) and is cast back. cos/sin for the first
-    ``max_seq_len`` positions are cached; later positions are computed when asked.
+    ``max_seq_len`` positions are cached; later positions are computed when asked. The rotation is
+    ``x * cos + pair_swap(x) * sin`` with per-channel tables: elementwise, so the result keeps the
+    memory layout of q and k (projected as ``[B, T, H, D]``) and attention's output needs no copy
+    before ``out_proj``, eager or compiled.
     """
 
     def __init__(
@@ -111,27 +114,56 @@ class RotaryEmbedding(PositionalEncoding):
             return self.cos_cached[offset:end], self.sin_cached[offset:end]
         return self._cos_sin(offset, length, torch.device(device), dtype)
 
+    def channel_cos_sin(
+        self, offset: int, length: int, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`cos_sin` with one column per rotating channel, ``[length, rotary_dim]``: each
+        frequency on both channels of its pair. Built per call from the cached half-width tables, which
+        for a long ``max_seq_len`` are the larger cost."""
+        cos, sin = self.cos_sin(offset, length, device, dtype)
+        if self.interleaved:
+            return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+
     def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Rotate one tensor ``[..., T, dim_head]`` whose index ``t`` is at position ``offset + t``."""
+        self._check_head(x)
+        compute = torch.promote_types(x.dtype, torch.float32)
+        cos, sin = self.channel_cos_sin(check_offset(offset), x.shape[-2], x.device, compute)
+        return self._rotate(x, cos, sin)
+
+    def _check_head(self, x: torch.Tensor) -> None:
         if x.dim() < 2 or x.shape[-1] != self.dim_head:
             raise ValueError(f"expected [..., T, dim_head={self.dim_head}], got shape {tuple(x.shape)}")
-        start = check_offset(offset)
-        compute = torch.promote_types(x.dtype, torch.float32)
-        cos, sin = self.cos_sin(start, x.shape[-2], x.device, compute)
-        rot, rest = x[..., : self.rotary_dim].to(compute), x[..., self.rotary_dim :]
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        rot = x[..., : self.rotary_dim].to(cos.dtype)
+        # Pair (a, b) becomes (a cos - b sin, b cos + a sin); the multiply leads so that the output
+        # takes rot's strides, not those of the swapped copy.
+        rotated = (rot * cos + self._swap_pairs(rot) * sin).to(x.dtype)
+        if self.rotary_dim == self.dim_head:
+            return rotated
+        return torch.cat((rotated, x[..., self.rotary_dim :]), dim=-1)
+
+    def _swap_pairs(self, rot: torch.Tensor) -> torch.Tensor:
+        """Each rotating pair (a, b) as (-b, a), in the pairing's channel order."""
         if self.interleaved:
-            x1, x2 = rot[..., 0::2], rot[..., 1::2]
-            rotated = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-        else:
-            x1, x2 = rot.chunk(2, dim=-1)
-            rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        return torch.cat((rotated.to(x.dtype), rest), dim=-1)
+            return torch.stack((-rot[..., 1::2], rot[..., 0::2]), dim=-1).flatten(-2)
+        first, second = rot.chunk(2, dim=-1)
+        return torch.cat((-second, first), dim=-1)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         for name, t in (("q", q), ("k", k)):
             if t.dim() != 4:
                 raise ValueError(f"{name} must be [B, heads, T, dim_head], got shape {tuple(t.shape)}")
-        return self.rotate(q, offset), self.rotate(k, offset)
+        if q.shape[-2] != k.shape[-2] or q.dtype != k.dtype or q.device != k.device:
+            return self.rotate(q, offset), self.rotate(k, offset)
+        for t in (q, k):
+            self._check_head(t)
+        # One pair of channel tables for both.
+        compute = torch.promote_types(q.dtype, torch.float32)
+        cos, sin = self.channel_cos_sin(check_offset(offset), q.shape[-2], q.device, compute)
+        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 
     def extra_repr(self) -> str:
         return (

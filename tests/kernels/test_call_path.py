@@ -117,3 +117,22 @@ def test_default_backend_takes_the_twin_while_compiling(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert use_triton(None, cuda_tensor) is False
     assert use_triton("triton", cuda_tensor) is True
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_a_norm_module_compiles_the_triton_op_only_when_its_backend_says_triton(device, norm, monkeypatch):
+    # The per-op switch under torch.compile: a norm's ``backend`` option (docs/kernels.md).
+    from brickwork.components.residual import NORM_REGISTRY
+
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    x = torch.randn(6, 40, device=device)
+    outputs = {}
+    for backend in (None, "triton"):
+        module = NORM_REGISTRY.build(norm, "norm", dim=40, backend=backend).to(device)
+        outputs[backend], _, ops = _run(module, [x])
+        library_ops = {op for op in ops if op.startswith("brickwork.")}
+        op_name = {"layernorm": "layer_norm", "rmsnorm": "rms_norm"}[norm]
+        expected = {f"brickwork.{op_name}_fwd.default", f"brickwork.{op_name}_bwd.default"}
+        assert library_ops == (expected if backend == "triton" else set())
+    torch.testing.assert_close(outputs["triton"], outputs[None], rtol=1e-5, atol=1e-5)

@@ -142,3 +142,14 @@ def test_scaling_options_are_checked_without_touching_the_users_dict() -> None:
     for bad, pattern in cases:
         with pytest.raises(ConfigError, match=pattern):
             RotaryEmbedding(8, scaling=bad)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotation_keeps_the_projection_layout(interleaved: bool, dtype: torch.dtype) -> None:
+    # q as attention makes it, [B, T, H, D] in memory viewed as [B, H, T, D]: the rotated q keeps that
+    # layout, so attention's output comes back as [B, T, H, D] and reaches out_proj without a copy.
+    q = torch.randn(2, 5, 3, 8, dtype=dtype).transpose(1, 2)
+    rotated = RotaryEmbedding(8, interleaved=interleaved).rotate(q, offset=3)
+    assert rotated.stride() == q.stride()
+    assert rotated.transpose(1, 2).reshape(2, 5, 24).data_ptr() == rotated.data_ptr()
