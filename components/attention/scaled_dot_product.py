@@ -6,6 +6,7 @@ from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 from brickwork.checks import Flag, OneOf, PositiveFloat, Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
@@ -31,12 +32,27 @@ def dense_attention(
     """
     tq, tk = q.shape[-2], k.shape[-2]
     is_causal = False
-    if causal:
-        # SDPA's is_causal is top-left aligned: only the same thing as ours when Tq == Tk.
-        if attn_mask is None and tq == tk:
-            is_causal = True
-        else:
-            attn_mask = restrict(attn_mask, causal_keep(tq, tk, q.device), q.dtype)
+    plain_causal = causal and attn_mask is None
+    if plain_causal and tq == tk:
+        is_causal = True  # SDPA's is_causal is top-left aligned: the same as ours only when Tq == Tk.
+    elif plain_causal and tq == 1:
+        pass  # the one query is the newest position and sees every key: no mask at all
+    elif plain_causal and tq < tk and q.is_cuda and not torch.compiler.is_compiling():
+        # Fewer queries than keys (a chunk after a KV cache, a context-parallel slice): a bottom-right
+        # CausalBias lets SDPA keep its flash kernel, which a materialised mask rules out. Eager CUDA
+        # only: dynamo cannot build the bias inside a graph, and elsewhere SDPA would materialise it
+        # anyway (warning that it did). No row is empty here, so there are no rows to reopen.
+        return F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=causal_lower_right(tq, tk),
+            dropout_p=dropout_p,
+            scale=scale,
+            enable_gqa=k.shape[1] != q.shape[1],
+        )
+    elif causal:
+        attn_mask = restrict(attn_mask, causal_keep(tq, tk, q.device), q.dtype)
     live = None
     if attn_mask is not None:
         if attn_mask.dtype != torch.bool:

@@ -132,3 +132,20 @@ def test_bad_shapes_raise_value_error() -> None:
         attention(q, k, v, torch.ones(3, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="boolean or float"):
         attention(q, k, v, torch.ones(5, 5, dtype=torch.long))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("tq", "tk", "hkv"), [(3, 7, 4), (64, 256, 2), (1, 9, 4)])
+def test_causal_with_fewer_queries_than_keys_on_cuda(dtype: torch.dtype, tq: int, tk: int, hkv: int) -> None:
+    # On CUDA this takes SDPA's bottom-right CausalBias path instead of a materialised mask.
+    q, k, v = (t.detach().cuda().to(dtype).requires_grad_() for t in _qkv(hkv=hkv, tq=tq, tk=tk, d=64))
+    out = ScaledDotProduct(causal=True)(q, k, v)
+    expected = reference_attention(q.double(), k.double(), v.double(), causal=True)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(expected, (q, k, v), grad.double())
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.double(), w.to(torch.float64), atol=10 * tol, rtol=10 * tol)
