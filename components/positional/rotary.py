@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -12,6 +13,10 @@ from brickwork.errors import ConfigError
 
 from .base import PositionalEncoding, check_offset, register_positional
 from .rotary_scaling import check_scaling, rotary_inv_freq
+
+# (rotary_dim, base, scaling, max_seq_len, device, "cos" | "sin") -> the cached table. Weak, so a table
+# lives as long as some module holds it; the tables are never written in place.
+_SHARED_TABLES: weakref.WeakValueDictionary[tuple, torch.Tensor] = weakref.WeakValueDictionary()
 
 
 def rotary_dim(dim_head: int, fraction: float) -> int:
@@ -75,11 +80,20 @@ class RotaryEmbedding(PositionalEncoding):
             raise ConfigError("ntk scaling needs at least 4 rotating channels", "scaling.type")
 
     def reset_parameters(self) -> None:
-        """Recompute ``inv_freq`` and the cos/sin cache (fp32) on the buffers' device."""
+        """Recompute ``inv_freq`` and the cos/sin cache (fp32) on the buffers' device.
+
+        Every layer of a model has its own rotary module with the same options; their cos/sin caches
+        are one pair of tensors (``_SHARED_TABLES``), not one per layer: at Llama 3's 131072 positions
+        and 128 channels a pair is 64 MiB.
+        """
         device = self.inv_freq.device
         inv_freq, _ = rotary_inv_freq(self.rotary_dim, self.base, self.scaling)
         self.inv_freq = inv_freq.to(device=device, dtype=torch.float32)
-        cos, sin = self._cos_sin(0, self.max_seq_len, device, torch.float32)
+        key = (self.rotary_dim, self.base, repr(self.scaling), self.max_seq_len, str(device))
+        cos, sin = _SHARED_TABLES.get((*key, "cos")), _SHARED_TABLES.get((*key, "sin"))
+        if cos is None or sin is None:
+            cos, sin = self._cos_sin(0, self.max_seq_len, device, torch.float32)
+            _SHARED_TABLES[(*key, "cos")], _SHARED_TABLES[(*key, "sin")] = cos, sin
         self.cos_cached, self.sin_cached = cos, sin
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> RotaryEmbedding:

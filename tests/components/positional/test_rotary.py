@@ -153,3 +153,26 @@ def test_rotation_keeps_the_projection_layout(interleaved: bool, dtype: torch.dt
     rotated = RotaryEmbedding(8, interleaved=interleaved).rotate(q, offset=3)
     assert rotated.stride() == q.stride()
     assert rotated.transpose(1, 2).reshape(2, 5, 24).data_ptr() == rotated.data_ptr()
+
+
+def test_layers_with_the_same_options_share_one_pair_of_tables() -> None:
+    from brickwork.factory import build_model
+
+    spec = {
+        "model": "decoder_lm", "vocab_size": 32, "dim_model": 16, "max_seq_len": 64, "position": "rotary",
+        "decoder": {"num_layers": 3, "block": {"attention": {"num_heads": 2}}},
+    }  # fmt: skip
+    model = build_model(spec)
+    tables = [m for m in model.modules() if isinstance(m, RotaryEmbedding)]
+    assert len(tables) == 3
+    assert len({m.cos_cached.data_ptr() for m in tables}) == 1
+    assert len({m.sin_cached.data_ptr() for m in tables}) == 1
+    model.to(torch.bfloat16)  # a cast rebuilds the tables in fp32, still shared
+    assert {m.cos_cached.dtype for m in tables} == {torch.float32}
+    assert len({m.cos_cached.data_ptr() for m in tables}) == 1
+    other = RotaryEmbedding(8, base=500.0, max_seq_len=64)
+    assert other.cos_cached.data_ptr() != tables[0].cos_cached.data_ptr()
+    torch.testing.assert_close(
+        other.cos_sin(3, 4, torch.device("cpu"))[0],
+        RotaryEmbedding(8, base=500.0)._cos_sin(3, 4, "cpu", torch.float32)[0],
+    )
