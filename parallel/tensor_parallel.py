@@ -31,6 +31,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 
 from brickwork.errors import ConfigError, join_path
 from brickwork.parallel.styles import is_transposed_linear, make_style, parse_style
+from brickwork.parallel.tensor_parallel_layers import ids_in_range_hook
 from brickwork.parallel.vocab_padding import VocabPadding, pad_vocabulary, remap_ids_hook, unpad_logits_hook
 
 
@@ -211,6 +212,11 @@ def apply_tensor_parallel(
             "sequence_parallel",
         )
     check_tensor_parallel(model, entries, tp, whole)
+    for entry in entries:
+        module = model.get_submodule(entry.path)
+        if entry.style == "vocab" and isinstance(module, nn.Embedding):
+            # First of its hooks: the range is the real vocabulary's, before any padding or sharding.
+            module.register_forward_pre_hook(ids_in_range_hook(module.num_embeddings))
     paddings = _pad_vocabularies(model, entries, tp, vocab_multiple)
     for path, padding in paddings.items():
         module = model.get_submodule(path)

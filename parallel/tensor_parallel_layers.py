@@ -11,7 +11,9 @@ redistributions, so autograd inserts the matching ones in backward.
   by its rows of ``W.T`` and the partial sums are all-reduced. ``input_is_parallel=True`` takes the
   already split input (a ColumnParallelLinear's output), so a column/row pair communicates once.
 - :class:`VocabParallelEmbedding` splits the vocabulary: each rank looks up the ids it holds, the
-  others contribute zeros, and the partial rows are all-reduced.
+  others contribute zeros, and the partial rows are all-reduced. An id outside the vocabulary would
+  find no rank holding it and embed as zeros; :func:`check_token_ids` makes it the error a plain
+  embedding raises instead.
 
 Parameters are initialised as the plain torch layer would be from the same RNG state on every
 rank, then each rank keeps its shard, so a model seeded alike on one process and on many holds the
@@ -19,6 +21,8 @@ same weights.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -148,6 +152,30 @@ class RowParallelLinear(_ParallelLinear):
         return f"{super().extra_repr()}, input_is_parallel={self.input_is_parallel}"
 
 
+def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
+    """Raise unless every id is in ``[0, vocab_size)``, as a plain embedding lookup does.
+
+    On CPU: IndexError naming the ids found. On an accelerator: an asynchronous device-side assert
+    (a plain CUDA embedding fails the same way), so the check never waits for the device.
+    """
+    if ids.device.type == "cpu" and not torch.compiler.is_compiling():
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+            raise IndexError(
+                f"token ids must be in [0, {vocab_size}), got ids from {int(ids.min())} to {int(ids.max())}"
+            )
+        return
+    torch._assert_async(((ids >= 0) & (ids < vocab_size)).all(), f"token ids must be in [0, {vocab_size})")
+
+
+def ids_in_range_hook(vocab_size: int) -> Callable[[nn.Module, tuple], None]:
+    """A forward pre-hook for a vocabulary-parallel ``nn.Embedding``: :func:`check_token_ids` on its input."""
+
+    def hook(module: nn.Module, args: tuple) -> None:
+        check_token_ids(args[0], vocab_size)
+
+    return hook
+
+
 class VocabParallelEmbedding(nn.Module):
     """An embedding table [num_embeddings, dim] split by vocabulary rows over the tp ranks.
 
@@ -172,6 +200,7 @@ class VocabParallelEmbedding(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self.mesh is None:
             return F.embedding(ids, self.weight)
+        check_token_ids(ids, self.num_embeddings)
         ids = DTensor.from_local(ids, self.mesh, [Replicate()], run_check=False)
         return F.embedding(ids, self.weight).redistribute(self.mesh, [Replicate()]).to_local()
 

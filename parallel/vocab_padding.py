@@ -142,8 +142,8 @@ def pad_source(model: nn.Module, source: dict[str, torch.Tensor]) -> dict[str, t
 def remap_ids_hook(padding: VocabPadding) -> Callable[[nn.Module, tuple], tuple]:
     """A forward pre-hook for the embedding: token ids -> padded rows.
 
-    An id outside the vocabulary lands on a padding row or outside every shard, so it embeds as zeros,
-    as it does in an unpadded vocabulary-parallel embedding (whose lookup masks it)."""
+    An id outside the vocabulary never reaches it: the range check that ``apply_tensor_parallel``
+    registers first raises (tensor_parallel_layers.check_token_ids)."""
 
     def hook(module: nn.Module, args: tuple) -> tuple:
         return (padding.padded_ids(args[0]), *args[1:])

@@ -91,7 +91,14 @@ def _parallel(mesh_shape: tuple[int, ...], names: tuple[str, ...]) -> tuple:
     model = Parallel(mesh)
     losses = _train(model, _batches())
     shard_rows = model.embed.weight.to_local().shape[0]
-    return losses, _state(model), model(torch.arange(VOCAB).view(1, -1)).detach(), shard_rows
+    refusals = []
+    for bad in (VOCAB, -1):  # no rank holds these rows: without the check they would embed as zeros
+        try:
+            model(torch.tensor([[0, bad]]))
+            refusals.append("")
+        except IndexError as error:
+            refusals.append(str(error))
+    return losses, _state(model), model(torch.arange(VOCAB).view(1, -1)).detach(), shard_rows, refusals
 
 
 def test_one_process_is_the_plain_model() -> None:
@@ -105,8 +112,12 @@ def test_one_process_is_the_plain_model() -> None:
 @pytest.mark.parametrize(("shape", "names"), [((2,), ("tp",)), ((1, 2), ("dp", "tp"))], ids=["1d", "2d"])
 def test_tp2_trains_like_one_process(shape: tuple[int, ...], names: tuple[str, ...]) -> None:
     ref_losses, ref_state, ref_out = _reference()
-    for rank, (losses, state, out, rows) in enumerate(spawn(_parallel, 2, shape, names, timeout=150)):
+    for rank, (losses, state, out, rows, refusals) in enumerate(
+        spawn(_parallel, 2, shape, names, timeout=150)
+    ):
         assert rows == (19, 18)[rank]
+        assert refusals == [f"token ids must be in [0, {VOCAB}), got ids from 0 to {VOCAB}",
+                            f"token ids must be in [0, {VOCAB}), got ids from -1 to 0"]  # fmt: skip
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
         for name, value in ref_state.items():
             torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-6, msg=name)

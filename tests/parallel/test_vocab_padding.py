@@ -19,6 +19,7 @@ from vocab_padding_cases import (
     load_run,
     reference,
     tp2_rank,
+    vocab_of,
 )
 
 from brickwork.errors import ConfigError
@@ -156,3 +157,9 @@ def test_zero3_and_pipeline_over_tp2_and_a_tp4_reload(
     one = load_run(str(tmp_path / "ddp"), None)  # DDP over TP keeps local shards: their state unpadded too
     torch.testing.assert_close(one["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(one["next_loss"], saved_run["next_loss"], rtol=1e-5, atol=1e-5)
+
+
+def test_an_id_past_the_vocabulary_is_an_index_error_as_on_one_process(tp2_results: list[dict]) -> None:
+    vocab = vocab_of("gpt2-hf")
+    for result in tp2_results:
+        assert result["out_of_range"] == f"token ids must be in [0, {vocab}), got ids from 1 to {vocab}"

@@ -166,7 +166,18 @@ def tp2_rank(root: str) -> dict[str, Any]:
         "generated": generated(parallelize(build("odd"), tp2)),
         "meta": meta_built(tp2),
         "save": save_run(root, tp2),
+        "out_of_range": out_of_range(parallelize(build("gpt2-hf"), tp2)),
     }
+
+
+def out_of_range(model: nn.Module) -> str:
+    """What a vocabulary-parallel, padded model says of an id past its vocabulary (which would find
+    only a zero padding row, or no row at all, without the range check)."""
+    try:
+        model(torch.tensor([[1, vocab_of("gpt2-hf")]]))
+    except IndexError as error:
+        return str(error)
+    return ""
 
 
 def refused_save(root: str, layout: dict[str, Any]) -> str:
