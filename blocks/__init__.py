@@ -1,7 +1,7 @@
 """Encoder and decoder blocks, and the model containers built from stacks of them."""
 
 from brickwork.blocks.block import Block, DecoderBlock, EncoderBlock
-from brickwork.blocks.decoder_lm import DecoderLM
+from brickwork.blocks.decoder_lm import DecoderLM, LMLoss
 from brickwork.blocks.encoder import Encoder
 from brickwork.blocks.encoder_decoder import EncoderDecoder
 from brickwork.blocks.heads import MaskedLMHead, Pooler
@@ -15,6 +15,7 @@ __all__ = [
     "EncoderBlock",
     "EncoderDecoder",
     "ImageEncoder",
+    "LMLoss",
     "MaskedLMHead",
     "PatchEmbedding",
     "Pooler",

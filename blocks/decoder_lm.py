@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -12,14 +13,28 @@ from brickwork.blocks.block import DecoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.components.attention import KVCache
+from brickwork.kernels import fused_linear_cross_entropy
+
+
+class LMLoss(NamedTuple):
+    """What ``DecoderLM(input_ids, labels=labels)`` returns instead of logits.
+
+    ``loss_sum``: the token cross-entropy summed over the scored labels, a float32 scalar (float64 for
+    a float64 model); ``count``: how many labels were scored, an int64 scalar. A mean is their ratio;
+    kept apart so a data-parallel or accumulated step can divide by the count of its whole batch.
+    """
+
+    loss_sum: torch.Tensor
+    count: torch.Tensor
 
 
 class DecoderLM(nn.Module):
-    """``model(input_ids [B, T]) -> logits [B, T, vocab]``.
+    """``model(input_ids [B, T]) -> logits [B, T, vocab]``; ``model(input_ids, labels=labels)`` ->
+    :class:`LMLoss` without the logits.
 
     ``position`` is an additive positional module (sine/learned) or None when positions live inside
-    attention (rotary, ALiBi). ``forward`` is ``head(layers(embed(ids)))`` so the pipeline layer can
-    split the model without knowing it.
+    attention (rotary, ALiBi). The logits are ``head(layers(embed(ids)))``, so the pipeline layer can
+    split the model by those three without knowing it.
     """
 
     def __init__(
@@ -75,13 +90,43 @@ class DecoderLM(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
-    ) -> torch.Tensor:
+        labels: torch.Tensor | None = None,
+        ignore_index: int = -100,
+    ) -> torch.Tensor | LMLoss:
         """input_ids [B, T] -> logits [B, T, vocab]. With ``cache``, the ids continue the cached ones.
 
         ``attention_mask`` [B, offset + T] (1 = real token, 0 = padding) covers the cached positions
         too; positions stay 0..T-1 (plus the offset) whatever the padding.
+
+        With ``labels`` [B, T] (label t scores position t, so already shifted; ``ignore_index``: not
+        scored) it returns :class:`LMLoss` instead: ``fused_linear_cross_entropy`` reads the final
+        hidden states and the head weight chunk by chunk, so the logits and their gradient never
+        exist. Under autocast the head runs in the autocast dtype, as ``lm_head`` would. Asked of the
+        model itself (HF's ``model(ids, labels=labels)``), the loss runs inside the model's forward,
+        where data parallel's hooks (DDP's reducer, FSDP2's unsharding) see it. The head weight must
+        be whole on this rank: under tensor parallel it is split over the vocabulary (ValueError).
         """
-        return self.lm_head(self.hidden_states(input_ids, attention_mask, cache))
+        hidden = self.hidden_states(input_ids, attention_mask, cache)
+        if labels is None:
+            return self.lm_head(hidden)
+        return self._head_loss(hidden, labels, ignore_index)
+
+    def _head_loss(self, hidden: torch.Tensor, labels: torch.Tensor, ignore_index: int) -> LMLoss:
+        """hidden [B, T, d], labels [B, T] -> the summed loss of the fused head and the scored count."""
+        weight = self.head_weight
+        if isinstance(weight, DTensor):
+            raise ValueError(
+                "labels= computes the loss from the whole LM head weight, but this rank holds a "
+                f"{weight.placements} DTensor of it (tensor parallel splits it over the vocabulary): "
+                "take the logits and brickwork.train.vocab_parallel_cross_entropy instead"
+            )
+        device = hidden.device.type
+        if torch.is_autocast_enabled(device):  # an explicit cast: autocast does not reach the kernel
+            dtype = torch.get_autocast_dtype(device)
+            hidden, weight = hidden.to(dtype), weight.to(dtype)
+        labels = labels.to(hidden.device)
+        loss = fused_linear_cross_entropy(hidden, weight, labels, ignore_index=ignore_index, reduction="sum")
+        return LMLoss(loss, (labels != ignore_index).sum())
 
     def hidden_states(
         self,
@@ -91,8 +136,9 @@ class DecoderLM(nn.Module):
     ) -> torch.Tensor:
         """input_ids [B, T] -> the final-normed hidden states [B, T, d] that ``lm_head`` maps to logits.
 
-        Takes what ``forward`` takes. With :attr:`head_weight` it is what a fused linear +
-        cross-entropy loss (``brickwork.kernels.fused_linear_cross_entropy``) needs instead of logits.
+        Takes ``forward``'s inputs. With :attr:`head_weight` it is what a fused linear + cross-entropy
+        loss (``brickwork.kernels.fused_linear_cross_entropy``) needs instead of logits; called directly
+        it bypasses hooks on the model's forward (data parallel's), which ``forward(labels=)`` runs.
         """
         offset = cache[0].length if cache else 0
         h = self.embed(input_ids, offset=offset)

@@ -13,12 +13,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.fsdp import FSDPModule
-from torch.distributed.tensor import DTensor
 
 from brickwork.blocks.decoder_lm import DecoderLM
 from brickwork.blocks.encoder_decoder import EncoderDecoder
-from brickwork.kernels import fused_linear_cross_entropy
 from brickwork.parallel import parallel_state
 from brickwork.train.losses import IGNORE_INDEX, logits_of, vocab_parallel_cross_entropy
 
@@ -65,9 +62,11 @@ class Task:
 class CausalLM(Task):
     """Next-token prediction: ``labels`` [B, T] are already shifted (label t scores position t).
 
-    A brickwork decoder whose LM head is whole on this rank (one process, no DP wrapper, no tensor
-    parallel) skips the logits: the fused linear + cross-entropy kernel reads the final hidden states
-    and the head weight chunk by chunk, never holding the [B, T, vocab] logits or their gradient.
+    A brickwork decoder whose LM head weight is whole on this rank (one process, DDP, ZeRO-1/2/3,
+    context and expert parallel: every layout without tensor parallel) skips the logits: it is called
+    as ``model(input_ids, labels=labels)``, whose fused linear + cross-entropy kernel reads the final
+    hidden states and the head weight chunk by chunk, never holding the [B, T, vocab] logits or their
+    gradient. Through the model's own call, so DDP's and FSDP2's forward hooks run around it.
     """
 
     name = "causal_lm"
@@ -76,30 +75,23 @@ class CausalLM(Task):
     pipeline_input = "input_ids"
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossAndCount:
-        if not _whole_decoder_head(model):
+        if not fuses_head_loss(model):
             return super().__call__(model, batch)
         self.check(batch)
-        hidden = model.hidden_states(**{k: batch[k] for k in self.inputs if k in batch})
-        weight = model.head_weight
-        device = hidden.device.type
-        if torch.is_autocast_enabled(
-            device
-        ):  # the head's matmul runs in the autocast dtype, as nn.Linear's would
-            dtype = torch.get_autocast_dtype(device)
-            hidden, weight = hidden.to(dtype), weight.to(dtype)
-        labels = batch["labels"].to(hidden.device)
-        loss = fused_linear_cross_entropy(hidden, weight, labels, ignore_index=IGNORE_INDEX, reduction="sum")
-        return loss, (labels != IGNORE_INDEX).sum()
+        inputs = {k: batch[k] for k in self.inputs if k in batch}
+        loss_sum, count = model(**inputs, labels=batch["labels"], ignore_index=IGNORE_INDEX)
+        return loss_sum, count
 
 
-def _whole_decoder_head(model: nn.Module) -> bool:
-    """A DecoderLM called directly (no DDP/FSDP hooks on its forward) with its head weight unsplit."""
+def fuses_head_loss(model: nn.Module) -> bool:
+    """Whether ``causal_lm`` takes ``model``'s fused head loss: a brickwork DecoderLM whose head weight
+    is whole on this rank. Tensor parallel splits it over the vocabulary (its logits go to
+    ``vocab_parallel_cross_entropy``); a pipeline's stages are not the DecoderLM (the last one's
+    logits go to :meth:`Task.loss`)."""
     if not isinstance(model, DecoderLM):
         return False
     state = parallel_state(model)
-    if state is None:
-        return True
-    return not state.ddps and not isinstance(model, FSDPModule) and not isinstance(model.head_weight, DTensor)
+    return state is None or state.config.tensor_parallel_size == 1
 
 
 class MaskedLM(Task):

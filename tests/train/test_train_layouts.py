@@ -91,6 +91,32 @@ def test_two_ranks_train_like_one_process(key: str) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("key", "fused"),
+    [
+        ("decoder/dp2", 4),  # 3 steps and one evaluate
+        ("decoder/zero3", 4),
+        ("decoder/dp2-accum2", 7),  # 2 micro-batches a step
+        ("decoder/zero3-accum2-clip", 7),
+        ("moe/zero3", 4),
+        ("decoder/tp2", 0),  # the head split over the vocabulary: logits and loss_parallel
+        ("callable/tp2", 0),
+        ("decoder/pp2", 0),  # the last stage's logits
+    ],
+)
+def test_causal_lm_fuses_the_head_loss_wherever_the_head_weight_is_whole(key: str, fused: int) -> None:
+    # Under DDP and FSDP2 the fused loss runs inside the model's call, and the layout's numbers
+    # (test_two_ranks_train_like_one_process against the plain loop's logits) are unchanged.
+    for rank_result in results(2):
+        calls = rank_result["layouts"][key]["head_calls"]
+        assert calls["fused"] == fused, calls
+        if fused:
+            assert calls["logits"] == 0, calls
+        elif "pp2" not in key:
+            assert calls["logits"] > 0, calls
+
+
+@pytest.mark.timeout(600)
 def test_bf16_mixed_under_zero3_uses_fsdp_policy_and_stays_close() -> None:
     # bf16 compute (FSDP's MixedPrecisionPolicy) against the fp32 loop: close, not equal.
     check([r["layouts"] for r in results(2)], "bf16/zero3-mixed", single_process("mlm"), tol=3e-2)

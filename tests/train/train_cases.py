@@ -3,14 +3,18 @@ reference, and the functions spawned ranks run (they must live in an importable 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from brickwork.blocks import decoder_lm
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import full_state_dict, parallel_state, parallelize, split_rows
 from brickwork.train import TASKS, TrainStep, evaluate
@@ -213,6 +217,30 @@ def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
     return {k: v[start : start + rows[rank]] for k, v in batch.items()}
 
 
+@contextlib.contextmanager
+def head_calls(model: nn.Module) -> Iterator[dict[str, int]]:
+    """While inside: how often the fused head loss ran (``fused``: DecoderLM's kernel calls) and how
+    often ``model.lm_head`` made logits (``logits``), counted by a spy on each."""
+    calls = {"fused": 0, "logits": 0}
+    kernel = decoder_lm.fused_linear_cross_entropy
+
+    def fused(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls["fused"] += 1
+        return kernel(*args, **kwargs)
+
+    def logits(*_: Any) -> None:
+        calls["logits"] += 1
+
+    head = getattr(model, "lm_head", None)
+    hook = head.register_forward_hook(logits) if isinstance(head, nn.Module) else None
+    try:
+        with mock.patch.object(decoder_lm, "fused_linear_cross_entropy", fused):
+            yield calls
+    finally:
+        if hook is not None:
+            hook.remove()
+
+
 def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
     """On every rank: for each (key, family, dist dict + test keys), parallelize, take STEPS TrainSteps.
 
@@ -227,22 +255,24 @@ def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any
         as_callable = layout.pop("callable", False)
         try:
             model = build(family, moe=moe)
-            model = parallelize(model, layout)  # an HF GPT-2's plan comes from parallel/plans/
-            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-            task = TASKS[TASK[family]]
-            step = TrainStep(
-                model, opt, (lambda m, b, t=task: t(m, b)) if as_callable else task.name, **options
-            )
-            losses, counts = [], []
-            for batch in global_batches(family):
-                losses.append(step(share(model, batch)))
-                counts.append(step.metrics.get("expert_counts"))
-            held_out = evaluate(model, [share(model, global_batches(family)[0])], step.task)
+            with head_calls(model) as calls:  # spied before parallelize, which may move the head
+                model = parallelize(model, layout)  # an HF GPT-2's plan comes from parallel/plans/
+                opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+                task = TASKS[TASK[family]]
+                step = TrainStep(
+                    model, opt, (lambda m, b, t=task: t(m, b)) if as_callable else task.name, **options
+                )
+                losses, counts = [], []
+                for batch in global_batches(family):
+                    losses.append(step(share(model, batch)))
+                    counts.append(step.metrics.get("expert_counts"))
+                held_out = evaluate(model, [share(model, global_batches(family)[0])], step.task)
             out[key] = {
                 "losses": losses,
                 "state": full_state_dict(model),
                 "expert_counts": counts,
                 "eval": held_out,
+                "head_calls": calls,
             }
         except (ValueError, TypeError) as error:
             out[key] = {"error": f"{type(error).__name__}: {error}"}
