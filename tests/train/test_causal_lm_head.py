@@ -1,13 +1,16 @@
 """The causal-LM task's fused head: a whole DecoderLM head goes through the fused linear + cross-entropy
-kernel, with the loss and gradients of the logits path; anything else takes the logits path."""
+kernel (``model(input_ids, labels=labels)``), with the loss and gradients of the logits path; anything
+else takes the logits path. Under data parallel: tests/train/test_train_layouts.py."""
 
 from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from brickwork.blocks import LMLoss
 from brickwork.factory import build_model, get_preset
 from brickwork.train.tasks import TASKS
 
@@ -42,6 +45,31 @@ def test_fused_head_matches_the_logits_formula() -> None:
     torch.testing.assert_close(loss, reference, rtol=1e-12, atol=1e-10)
     for name, p in model.named_parameters():
         torch.testing.assert_close(fused[name], p.grad, rtol=1e-9, atol=1e-11, msg=name)
+
+
+def test_forward_with_labels_returns_the_loss_sum_and_count_instead_of_logits() -> None:
+    model = _model()
+    batch = _batch(model.lm_head.out_features)
+    ids, labels = batch["input_ids"], batch["labels"].masked_fill(batch["labels"] == -100, -1)
+    mask = torch.ones_like(ids)
+    mask[1, -4:] = 0
+    labels[1, -4:] = -1
+    logits = model(ids, attention_mask=mask)
+    assert isinstance(logits, torch.Tensor) and logits.shape == (*ids.shape, model.vocab_size)
+    out = model(ids, attention_mask=mask, labels=labels, ignore_index=-1)
+    assert isinstance(out, LMLoss)
+    log_probs = torch.log_softmax(logits.detach(), dim=-1)  # float64 model: the formula in float64
+    scored = labels != -1
+    reference = -log_probs[scored].gather(-1, labels[scored].unsqueeze(-1)).sum()
+    torch.testing.assert_close(out.loss_sum, reference, rtol=1e-12, atol=1e-10)
+    assert out.count.item() == scored.sum().item() == 23
+
+
+def test_labels_of_another_shape_are_refused_naming_both() -> None:
+    model = _model()
+    batch = _batch(model.lm_head.out_features)
+    with pytest.raises(TypeError, match=r"labels must be an int64 or int32 tensor of shape \(2, 16\)"):
+        model(batch["input_ids"], labels=batch["labels"][:, :-1])
 
 
 def test_under_autocast_the_head_runs_in_the_autocast_dtype() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from train_cases import FAMILIES, check, reference
+from train_cases import DIM, FAMILIES, VOCAB, check, reference
 
 from brickwork.parallel import spawn
 
@@ -105,15 +105,26 @@ def test_two_ranks_train_like_one_process(key: str) -> None:
     ],
 )
 def test_causal_lm_fuses_the_head_loss_wherever_the_head_weight_is_whole(key: str, fused: int) -> None:
-    # Under DDP and FSDP2 the fused loss runs inside the model's call, and the layout's numbers
-    # (test_two_ranks_train_like_one_process against the plain loop's logits) are unchanged.
+    # Under DDP and FSDP2 the fused loss runs inside the model's call; that its gradients reach DDP's
+    # all-reduce and FSDP's reduce-scatter is test_two_ranks_train_like_one_process: each rank trains
+    # on other rows, yet the weights after 3 steps are the plain loop's (which takes the logits).
     for rank_result in results(2):
         calls = rank_result["layouts"][key]["head_calls"]
         assert calls["fused"] == fused, calls
         if fused:
             assert calls["logits"] == 0, calls
+            # FSDP2 hands the forward the whole, unsharded head weight (tied to the embedding).
+            assert calls["weights"] == [["Parameter", [VOCAB, DIM]]], calls
         elif "pp2" not in key:
             assert calls["logits"] > 0, calls
+
+
+@pytest.mark.timeout(600)
+def test_asking_a_tensor_parallel_decoder_for_its_fused_loss_is_refused() -> None:
+    for rank_result in results(2):
+        message = rank_result["labels_under_tp"]
+        assert "tensor parallel splits it over the vocabulary" in message, message
+        assert "vocab_parallel_cross_entropy" in message
 
 
 @pytest.mark.timeout(600)

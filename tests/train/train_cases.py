@@ -220,13 +220,17 @@ def share(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.T
 @contextlib.contextmanager
 def head_calls(model: nn.Module) -> Iterator[dict[str, int]]:
     """While inside: how often the fused head loss ran (``fused``: DecoderLM's kernel calls) and how
-    often ``model.lm_head`` made logits (``logits``), counted by a spy on each."""
-    calls = {"fused": 0, "logits": 0}
+    often ``model.lm_head`` made logits (``logits``), counted by a spy on each; ``weights``: the
+    distinct (type, shape) of the head weights the kernel was given."""
+    calls: dict[str, Any] = {"fused": 0, "logits": 0, "weights": []}
     kernel = decoder_lm.fused_linear_cross_entropy
 
-    def fused(*args: Any, **kwargs: Any) -> torch.Tensor:
+    def fused(hidden: torch.Tensor, weight: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         calls["fused"] += 1
-        return kernel(*args, **kwargs)
+        seen = [type(weight).__name__, list(weight.shape)]
+        if seen not in calls["weights"]:
+            calls["weights"].append(seen)
+        return kernel(hidden, weight, *args, **kwargs)
 
     def logits(*_: Any) -> None:
         calls["logits"] += 1
@@ -308,6 +312,17 @@ def mismatched_tp_batches(family: str) -> str:
     return "no error"
 
 
+def labels_under_tensor_parallel() -> str:
+    """The error of asking a tp2 decoder, whose head is split over the vocabulary, for its fused loss."""
+    model = parallelize(build("decoder"), {"tensor_parallel_size": 2})
+    batch = global_batches("decoder")[0]
+    try:
+        model(batch["input_ids"], labels=batch["labels"])
+    except ValueError as error:
+        return str(error)
+    return "no error"
+
+
 def fp16_overflow(layout: dict[str, Any], overflow_at: int) -> dict[str, Any]:
     """fp16 steps of the decoder, the step ``overflow_at`` forced to overflow: what each step did."""
     model = parallelize(build("decoder"), layout)
@@ -336,7 +351,8 @@ def fp16_overflow(layout: dict[str, Any], overflow_at: int) -> dict[str, Any]:
 
 def run_world(cases: list[tuple[str, str, dict[str, Any]]], extras: bool) -> dict[str, Any]:
     """Everything one spawned world checks: the layouts, and with ``extras`` (2 ranks) the fp16
-    overflow under dp2, ZeRO-3 and tp2, and the tp2 batch mismatch."""
+    overflow under dp2, ZeRO-3 and tp2, the tp2 batch mismatch and the tp2 decoder asked for its
+    fused loss."""
     out = {"layouts": train_layouts(cases)}
     if extras:
         fp16_layouts = {
@@ -346,4 +362,5 @@ def run_world(cases: list[tuple[str, str, dict[str, Any]]], extras: bool) -> dic
         }
         out["fp16"] = {name: fp16_overflow(lay, overflow_at=1) for name, lay in fp16_layouts.items()}
         out["mismatch"] = mismatched_tp_batches("decoder")
+        out["labels_under_tp"] = labels_under_tensor_parallel()
     return out
