@@ -183,5 +183,17 @@ def _resolve_positions(
         context = {"dim_model": ctx.dim_model, "num_heads": attn.num_heads, "dim_head": dim_head}
         if ctx.max_seq_len is not None:
             context["max_seq_len"] = ctx.max_seq_len
-        out.append(resolve_choice(POSITIONAL_REGISTRY, spec, position_path, context))
+        try:
+            out.append(resolve_choice(POSITIONAL_REGISTRY, spec, position_path, context))
+        except ConfigError as err:
+            if attn.dim_head is not None:
+                raise
+            # The head size was derived, so the key to change may be dim_model or num_heads.
+            raise ConfigError(
+                f"{err.reason} (dim_head={dim_head} is dim_model={ctx.dim_model} / "
+                f"num_heads={attn.num_heads})",
+                err.path,
+                err.choices,
+                err.got,
+            ) from None
     return tuple(out)

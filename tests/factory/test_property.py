@@ -7,6 +7,7 @@ another type, a number changed. Nothing but ConfigError may escape.
 import copy
 from typing import Any
 
+import pytest
 from factory_specs import TINY_SPECS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -85,3 +86,14 @@ def test_mutated_specs_build_or_name_the_mutated_path(case: tuple[dict[str, Any]
         if kind == "unknown_key":
             assert err.path == path
     assert spec == before
+
+
+def test_a_derived_head_size_too_small_for_rotary_names_dim_model() -> None:
+    # dim_head comes from dim_model / num_heads here, so the error must point at the key to change.
+    spec = {
+        "model": "decoder_lm", "vocab_size": 30, "dim_model": 2, "max_seq_len": 12, "position": "rotary",
+        "decoder": {"num_layers": 1, "block": {"attention": {"num_heads": 2}}},
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match=r"dim_head=1 is dim_model=2 / num_heads=2") as error:
+        build_model(spec)
+    assert error.value.path == "position.fraction"
