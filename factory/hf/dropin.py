@@ -67,10 +67,16 @@ def torch_attention(attention: nn.MultiheadAttention, **options: Any) -> MultiHe
     return mha
 
 
+def _hf_cache(cache: Any, kwargs: dict[str, Any]) -> Any:
+    """The HF cache a host layer passed, under its name since transformers 5.24 or the older one."""
+    return cache if cache is not None else kwargs.get("cache", kwargs.get("past_key_values"))
+
+
 class GPT2AttentionAdapter(nn.Module):
     """Stands in for ``GPT2Block.attn``: ``(hidden_states [B, T, d], attention_mask=...) -> (out, None)``.
 
-    HF's KV cache is not kept: call the host with ``use_cache=False``.
+    HF's KV cache is not kept: call the host with ``use_cache=False``. HF passes the cache as
+    ``cache=`` from transformers 5.24 on and as ``past_key_values=`` before; either one is refused.
     """
 
     def __init__(self, attention: MultiHeadAttention) -> None:
@@ -80,11 +86,11 @@ class GPT2AttentionAdapter(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        past_key_values: Any = None,
+        cache: Any = None,
         attention_mask: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
-        if past_key_values is not None:
+        if _hf_cache(cache, kwargs) is not None:
             raise ValueError("GPT2AttentionAdapter keeps no HF cache; call the model with use_cache=False")
         return self.attention(hidden_states, attn_mask=attention_mask), None
 
@@ -104,7 +110,7 @@ class BertAttentionAdapter(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
     ) -> tuple[torch.Tensor, None]:
-        if kwargs.get("encoder_hidden_states") is not None or kwargs.get("past_key_values") is not None:
+        if kwargs.get("encoder_hidden_states") is not None or _hf_cache(None, kwargs) is not None:
             raise ValueError("BertAttentionAdapter does self-attention only, without an HF cache")
         out = self.attention(hidden_states, attn_mask=attention_mask)
         return self.norm(hidden_states + self.dropout(out)), None
