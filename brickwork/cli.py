@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+import brickwork
 from brickwork.errors import ConfigError
 
 USAGE_ERROR = 2
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="brickwork", description="brickwork: build, train and benchmark models."
     )
+    parser.add_argument("--version", action="version", version=f"brickwork {brickwork.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = commands.add_parser(

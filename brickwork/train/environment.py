@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import platform
 
@@ -20,20 +21,32 @@ REGISTRIES = (
 )
 
 
-def triton_status() -> tuple[str | None, str]:
-    """(Triton version or None, whether and where its kernels can run)."""
+# The distributions whose versions decide what the suite last passed with (see constraints.txt).
+VERSIONED = ("torch", "triton", "transformers", "safetensors", "numpy", "tokenizers")
+
+
+def installed_versions() -> list[tuple[str, str]]:
+    """(distribution, version or "not installed") for each of ``VERSIONED``, read without importing it."""
+    out = []
+    for name in VERSIONED:
+        try:
+            out.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            out.append((name, "not installed"))
+    return out
+
+
+def triton_status() -> str:
+    """Whether and where Triton's kernels can run."""
     try:
-        triton = importlib.import_module("triton")
+        importlib.import_module("triton")
     except ImportError as err:
-        return None, f"not importable ({err}); every op uses its torch twin"
+        return f"not importable ({err}); every op uses its torch twin"
     if torch.cuda.is_available():
-        return triton.__version__, "usable: kernels compile for the CUDA device"
+        return "usable: kernels compile for the CUDA device"
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     where = "TRITON_INTERPRET=1 is set" if interpret else "set TRITON_INTERPRET=1 to use it"
-    return (
-        triton.__version__,
-        f"importable; no GPU, so only backend='triton' runs it, interpreted on CPU ({where})",
-    )
+    return f"importable; no GPU, so only backend='triton' runs it, interpreted on CPU ({where})"
 
 
 def kernel_backends() -> list[tuple[str, str, str]]:
@@ -66,7 +79,7 @@ def environment_report() -> str:
     """The text ``brickwork info`` prints."""
     from brickwork.factory import list_presets
 
-    triton_version, triton_note = triton_status()
+    triton_note = triton_status()
     if torch.cuda.is_available():
         names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         cuda = f"available: {torch.cuda.device_count()} device(s): {names}"
@@ -74,12 +87,15 @@ def environment_report() -> str:
         built = "built with CUDA " + torch.version.cuda if torch.version.cuda else "a CPU-only build"
         cuda = f"not available (torch is {built})"
     lines = [
-        f"brickwork  {brickwork.__version__}  ({os.path.dirname(brickwork.__file__)})",
-        f"python     {platform.python_version()}  ({platform.platform()})",
-        f"torch      {torch.__version__}",
-        f"triton     {triton_version or 'not installed'}",
+        "versions:",
+        f"  brickwork     {brickwork.__version__}  ({os.path.dirname(brickwork.__file__)})",
+        f"  python        {platform.python_version()}  ({platform.platform()})",
+    ]
+    lines += [f"  {name:<13} {version}" for name, version in installed_versions()]
+    lines += [
         "",
         f"CUDA       {cuda}",
+        f"CPU        {os.cpu_count()} cores; torch uses {torch.get_num_threads()} threads per process",
         f"Triton     {triton_note}",
         "",
         "kernel backends (backend=None):",

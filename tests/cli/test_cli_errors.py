@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import re
 from pathlib import Path
 
 import pytest
+import torch
 from cli_runs import SMALL, run_cli
 
+import brickwork
 from brickwork.cli import main
 from brickwork.factory import dump_spec, get_preset
 
@@ -113,10 +117,12 @@ def test_world_size_must_match_the_dist_dict(tmp_path):
 def test_info_lists_versions_backends_components_and_presets(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
+    for name in ("torch", "triton", "transformers", "safetensors", "numpy", "tokenizers"):
+        # The installed distribution's own version, as pip reports it.
+        assert re.search(rf"^  {name} +{re.escape(importlib.metadata.version(name))}$", out, re.M), name
+    assert f"brickwork     {brickwork.__version__}" in out
+    assert f"{os.cpu_count()} cores; torch uses {torch.get_num_threads()} threads" in out
     for text in (
-        "torch ",
-        "triton ",
-        "brickwork ",
         "CUDA ",
         "layer_norm",
         "masked_softmax",
@@ -129,3 +135,10 @@ def test_info_lists_versions_backends_components_and_presets(capsys):
         "llama",
     ):
         assert text in out
+
+
+def test_version_flag_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"brickwork {brickwork.__version__}"
