@@ -4,7 +4,7 @@ Each cp rank holds a contiguous slice of T / cp positions of every sequence, thr
 embeddings, norms, feedforwards and the LM head work per token and need nothing. Attention is the one
 place positions meet. Its queries stay local; its keys and values are all-gathered from the cp ranks
 (Llama 3's context parallel, Megatron's ``cp_comm_type="all_gather"``), with torch's differentiable
-``all_gather_single_autograd``, whose backward reduce-scatters the key/value gradients back to the
+``all_gather_tensor_autograd``, whose backward reduce-scatters the key/value gradients back to the
 ranks that own them. The mechanism's own SDPA call then runs unchanged: a causal rank r keeps the
 gathered keys up to the end of its slice, (r + 1) · T/cp, where SDPA's bottom-right aligned causal mask
 is exactly the mask of global positions. Positions are made global by shifting each position module's
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed import ProcessGroup
-from torch.distributed._functional_collectives import all_gather_single_autograd
+from torch.distributed._functional_collectives import all_gather_tensor_autograd
 from torch.distributed.device_mesh import DeviceMesh
 
 from brickwork.blocks.decoder_lm import DecoderLM
@@ -145,7 +145,7 @@ def _limit_length(cp: int, max_seq_len: int) -> Any:
 def _gather_keys_values(rank: int, group: ProcessGroup, mechanism: AttentionMechanism) -> Any:
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         q, k, v, *rest = args  # (B, H, T/cp, D), (B, Hkv, T/cp, D) x2
-        keys = [all_gather_single_autograd(t.contiguous(), 2, group) for t in (k, v)]  # (B, Hkv, T, D)
+        keys = [all_gather_tensor_autograd(t.contiguous(), 2, group) for t in (k, v)]  # (B, Hkv, T, D)
         if mechanism.causal:
             # Keys past this slice are in every local query's future; without them SDPA's bottom-right
             # causal mask puts query i at global position rank · T/cp + i.
