@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import brickwork
-from brickwork.errors import ConfigError
+from brickwork.errors import ConfigError, RunFailure
 
 USAGE_ERROR = 2
 
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
         return COMMANDS[ns.command](ns)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
+    except (ConfigError, ValueError, FileNotFoundError, RunFailure) as err:
         if ns.traceback:
             raise
         # Under torchrun every rank meets the same error; one line of it is enough.

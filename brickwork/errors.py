@@ -42,3 +42,9 @@ class ConfigError(ValueError):
 def join_path(*parts: str | int | None) -> str:
     """``join_path("decoder", "block", None, "name") == "decoder.block.name"``."""
     return ".".join(str(p) for p in parts if p is not None and p != "")
+
+
+class RunFailure(RuntimeError):
+    """A run stopped for a reason outside its spec, which the message names with what to do: a disk
+    that filled while saving, a peer process that stopped or never came. ``brickwork`` reports it in
+    one line, as it does a ConfigError."""

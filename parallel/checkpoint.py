@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
-from brickwork.parallel.manifest import verify_manifest, write_manifest
+from brickwork.parallel.manifest import CorruptCheckpointError, verify_manifest, write_manifest
 from brickwork.parallel.packed_shards import natural_order_view
 from brickwork.parallel.parallel_model import parallel_state
 from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner, UnsafeCheckpointError
@@ -44,6 +44,9 @@ from brickwork.parallel.vocab_padding import VocabPadding, padded_names
 
 COMPLETE_MARKER = ".complete"
 META_FILE = "meta.json"
+# Files the manifest does not list (the marker is written after it), and files it must list.
+UNLISTED = (COMPLETE_MARKER, COMPLETE_MARKER + ".tmp")
+REQUIRED = (META_FILE, ".metadata")
 
 
 @contextlib.contextmanager
@@ -113,10 +116,35 @@ def save_checkpoint(
     _barrier()
     if rank == 0:
         (folder / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
-        write_manifest(folder, skip=(COMPLETE_MARKER, COMPLETE_MARKER + ".tmp"))
+        write_manifest(folder, skip=UNLISTED)
         _write_marker(folder)
     _barrier()
     return folder
+
+
+def verify_checkpoint(directory: str | os.PathLike) -> None:
+    """Check a checkpoint's files against its manifest (``brickwork.parallel.manifest``), which must
+    list every file the folder holds; CorruptCheckpointError names the first one that fails."""
+    verify_manifest(directory, unlisted=UNLISTED, required=REQUIRED)
+
+
+def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
+    """A checkpoint's ``meta.json``, checked for the keys loading relies on; CorruptCheckpointError
+    names the file when it is damaged."""
+    path = Path(directory) / META_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CorruptCheckpointError(f"{path} cannot be read: {type(err).__name__}: {err}") from None
+    if not isinstance(meta, dict):
+        raise CorruptCheckpointError(f"{path} holds a {type(meta).__name__}, not a JSON object")
+    for key in ("step", "world_size"):
+        value = meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "world_size" else 0):
+            raise CorruptCheckpointError(f"{path} is damaged: {key} is {value!r}")
+    if not isinstance(meta.get("extra", {}), dict):
+        raise CorruptCheckpointError(f"{path} is damaged: extra is {meta['extra']!r}")
+    return meta
 
 
 def _write_marker(folder: Path) -> None:
@@ -136,8 +164,9 @@ def load_checkpoint(
     Every rank calls it. Restores weights, optimizer state and hyperparameters, and this rank's RNG
     (rank r takes the RNG of saved rank r mod the saved world size). Returns ``meta.json``: ``step``,
     ``spec``, ``dist``, ``world_size``, ``param_groups``, ``extra``. Raises FileNotFoundError for a
-    folder whose save did not finish, CorruptCheckpointError for files that do not match the manifest,
-    and UnsafeCheckpointError for metadata that names anything but DCP's own classes.
+    folder whose save did not finish, UnsafeCheckpointError for metadata that names anything but
+    DCP's own classes, and CorruptCheckpointError, naming the file, for anything else it cannot read
+    (files that do not match the manifest, or files rewritten together with it).
     """
     folder = Path(directory)
     if not is_complete(folder):
@@ -145,17 +174,18 @@ def load_checkpoint(
             f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker: the save was interrupted "
             "or never ran)"
         )
-    verify_manifest(folder)
-    meta = json.loads((folder / META_FILE).read_text())
+    verify_checkpoint(folder)
+    meta = read_meta(folder)
     reader = SafeFileSystemReader(folder)
-    stored = reader.read_metadata().state_dict_metadata
+    with reading(folder / ".metadata"):
+        stored = dict(reader.read_metadata().state_dict_metadata)
     state: dict[str, Any] = {f"model.{k}": v for k, v in _model_state(model).items()}
     missing = [k for k in state if k not in stored]
     if missing:
-        raise KeyError(f"{folder} has no weights for {[k[6:] for k in missing]}")
+        raise CorruptCheckpointError(f"{folder} has no weights for {[k[6:] for k in missing]}")
     destinations = _optimizer_destinations(model, optimizer, stored) if optimizer is not None else {}
     state.update({key: tensor for key, (_, _, tensor, _) in destinations.items()})
-    with quiet_single_process():
+    with reading(folder), quiet_single_process():
         dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=not dist.is_initialized())
     for param, name, _, value in destinations.values():
         if isinstance(value, DTensor) and not isinstance(param, DTensor):
@@ -164,11 +194,33 @@ def load_checkpoint(
     if optimizer is not None and meta.get("param_groups"):
         _restore_hyperparameters(optimizer, meta["param_groups"])
     rank, _ = _rank_and_world()
-    rng = torch.load(folder / "rng" / f"rank{rank % meta['world_size']}.pt", weights_only=True)
-    torch.set_rng_state(rng["cpu"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state(rng["cuda"])
+    rng_file = folder / "rng" / f"rank{rank % meta['world_size']}.pt"
+    with reading(rng_file):
+        rng = torch.load(rng_file, weights_only=True)
+        torch.set_rng_state(rng["cpu"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rng["cuda"])
     return meta
+
+
+@contextlib.contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Whatever reading ``path`` raises (EOFError, an unpickling error, a shape mismatch, DCP's
+    CheckpointException around any of them) as one CorruptCheckpointError naming it. A Ctrl-C and a
+    refused unsafe entry pass through as they are."""
+    try:
+        yield
+    except (KeyboardInterrupt, UnsafeCheckpointError, CorruptCheckpointError):
+        raise
+    except (Exception, CheckpointException) as err:  # any reader of a damaged file; each means the same
+        cause = err
+        if isinstance(err, CheckpointException):
+            causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
+            cause = causes[0] if causes else err
+        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        raise CorruptCheckpointError(
+            f"{path} cannot be read ({type(cause).__name__}: {reason[:300]}); it is damaged or was rewritten"
+        ) from None
 
 
 def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -17,8 +17,14 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from brickwork.parallel.checkpoint import COMPLETE_MARKER, META_FILE, is_complete, quiet_single_process
-from brickwork.parallel.manifest import verify_manifest
+from brickwork.parallel.checkpoint import (
+    COMPLETE_MARKER,
+    is_complete,
+    quiet_single_process,
+    read_meta,
+    reading,
+    verify_checkpoint,
+)
 from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner
 
 
@@ -32,17 +38,18 @@ def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     folder, out = Path(directory), Path(out)
     if not is_complete(folder):
         raise FileNotFoundError(f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker)")
-    verify_manifest(folder)
+    verify_checkpoint(folder)
+    meta = read_meta(folder)
     reader = SafeFileSystemReader(folder)
-    stored = reader.read_metadata().state_dict_metadata
+    with reading(folder / ".metadata"):
+        stored = dict(reader.read_metadata().state_dict_metadata)
     state = {
         key: torch.empty(tuple(md.size), dtype=md.properties.dtype)
         for key, md in stored.items()
         if key.startswith("model.") and isinstance(md, TensorStorageMetadata)
     }
-    with quiet_single_process():
+    with reading(folder), quiet_single_process():
         dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=True)
-    meta = json.loads((folder / META_FILE).read_text())
     weights = {key[len("model.") :]: tensor.contiguous() for key, tensor in state.items()}
     out.parent.mkdir(parents=True, exist_ok=True)
     save_file(weights, out, metadata={"spec": json.dumps(meta.get("spec")), "step": str(meta["step"])})

@@ -2,9 +2,11 @@
 
 ``manifest.json`` lists each file of the checkpoint folder (relative path -> size and ``zlib.crc32``).
 ``verify_manifest`` reads every file back and raises ``CorruptCheckpointError`` naming the first one
-that is missing, truncated or changed. CRC-32 catches accidental damage (flipped bits, a cut-off copy,
-a lost file); it is not a signature and does not stop a deliberate forger, which the restricted
-metadata reader and ``weights_only`` loading guard against instead. zlib's CRC-32 was chosen for speed:
+that is missing, truncated or changed, and refuses a manifest that leaves out a file the folder holds
+or one of the files every checkpoint must have (an empty or partial manifest checks nothing).
+CRC-32 catches accidental damage (flipped bits, a cut-off copy, a lost file); it is not a signature
+and does not stop a deliberate forger, which the restricted metadata reader, ``weights_only`` loading
+and load errors that name the file guard against instead. zlib's CRC-32 was chosen for speed:
 on the 2-core reference machine it ran at about 6 GB/s, against 1.8 for SHA-256 and 1.2 for BLAKE2b
 (see docs/training.md).
 """
@@ -54,8 +56,14 @@ def write_manifest(folder: str | os.PathLike, skip: tuple[str, ...] = ()) -> Pat
     return path
 
 
-def verify_manifest(folder: str | os.PathLike) -> None:
-    """Check every file listed in ``folder/manifest.json``; CorruptCheckpointError names the first bad one."""
+def verify_manifest(
+    folder: str | os.PathLike, unlisted: tuple[str, ...] = (), required: tuple[str, ...] = ()
+) -> None:
+    """Check every file listed in ``folder/manifest.json``; CorruptCheckpointError names the first bad one.
+
+    Every file under ``folder`` but the manifest and ``unlisted`` (relative paths) must be listed, and
+    so must each of ``required``.
+    """
     folder = Path(folder)
     path = folder / MANIFEST_FILE
     try:
@@ -69,8 +77,16 @@ def verify_manifest(folder: str | os.PathLike) -> None:
         raise CorruptCheckpointError(f"{path} is damaged ({type(err).__name__}: {err})") from None
     if algorithm != ALGORITHM:
         raise CorruptCheckpointError(f"{path} uses checksum {algorithm!r}; only {ALGORITHM!r} is read")
+    for name in required:
+        if name not in files:
+            raise CorruptCheckpointError(f"{path} does not list {name}, which a checkpoint has (partial?)")
+    for file in _listed_files(folder, {MANIFEST_FILE, *unlisted}):
+        if file.relative_to(folder).as_posix() not in files:
+            raise CorruptCheckpointError(f"{path} does not list {file}, so it cannot be checked (partial?)")
     for name, expected in files.items():
         file = folder / name
+        if not isinstance(expected, dict) or not isinstance(expected.get("size"), int):
+            raise CorruptCheckpointError(f"{path} is damaged: its entry for {name!r} is {expected!r}")
         if not file.is_file():
             raise CorruptCheckpointError(f"{file} is missing")
         size = file.stat().st_size

@@ -5,7 +5,8 @@ a pickle can call any importable function while it loads (``os.system`` through 
 ``SafeFileSystemReader`` is that reader with ``.metadata`` read by ``MetadataUnpickler``, which resolves
 only the names a DCP metadata pickle holds: the DCP metadata dataclasses, torch sizes, dtypes and
 layouts, and plain containers. Any other name stops the load before anything is built from it, with
-an error naming it, and every file it points to must lie inside the checkpoint folder.
+an error naming it, every file it points to must lie inside the checkpoint folder, and each must be
+long enough to hold the bytes the metadata places in it.
 
 The data files are read by torch: tensors with ``torch.load(weights_only=True)``, but entries the
 metadata marks as non-tensor "bytes" with ``torch.load(weights_only=False)`` in DCP's default load
@@ -103,8 +104,13 @@ class SafeFileSystemReader(FileSystemReader):
                 raise CorruptCheckpointError(f"{path} is damaged: {type(err).__name__}: {err}") from None
         if not isinstance(metadata, Metadata):
             raise UnsafeCheckpointError(f"{path} holds a {type(metadata).__name__}, not DCP Metadata")
+        ends: dict[str, int] = {}
         for info in (metadata.storage_data or {}).values():
-            _check_inside(getattr(info, "relative_path", ""), path)
+            relative = getattr(info, "relative_path", "")
+            _check_inside(relative, path)
+            ends[relative] = max(ends.get(relative, 0), _end(info, path))
+        for relative, end in ends.items():
+            _check_length(os.path.join(os.fspath(self.path), relative), end, path)
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -117,6 +123,26 @@ def _check_inside(relative_path: str, source: str) -> None:
     if not relative_path or os.path.isabs(relative_path) or ".." in parts:
         raise UnsafeCheckpointError(
             f"{source} points outside its checkpoint folder ({relative_path!r}); refusing to read it"
+        )
+
+
+def _end(info: Any, source: str) -> int:
+    """Where an entry's bytes end in its data file, from the metadata's offset and length."""
+    offset, length = getattr(info, "offset", None), getattr(info, "length", None)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (offset, length)):
+        raise CorruptCheckpointError(f"{source} is damaged: an entry's offset {offset!r}, length {length!r}")
+    return offset + length
+
+
+def _check_length(data_file: str, end: int, source: str) -> None:
+    """A data file must hold every byte the metadata places in it: a shorter one was cut off."""
+    try:
+        size = os.path.getsize(data_file)
+    except OSError:
+        raise CorruptCheckpointError(f"{data_file} is missing, but {source} names it") from None
+    if size < end:
+        raise CorruptCheckpointError(
+            f"{data_file} has {size} bytes, but {source} places data up to byte {end} (truncated?)"
         )
 
 

@@ -11,6 +11,7 @@ learning rate is a function of the step, so the step is the whole schedule state
 from __future__ import annotations
 
 import base64
+import math
 import os
 import re
 import shutil
@@ -21,11 +22,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 
-from brickwork.errors import ConfigError
+from brickwork.errors import ConfigError, RunFailure
 from brickwork.parallel import export, is_complete, load_checkpoint, save_checkpoint
-from brickwork.parallel.checkpoint import META_FILE
-from brickwork.parallel.manifest import CorruptCheckpointError, verify_manifest
+from brickwork.parallel.checkpoint import META_FILE, read_meta, verify_checkpoint
+from brickwork.parallel.manifest import CorruptCheckpointError
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
@@ -36,17 +38,37 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"step_{step:06d}"
 
 
+class CheckpointWriteError(RunFailure):
+    """A checkpoint could not be written (out of disk space, a file size limit); its partial folder was
+    removed and the earlier checkpoints are as they were."""
+
+
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of every checkpoint whose save finished, oldest first."""
+    """(step, folder) of every checkpoint whose save finished, oldest first. A symbolic link is not a
+    checkpoint this run wrote: it is never listed, so it is never resumed from or deleted."""
     root = run_dir / "checkpoints"
-    if not root.is_dir():
+    if not root.is_dir() or root.is_symlink():
         return []
     found = []
     for folder in root.iterdir():
         match = _STEP_DIR.match(folder.name)
-        if match and is_complete(folder):
+        if match and not folder.is_symlink() and is_complete(folder):
             found.append((int(match.group(1)), folder))
     return sorted(found)
+
+
+def check_step_folder(folder: Path, option: str = "--resume") -> int:
+    """The step of the checkpoint folder ``step_<N>``: a real folder (not a symbolic link) whose
+    ``meta.json`` says step N. Raises ConfigError naming the folder otherwise."""
+    if folder.is_symlink():
+        raise ConfigError(f"{str(folder)!r} is a symbolic link, not a checkpoint this run wrote", option)
+    match = _STEP_DIR.match(folder.name)
+    saved = read_meta(folder)["step"]
+    if match and int(match.group(1)) != saved:
+        raise CorruptCheckpointError(
+            f"{folder / META_FILE} says step {saved}, but the folder is named for step {int(match.group(1))}"
+        )
+    return saved
 
 
 def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool = False) -> tuple[int, Path]:
@@ -65,7 +87,8 @@ def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool =
     damaged = []
     for step, folder in reversed(found):
         try:
-            verify_manifest(folder)
+            verify_checkpoint(folder)
+            check_step_folder(folder, option)
         except CorruptCheckpointError as err:
             damaged.append(str(err))
             continue
@@ -75,14 +98,6 @@ def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool =
     raise ConfigError(
         f"every complete checkpoint of {str(run_dir)!r} is damaged: " + "; ".join(damaged), option
     )
-
-
-def prune_checkpoints(run_dir: Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints (``keep=0`` keeps every one)."""
-    if keep <= 0:
-        return
-    for _, folder in complete_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(folder)
 
 
 def save_run_checkpoint(
@@ -96,15 +111,32 @@ def save_run_checkpoint(
 ) -> Path:
     """Save the checkpoint of ``step``; every rank calls it. Each rank writes its own shards; rank 0
     clears a cut-off earlier attempt at the same step first, and writes the metadata and marker.
-    ``settings`` (the ``train:`` section) are kept so that a resume can say which of them changed."""
+    ``settings`` (the ``train:`` section) are kept so that a resume can say which of them changed.
+
+    A non-finite ``val_loss`` is refused (ValueError): that state is not worth keeping. A write that
+    fails for want of space raises CheckpointWriteError after rank 0 removed the partial folder.
+    """
+    if not math.isfinite(val_loss):
+        raise ValueError(f"refusing to save step {step} as a checkpoint: its validation loss is {val_loss}")
     folder = checkpoint_dir(run_dir, step)
-    if _rank() == 0 and folder.exists():
-        shutil.rmtree(folder)
+    if _rank() == 0 and (folder.exists() or folder.is_symlink()):
+        remove_path(folder)
     # No other rank touches the folder before save_checkpoint's first barrier, which follows this.
     extra = {"trainer_format": TRAINER_FORMAT, "data": _encode(data_state), "val_loss": val_loss}
     if settings is not None:
         extra["train"] = dict(settings)
-    return save_checkpoint(folder, model, optimizer, step, extra=extra)
+    try:
+        return save_checkpoint(folder, model, optimizer, step, extra=extra)
+    except (OSError, RuntimeError, CheckpointException) as err:
+        if _interrupted(err):
+            raise
+        if _rank() == 0:
+            remove_path(folder)
+        raise CheckpointWriteError(
+            f"could not write the checkpoint of step {step} to {folder} ({_write_failure(err)}); the "
+            "partial folder was removed and the earlier checkpoints are intact; free some space (or "
+            "lower train.keep_checkpoints) and continue with --resume"
+        ) from None
 
 
 def load_run_checkpoint(
@@ -113,6 +145,7 @@ def load_run_checkpoint(
     """Load a checkpoint into the model and optimizer as they are laid out now (any layout may have
     saved it), and restore this rank's RNG. Returns (the checkpoint's meta dict, the batch
     generator's state, the validation loss at the save)."""
+    check_step_folder(folder)
     meta = load_checkpoint(folder, model, optimizer)
     extra = meta.get("extra") or {}
     if extra.get("trainer_format") != TRAINER_FORMAT:
@@ -129,6 +162,7 @@ def export_run(source: Path, out: Path) -> Path:
     folder) to the single-process safetensors file ``out``; returns the checkpoint folder used."""
     if is_complete(source):
         folder = source
+        check_step_folder(folder, "RUN_DIR")
     elif _STEP_DIR.match(source.name) or (source / META_FILE).exists():
         raise ConfigError(
             f"{str(source)!r} is a checkpoint whose save did not finish (no .complete marker); export "
@@ -148,6 +182,37 @@ def _encode(state: dict[str, torch.Tensor]) -> dict[str, str]:
 
 def _decode(state: dict[str, str]) -> dict[str, torch.Tensor]:
     return {k: torch.frombuffer(bytearray(base64.b64decode(v)), dtype=torch.uint8) for k, v in state.items()}
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """The errors inside DCP's CheckpointException (one per failed rank), or ``err`` itself."""
+    if isinstance(err, CheckpointException):
+        return [f[0] if isinstance(f, tuple) else f for f in err.failures.values()] or [err]
+    return [err]
+
+
+def _interrupted(err: BaseException) -> bool:
+    return any(isinstance(c, KeyboardInterrupt) for c in _causes(err))
+
+
+def _write_failure(err: BaseException) -> str:
+    """Why a write failed, in a few words. torch's zip writer reports a short write (a full disk, a
+    file size limit) as a RuntimeError about the stream position, which is said plainly here."""
+    cause = _causes(err)[0]
+    if isinstance(cause, OSError) and cause.errno:
+        return os.strerror(cause.errno)
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    if "unexpected pos" in text or "failed writing" in text:
+        return f"a short write: the disk is full or a file size limit was reached ({text})"
+    return f"{type(cause).__name__}: {text}"
+
+
+def remove_path(path: Path) -> None:
+    """Delete ``path``: a symbolic link itself, never what it points to."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def _rank() -> int:

@@ -16,10 +16,11 @@ from tqdm import tqdm
 from brickwork.data.task_batches import TaskBatches
 from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import parallel_state, split_rows
-from brickwork.train.checkpoint import prune_checkpoints, save_run_checkpoint
+from brickwork.train.checkpoint import save_run_checkpoint
 from brickwork.train.config import TrainConfig
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import learning_rate, set_learning_rate
+from brickwork.train.retention import retain
 from brickwork.train.step import TrainStep, evaluate
 
 
@@ -71,6 +72,8 @@ def run_loop(
     if state.step == 0:
         val_loss = evaluate(model, val_batches, task)
         _record(is_main, log, {"step": 0, "val_loss": val_loss})
+        if not math.isfinite(val_loss):
+            _stop_on_validation(val_loss, 0)
         if is_main:
             print(f"step {0:>{len(str(cfg.steps))}}/{cfg.steps}  val loss {val_loss:.4f} before training")
     image = task == "image_classification"
@@ -113,6 +116,9 @@ def run_loop(
         if done % cfg.eval_interval == 0 or done == cfg.steps:
             val_loss = evaluate(model, val_batches, task)
             _record(is_main, log, {"step": done, "val_loss": val_loss})
+            if not math.isfinite(val_loss):
+                bar.close()
+                _stop_on_validation(val_loss, done)
             if is_main:
                 eta = _clock(sum(recent) / len(recent) * (cfg.steps - done))
                 bar.write(
@@ -121,7 +127,7 @@ def run_loop(
                     file=sys.stdout,
                 )
         if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
-            save_run_checkpoint(
+            folder = save_run_checkpoint(
                 run_dir,
                 done,
                 model,
@@ -131,13 +137,21 @@ def run_loop(
                 settings=config_to_dict(cfg),
             )
             if is_main:
-                prune_checkpoints(run_dir, cfg.keep_checkpoints)
+                retain(run_dir, folder, cfg.keep_checkpoints)
                 plot_losses(log.read(), run_dir / "loss.png", title)
         bar.set_postfix_str(f"loss {loss:.3f}, val {val_loss:.3f}, {rate:,.0f} {rate_unit}", refresh=False)
         bar.update(1)
         state.step = done
     bar.close()
     return val_loss
+
+
+def _stop_on_validation(val_loss: float, step: int) -> None:
+    """A non-finite validation loss ends the run before that state can be saved as a checkpoint."""
+    raise NonFiniteLoss(
+        f"the validation loss became {val_loss} at step {step}; no checkpoint was saved from that "
+        "state, and --resume continues from the last one saved before it"
+    )
 
 
 def _clock(seconds: float) -> str:
