@@ -187,8 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError, FileNotFoundError, RunFailure) as err:
         if ns.traceback:
             raise
-        # Under torchrun every rank meets the same error; one line of it is enough.
-        if os.environ.get("RANK", "0") == "0":
+        # Under torchrun every rank meets the same error; one line of it is enough. A run failure
+        # (a lost peer) differs by rank, and rank 0 may be the one that is gone.
+        if os.environ.get("RANK", "0") == "0" or isinstance(err, RunFailure):
             print(f"brickwork {ns.command}: error: {err}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:

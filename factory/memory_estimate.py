@@ -5,12 +5,14 @@ gives up (or the machine swaps). The model is first instantiated on torch's ``me
 records every parameter's and buffer's shape and dtype and allocates nothing; their bytes are then
 compared with the memory free on the device the real build will use. Only an impossible model is
 refused: training needs more than the weights, but that depends on the optimizer and the batch.
+A stack of very many layers is checked from one layer's size before its layers are resolved.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -68,6 +70,26 @@ def check_fits_in_memory(instantiate: Callable[[], nn.Module]) -> None:
             f"the model's weights would take {_size(total)} (the largest, {largest}, "
             f"{_size(largest_bytes)}), more than the {_size(free)} of memory free on {device.type}; "
             "make dim_model, vocab_size or the layer count smaller"
+        )
+
+
+def check_stack_fits(block: Any, dim_model: int, num_layers: int, path: str) -> None:
+    """Refuse ``num_layers`` copies of the resolved ``block`` whose weights alone exceed free memory,
+    before each layer is resolved and instantiated (which, for 10**8 layers, would never finish).
+
+    One block is instantiated on the meta device; its bytes times ``num_layers`` are the estimate.
+    """
+    from brickwork.factory.build import instantiate_block  # build imports resolve, which calls this
+
+    with torch.device("meta"):
+        layer = instantiate_block(block, dim_model)
+    per_layer = weight_bytes(layer)[0]
+    free = available_bytes(torch.get_default_device())
+    if per_layer * num_layers > free:
+        raise ConfigError(
+            f"{num_layers} layers of {_size(per_layer)} of weights each would take "
+            f"{_size(per_layer * num_layers)}, more than the {_size(free)} of memory free; use fewer layers",
+            path,
         )
 
 

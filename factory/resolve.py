@@ -24,6 +24,7 @@ from brickwork.factory.choice import (
 )
 from brickwork.factory.convert import config_fields, config_to_dict, to_config
 from brickwork.factory.initialization import INIT_REGISTRY
+from brickwork.factory.memory_estimate import check_stack_fits
 from brickwork.factory.resolve_block import BlockConfig, BlockContext, position_kind, resolve_block
 from brickwork.factory.schema import (
     MODEL_KINDS,
@@ -35,6 +36,9 @@ from brickwork.factory.schema import (
 )
 
 NO_POSITION = "none"
+# Stacks deeper than this are checked against free memory from one layer before each layer is
+# resolved; shallower ones are checked whole, after the build's meta-device pass.
+LAYERS_CHECKED_FIRST = 256
 KEY_ORDER = (
     "model", "vocab_size", "dim_model", "max_seq_len", "image_size", "patch_size", "channels",
     "num_classes", "class_token", "pool", "position", "dropout", "tie_embeddings", "type_vocab_size",
@@ -196,6 +200,8 @@ def layer_overrides(layers: Mapping[Any, Any], num_layers: int, path: str) -> di
 def resolve_stack(stack: StackSpec, name: str, ctx: BlockContext) -> tuple[StackConfig, dict[str, Any]]:
     """The stack's block configs, and its resolved spec."""
     base = resolve_block(stack.block, join_path(name, "block"), ctx)
+    if stack.num_layers > LAYERS_CHECKED_FIRST:
+        check_stack_fits(base, ctx.dim_model, stack.num_layers, join_path(name, "num_layers"))
     base_spec = base.to_spec()
     overrides = layer_overrides(stack.layers, stack.num_layers, join_path(name, "layers"))
     blocks, diffs = [], {}

@@ -48,6 +48,7 @@ class ParallelConfig:
     parts: tuple[tuple[str, str], ...] = ()
     vocab_multiple: int = 64
     expert_parallel_size: int = 1
+    timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         for key in (
@@ -79,6 +80,10 @@ class ParallelConfig:
         for key in ("num_microbatches", "pipeline_num_layers"):
             if getattr(self, key) is not None:
                 _check_positive_int(key, getattr(self, key))
+        timeout = self.timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e7:
+            # Every collective and the start waits at most this long for a peer that stopped or never came.
+            raise ConfigError(f"must be a number of seconds in (0, 1e7), got {timeout!r}", "timeout_s")
         self._check_pipeline()
         self._check_device_weights()
         self._check_parts()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -56,15 +57,17 @@ def data_mesh(mesh: DeviceMesh) -> DeviceMesh:
 
 def start_process_group(dist_config: Mapping[str, Any] | ParallelConfig) -> None:
     """Start the default process group if it is not up: from the torchrun environment, or, in a plain
-    ``python`` process (no ``RANK`` in the environment), as a world of one."""
+    ``python`` process (no ``RANK`` in the environment), as a world of one. The dist dict's
+    ``timeout_s`` bounds how long the start, and every collective after it, waits for a peer."""
     if dist.is_initialized():
         return
     config = ParallelConfig.from_dict(dist_config)
     backend = "nccl" if mesh_device_type(config) == "cuda" else "gloo"
+    timeout = timedelta(seconds=config.timeout_s)
     if "RANK" in os.environ:
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=timeout)
     else:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
 
 
 def local_device_index() -> int:

@@ -19,7 +19,8 @@ LOCK_FILE = ".lock"
 
 
 class RunLock:
-    """``with RunLock(run_dir, option):`` holds the run folder's lock, creating the folder if needed.
+    """``with RunLock(run_dir, option):`` holds the run folder's lock, creating the folder if needed
+    (and removing it again if the run ends before writing anything into it).
 
     A folder locked by another process raises a ConfigError naming its pid and ``option`` (the
     argument that chose the folder). Processes other than rank 0 take no lock.
@@ -29,12 +30,14 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.option = option
         self._fd: int | None = None
+        self._created = False
 
     def __enter__(self) -> RunLock:
         if os.environ.get("RANK", "0") != "0":
             return self
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise ConfigError(f"{str(self.run_dir)!r} is a file, not a run folder", self.option)
+        self._created = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -56,6 +59,10 @@ class RunLock:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         if self._fd is not None:
+            # A run that failed before writing anything leaves no folder behind it.
+            if self._created and [p.name for p in self.run_dir.iterdir()] == [LOCK_FILE]:
+                (self.run_dir / LOCK_FILE).unlink()
+                self.run_dir.rmdir()
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

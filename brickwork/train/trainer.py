@@ -28,9 +28,11 @@ from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dis
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
+from brickwork.train.peers import peers_watched
 from brickwork.train.resume_check import check_resume
 from brickwork.train.run_config import RunConfig, resolve_run
 from brickwork.train.run_lock import RunLock
+from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.step import TrainStep
 
 TOKENIZER = ByteTokenizer()
@@ -57,9 +59,12 @@ class RunResult:
 def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
     """Start a run from a preset or spec file with dotted overrides."""
     run = resolve_run(spec_arg, overrides)
-    check_world(run.dist)
-    run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
-    with RunLock(run_dir, "train.out_dir"):
+    layout = check_world(run.dist)
+    check_run_sizes(run, layout)
+    timeout = layout.timeout_s
+    with peers_watched(timeout):
+        run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
+    with RunLock(run_dir, "train.out_dir"), peers_watched(timeout, run_dir):
         return _train(run, run_dir, resume=False)
 
 
@@ -85,14 +90,14 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
     run = resolve_run(str(config), overrides)
     relayout = run.dist != (load_spec(config).get("dist") or {})
     try:
-        check_world(run.dist)
+        timeout = check_world(run.dist).timeout_s
     except ConfigError as err:
         raise ConfigError(
             f"{err.reason}; or continue under another layout with dist.* overrides after --resume "
             f"{run_dir}, e.g. dist.data_parallel_size=1",
             err.path,
         ) from None
-    with RunLock(folder):
+    with RunLock(folder), peers_watched(timeout, folder):
         return _train(run, folder, resume=True, relayout=relayout)
 
 
