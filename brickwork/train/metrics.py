@@ -7,12 +7,15 @@ import math
 from pathlib import Path
 from typing import Any
 
+from brickwork.errors import ConfigError
+
 
 class MetricsLog:
     """Appends records to ``RUN/metrics.jsonl``.
 
     Training records carry ``step``, ``loss``, ``lr``, ``tokens_per_s``; evaluation records carry
-    ``step`` and ``val_loss``. The file is standard JSON: a non-finite number is written as null.
+    ``step`` and ``val_loss``. The file is standard JSON: a non-finite number is written as null. A
+    crash can cut the last line off mid-write; reading leaves it out, and a resume drops it.
     """
 
     def __init__(self, path: Path) -> None:
@@ -23,14 +26,46 @@ class MetricsLog:
             handle.write(json.dumps(_finite(record), allow_nan=False) + "\n")
 
     def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+        """Every record. A last line cut off by a crash mid-write is left out (see :meth:`torn_line`);
+        any other line that is not a JSON record raises ConfigError naming the file and line."""
+        return self._parse()[0]
 
-    def truncate_after(self, step: int) -> None:
-        """Drop records past ``step``: a resumed run writes them again, so the curve has no duplicates."""
-        kept = [r for r in self.read() if r["step"] <= step]
+    def torn_line(self) -> str | None:
+        """The last line, if a crash cut it off mid-write (it is not a whole JSON record), else None."""
+        return self._parse()[1]
+
+    def truncate_after(self, step: int) -> str | None:
+        """Drop records past ``step``: a resumed run writes them again, so the curve has no duplicates.
+        A torn last line is dropped too, and returned so that the caller can say so."""
+        records, torn = self._parse()
+        kept = [r for r in records if r["step"] <= step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        return torn
+
+    def _parse(self) -> tuple[list[dict[str, Any]], str | None]:
+        if not self.path.exists():
+            return [], None
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{self.path} cannot be read: {err}", "--resume") from None
+        lines = text.splitlines()
+        records = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                    raise ValueError("not a record with an integer step")
+            except ValueError as err:
+                if number == len(lines):
+                    return records, line
+                raise ConfigError(
+                    f"{self.path} line {number} is not a metrics record ({err}): {line[:80]!r}", "--resume"
+                ) from None
+            records.append(record)
+        return records, None
 
 
 def _finite(record: dict[str, Any]) -> dict[str, Any]:

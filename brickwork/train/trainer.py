@@ -149,7 +149,9 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
         if saved != now:
             say(f"the checkpoint was saved as {saved}; continuing as {now}")
         if is_main:
-            log.truncate_after(state.step)
+            torn = log.truncate_after(state.step)
+            if torn is not None:
+                say(f"{log.path}: dropped its last line, cut off by a crash mid-write: {torn[:60]!r}")
             if relayout:
                 # The run goes on under the new dist dict; a later --resume with no overrides keeps it.
                 dump_spec(run.to_dict(), run_dir / "config.yaml")

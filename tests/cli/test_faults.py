@@ -188,3 +188,31 @@ def test_sizes_no_machine_holds_are_refused_before_the_run_folder(
     assert message in err
     assert time.monotonic() - started < 30
     assert not (tmp_path / "run").exists()
+
+
+def test_resume_drops_a_torn_last_metrics_line_and_says_so(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *QUICK, "train.out_dir=run"]) == 0
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"step": 7, "loss": 2.4')  # the crash came mid-write
+    capsys.readouterr()
+    assert main(["train", "--resume", "run"]) == 0
+    assert f"{Path('run') / 'metrics.jsonl'}: dropped its last line, cut off by a crash mid-write" in (
+        capsys.readouterr().out
+    )
+    assert metrics.read_text() == whole
+
+
+def test_a_damaged_metrics_line_before_the_last_is_refused_naming_the_file(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *QUICK, "train.out_dir=run"]) == 0
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    lines[2] = lines[2][:-5]
+    metrics.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    err = error_line(capsys, ["train", "--resume", "run"])
+    assert f"--resume: {Path('run') / 'metrics.jsonl'} line 3 is not a metrics record" in err
