@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -68,7 +69,7 @@ class DecoderLM(nn.Module):
 
     def embed(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """[B, T] ids -> [B, T, d]; ``offset`` is the position of the first token (KV-cache decode)."""
-        check_token_ids("input_ids", input_ids)
+        check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size)
         if self.max_seq_len is not None and offset + input_ids.shape[1] > self.max_seq_len:
             end = offset + input_ids.shape[1]
             raise ValueError(f"input_ids reach position {end}, beyond max_seq_len={self.max_seq_len}")
@@ -166,6 +167,8 @@ class DecoderLM(nn.Module):
         """
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if not math.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
         cache = self.new_cache()
         logits = self(input_ids, cache=cache)
         out = [input_ids]

@@ -37,7 +37,7 @@ class Encoder(nn.Module):
         if not layers:
             raise ValueError("Encoder needs at least one layer")
         dim = layers[0].attention.dim_model
-        self.vocab_size = vocab_size
+        self.vocab_size, self.type_vocab_size = vocab_size, type_vocab_size
         self.token_embedding = nn.Embedding(vocab_size, dim)
         self.position_embedding = position
         self.token_type_embedding = nn.Embedding(type_vocab_size, dim) if type_vocab_size > 0 else None
@@ -52,14 +52,14 @@ class Encoder(nn.Module):
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """[B, T] ids -> [B, T, d]."""
-        check_token_ids("input_ids", input_ids)
+        check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size)
         h = self.token_embedding(input_ids)
         if self.position_embedding is not None:
             h = self.position_embedding(h)
         if self.token_type_embedding is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
-            check_token_ids("token_type_ids", token_type_ids)
+            check_token_ids("token_type_ids", token_type_ids, vocab_size=self.type_vocab_size)
             h = h + self.token_type_embedding(token_type_ids)
         elif token_type_ids is not None:
             raise ValueError("token_type_ids given, but this encoder has no token-type embedding")

@@ -49,7 +49,7 @@ class EncoderDecoder(nn.Module):
             self.lm_head.weight = self.token_embedding.weight
 
     def _embed(self, name: str, ids: torch.Tensor) -> torch.Tensor:
-        check_token_ids(name, ids)
+        check_token_ids(name, ids, vocab_size=self.vocab_size)
         h = self.token_embedding(ids)
         if self.position_embedding is not None:
             h = self.position_embedding(h)

@@ -76,6 +76,8 @@ class TrainConfig:
             _check(getattr(self, name) >= 1, name, "must be >= 1", getattr(self, name))
         for name in NON_NEGATIVE:
             _check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
+        # torch's generators take 64-bit seeds, and the data draws its validation set from seed + 1000003.
+        _check(self.seed < 2**63, "seed", "must be below 2**63", self.seed)
         _check(
             self.warmup_steps < self.steps, "warmup_steps", f"must be < steps={self.steps}", self.warmup_steps
         )
