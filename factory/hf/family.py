@@ -159,4 +159,31 @@ def complete_state(
     for key, source in links.items():
         if key not in state and source in state:
             state[key] = state[source]
+    if tied:
+        _check_tied(family, variant, state)
     return state
+
+
+def _check_tied(family: Family, variant: Variant, state: Mapping[str, torch.Tensor]) -> None:
+    """With ``tie_word_embeddings`` on, a head weight that differs from the embedding it is tied to is
+    a contradiction: HF's forward would use one, its ``tie_weights`` the other. Refused by name."""
+    for key, source in variant.tied.items():
+        head, embedding = state.get(key), state.get(source)
+        if head is None or embedding is None or head is embedding:
+            continue
+        if head.shape != embedding.shape or not torch.equal(head, embedding):
+            gap = (
+                (head.float() - embedding.float()).abs().max().item()
+                if head.shape == embedding.shape
+                else None
+            )
+            how = (
+                f"by up to {gap:.3g}"
+                if gap is not None
+                else f"in shape ({tuple(head.shape)} vs {tuple(embedding.shape)})"
+            )
+            raise ConfigError(
+                f"the config ties the word embeddings (tie_word_embeddings=True), but {key} differs from "
+                f"{source} {how}; set tie_word_embeddings=False to keep both, or make them one tensor",
+                f"hf_config.tie_word_embeddings ({family.name})",
+            )

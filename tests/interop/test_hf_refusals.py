@@ -1,6 +1,7 @@
 """HF options brickwork cannot express are refused with a ConfigError naming them, never dropped."""
 
 import pytest
+import torch
 from hf_models import CONFIGS, hf_model
 
 from brickwork.errors import ConfigError
@@ -88,3 +89,19 @@ def test_to_hf_refuses_an_mlm_head_activation_hf_cannot_express() -> None:
     spec = {**spec, "head_activation": "relu"}  # the MLP stays gelu: HF has one hidden_act for both
     with pytest.raises(ConfigError, match="head_activation"):
         to_hf(build_model(spec))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_head_that_differs_from_the_embedding_it_is_tied_to_is_refused_by_name(family: str) -> None:
+    """tie_word_embeddings=True, but lm_head was replaced by another tensor: HF's forward uses the head,
+    its tie_weights the embedding. Which one the user meant is unknowable, so both are named."""
+    hf = hf_model(family, tie_word_embeddings=True)
+    embedding = hf.get_input_embeddings().weight
+    assert hf.lm_head.weight is embedding
+    hf.lm_head.weight = torch.nn.Parameter(embedding.detach() + 0.25)
+    embedding_key = "transformer.wte.weight" if family == "gpt2" else "model.embed_tokens.weight"
+    message = rf"tie_word_embeddings=True\), but lm_head\.weight differs from {embedding_key} by up to 0\.25"
+    with pytest.raises(ConfigError, match=message):
+        from_hf(hf)
+    hf.lm_head.weight = embedding  # tied again: accepted
+    from_hf(hf)
