@@ -109,6 +109,7 @@ def split_spec_and_overrides(args: Sequence[str]) -> tuple[str | None, list[str]
 
 
 def run_train(ns: argparse.Namespace) -> int:
+    _interpret_triton_on_cpu(ns.args)
     from brickwork.train.trainer import train_new, train_resume
 
     if ns.resume:
@@ -116,6 +117,19 @@ def run_train(ns: argparse.Namespace) -> int:
     else:
         train_new(*split_spec_and_overrides(ns.args))
     return 0
+
+
+def _interpret_triton_on_cpu(args: Sequence[str]) -> None:
+    """A run on CPU (no GPU here, or train.device=cpu) runs any Triton kernel its spec asks for through
+    Triton's interpreter: compiled Triton needs a GPU. The choice must precede triton's import, which
+    the trainer's own imports cause, so it is made here (docs/kernels.md)."""
+    import torch
+
+    on_cpu = "train.device=cpu" in args or not torch.cuda.is_available()
+    if on_cpu and "triton" not in sys.modules:
+        from brickwork.kernels import use_triton_interpreter
+
+        use_triton_interpreter()
 
 
 def run_export(ns: argparse.Namespace) -> int:

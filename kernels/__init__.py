@@ -2,8 +2,9 @@
 
 Every function is differentiable and takes ``backend``: ``None`` runs the Triton kernel for CUDA
 tensors and the torch twin elsewhere, ``"torch"`` always runs the twin, and ``"triton"`` always runs
-the kernel (on CPU tensors through Triton's interpreter, see ``_runtime``). Importing this package
-never imports triton; the first Triton call does.
+the kernel (on CPU tensors through Triton's interpreter, see ``_runtime`` and
+:func:`use_triton_interpreter`). Importing this package never imports triton and sets nothing; the
+first Triton call imports it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu, check_norm, check_softmax
-from ._runtime import prepare_interpreter, use_triton
+from ._runtime import use_triton, use_triton_interpreter
 from .linear_cross_entropy import check_linear_cross_entropy, linear_cross_entropy
 from .reference import (
     bias_gelu_dropout_ref,
@@ -33,9 +34,8 @@ __all__ = [
     "masked_softmax_ref",
     "rms_norm",
     "rms_norm_ref",
+    "use_triton_interpreter",
 ]
-
-prepare_interpreter()
 
 # Each function checks its inputs once: the twin's path here, the Triton path in its ``*_triton`` entry.
 

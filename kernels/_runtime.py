@@ -3,11 +3,16 @@
 Triton decides between compiling and interpreting when a function is decorated with ``@triton.jit``,
 and its own library functions (``tl.sum``, ``tl.max``, ``tl.randint``, ...) are decorated when
 ``triton`` is first imported. So ``TRITON_INTERPRET=1`` only takes effect if it is set before anything
-imports triton, which ``torch._dynamo`` and ``torch.distributed.pipelining`` do as a side effect.
-:func:`prepare_interpreter` runs when ``brickwork.kernels`` is imported (it never imports triton
-itself): on a machine without a CUDA device, where compiled Triton cannot run anyway, it sets the
-variable if the user has not and triton is not loaded yet, so that ``backend="triton"`` works on CPU
-tensors. On a CUDA machine nothing is set and the kernels compile as usual.
+imports triton, which ``torch._dynamo``, ``torch.nn.attention`` and ``torch.distributed.pipelining`` do
+as a side effect, and the choice then holds for the whole process. Importing ``brickwork.kernels``
+sets nothing. The interpreter is chosen where a CPU Triton backend is chosen:
+
+- per call: a ``backend="triton"`` call on CPU tensors, while triton is not loaded yet, chooses it;
+- by the program, before it imports anything that loads triton: :func:`use_triton_interpreter`
+  (``brickwork train`` does this for a run on CPU, the test suite's conftest where there is no GPU).
+
+Once triton is loaded compiled, a ``backend="triton"`` call on CPU tensors is refused with an error
+that says how to choose the interpreter.
 """
 
 from __future__ import annotations
@@ -26,12 +31,22 @@ BACKENDS = ("triton", "torch")
 TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 
 
-def prepare_interpreter() -> None:
-    """Set ``TRITON_INTERPRET=1`` if no CUDA device exists, the user left it unset and triton is unloaded."""
-    if "triton" in sys.modules or "TRITON_INTERPRET" in os.environ:
-        return
-    if not torch.cuda.is_available():
+def use_triton_interpreter() -> None:
+    """Run this process's Triton kernels through the interpreter, so that ``backend="triton"`` works on
+    CPU tensors. Call it before anything imports triton; once triton is loaded compiled it raises
+    RuntimeError saying how to choose the interpreter instead. A no-op where it is already chosen."""
+    if "triton" not in sys.modules:
         os.environ["TRITON_INTERPRET"] = "1"
+    elif not triton_interpreted():
+        raise RuntimeError(CPU_TRITON_REFUSED)
+
+
+CPU_TRITON_REFUSED = (
+    "backend='triton' on CPU tensors runs Triton's interpreter, but triton was already imported "
+    "compiled in this process (torch.nn.attention, torch._dynamo and torch.distributed.pipelining import "
+    "it). Call brickwork.kernels.use_triton_interpreter() before importing them, or set "
+    "TRITON_INTERPRET=1 before starting Python"
+)
 
 
 def triton_interpreted() -> bool:
@@ -58,6 +73,8 @@ def use_triton(backend: str | None, x: torch.Tensor) -> bool:
     if backend == "triton":
         if not TRITON_INSTALLED:
             raise ImportError("backend='triton' needs the triton package, which is not installed")
+        if x.device.type == "cpu" and "triton" not in sys.modules:
+            use_triton_interpreter()  # this call is the first to choose Triton on CPU: interpret it
         return True
     # While torch.compile traces, None takes the twin: Inductor fuses it with its neighbours (the
     # residual add before a norm, the matmul epilogue before GELU), which an opaque Triton op prevents.

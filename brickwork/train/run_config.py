@@ -19,6 +19,8 @@ from brickwork.factory import apply_overrides, get_preset, list_presets, load_sp
 from brickwork.factory.convert import config_to_dict, to_config
 from brickwork.factory.overrides import parse_override, set_dotted
 from brickwork.train.config import DataConfig, TrainConfig
+from brickwork.train.dropout_override import KEY as DROPOUT_KEY
+from brickwork.train.dropout_override import say_spread, spread_dropout
 
 DEFAULT_PRESET = "gpt-tiny"
 SECTIONS = ("train", "data", "dist")
@@ -87,7 +89,8 @@ def resolve_run(spec_arg: str | None, overrides: list[str]) -> RunConfig:
     """Read SPEC, apply the overrides to the model spec and the sections, and check every part.
 
     The model spec is validated by the factory here; it is fully resolved (defaults filled) only when
-    the model is built.
+    the model is built, or here when a top-level ``dropout=`` override must reach every dropout
+    (brickwork/train/dropout_override.py).
     """
     name, base = load_base(spec_arg)
     sections = {key: copy.deepcopy(base.get(key)) or {} for key in SECTIONS}
@@ -100,6 +103,9 @@ def resolve_run(spec_arg: str | None, overrides: list[str]) -> RunConfig:
         else:
             model_overrides[key] = value
     model_spec = apply_overrides(model_spec, model_overrides)
+    if DROPOUT_KEY in model_overrides:
+        model_spec, places = spread_dropout(model_spec, model_overrides[DROPOUT_KEY])
+        say_spread(model_overrides[DROPOUT_KEY], places)
     dist = sections["dist"]
     if not isinstance(dist, Mapping):
         raise ConfigError(f"must be a mapping of parallel options, got {dist!r}", "dist")

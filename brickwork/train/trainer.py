@@ -34,6 +34,7 @@ from brickwork.train.run_config import RunConfig, resolve_run
 from brickwork.train.run_lock import RunLock
 from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.step import TrainStep
+from brickwork.train.triton_backends import check_triton_backends
 
 TOKENIZER = ByteTokenizer()
 # The task each model kind trains on, with the embedded data made for it (brickwork/data/task_batches.py).
@@ -61,6 +62,7 @@ def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
     run = resolve_run(spec_arg, overrides)
     layout = check_world(run.dist)
     check_run_sizes(run, layout)
+    check_triton_backends(run)
     timeout = layout.timeout_s
     with peers_watched(timeout):
         run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))

@@ -16,6 +16,8 @@ from typing import NamedTuple
 import torch
 import triton
 
+from .._runtime import CPU_TRITON_REFUSED
+
 
 # Triton picks compiled or interpreted when a function is decorated; this probe records which.
 @triton.jit
@@ -121,10 +123,6 @@ def check_launch(*tensors: torch.Tensor | None) -> None:
         raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
     device = present[0].device
     if device.type == "cpu" and not INTERPRETED:
-        raise RuntimeError(
-            "backend='triton' got CPU tensors, but triton was imported without TRITON_INTERPRET=1, so its "
-            "kernels are compiled for a GPU. Set TRITON_INTERPRET=1 before starting Python (or import "
-            "brickwork.kernels before anything that imports triton) to run them on CPU."
-        )
+        raise RuntimeError(CPU_TRITON_REFUSED)
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"the Triton kernels run on CUDA (or CPU through the interpreter), got {device}")
