@@ -93,6 +93,8 @@ def fixed_windows(tokens: torch.Tensor, count: int, seq_len: int) -> tuple[torch
     last_start = tokens.numel() - seq_len - 1
     if last_start < 0:
         raise ValueError(f"need at least seq_len + 1 = {seq_len + 1} tokens, got {tokens.numel()}")
-    starts = torch.linspace(0, last_start, min(count, last_start + 1)).round().long().unique()
+    # float64: float32 cannot tell starts apart past 2**24 tokens, and rounds the last one out of range.
+    count = min(count, last_start + 1)
+    starts = torch.linspace(0, last_start, count, dtype=torch.float64).round().long().unique()
     windows = tokens[starts[:, None] + torch.arange(seq_len + 1)]
     return windows[:, :-1], windows[:, 1:]

@@ -107,3 +107,13 @@ def test_fixed_windows_span_the_held_out_part_evenly():
     assert torch.equal(y, x + 1)
     x, _ = fixed_windows(torch.arange(13), count=8, seq_len=10)
     assert x[:, 0].tolist() == [0, 1, 2]
+
+
+def test_fixed_windows_over_a_validation_split_past_2_to_the_24_tokens() -> None:
+    """float32 cannot hold every start past 2**24; the last window must still end at the last token."""
+    tokens = torch.arange(2**24 + 40) % 251
+    inputs, labels = fixed_windows(tokens, 4, 32)
+    last_start = tokens.numel() - 33
+    assert inputs.shape == (4, 32) and labels.shape == (4, 32)
+    assert torch.equal(inputs[-1], tokens[last_start : last_start + 32])
+    assert torch.equal(labels[-1], tokens[last_start + 1 :])
