@@ -73,7 +73,7 @@ def use_triton(backend: str | None, x: torch.Tensor) -> bool:
     if backend == "triton":
         if not TRITON_INSTALLED:
             raise ImportError("backend='triton' needs the triton package, which is not installed")
-        if x.device.type == "cpu" and "triton" not in sys.modules:
+        if not x.is_cuda and "triton" not in sys.modules:
             use_triton_interpreter()  # this call is the first to choose Triton on CPU: interpret it
         return True
     # While torch.compile traces, None takes the twin: Inductor fuses it with its neighbours (the
