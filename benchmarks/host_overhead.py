@@ -28,7 +28,7 @@ def launches_are_noops() -> Iterator[None]:
     from triton.runtime.interpreter import InterpretedFunction
 
     if not hasattr(InterpretedFunction, "run"):
-        raise RuntimeError("needs Triton's interpreter (TRITON_INTERPRET=1, no CUDA device)")
+        raise RuntimeError("needs Triton's interpreter: call kernels.use_triton_interpreter() first")
     original = InterpretedFunction.run
     InterpretedFunction.run = lambda self, *args, **kwargs: None
     try:
@@ -112,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=300)
     args = parser.parse_args(argv)
+    kernels.use_triton_interpreter()  # before anything imports triton: the kernels run on CPU tensors
     torch.set_num_threads(1)
     print("| kernel | forward (no grad), µs | forward + backward, µs |\n|---|---|---|")
     for row in measure(repeats=args.repeats):
