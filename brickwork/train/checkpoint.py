@@ -154,7 +154,13 @@ def load_run_checkpoint(
             "start a new run from its weights instead",
             "--resume",
         )
-    return meta, _decode(extra["data"]), float(extra["val_loss"])
+    try:
+        data, val_loss = _decode(extra["data"]), float(extra["val_loss"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise CorruptCheckpointError(
+            f"{folder / META_FILE} is damaged: its trainer state cannot be read ({type(err).__name__}: {err})"
+        ) from None
+    return meta, data, val_loss
 
 
 def export_run(source: Path, out: Path) -> Path:

@@ -10,13 +10,12 @@ kernel backend, the initialisation, which the loaded weights replace) may change
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.checkpoint import META_FILE
+from brickwork.parallel.checkpoint import META_FILE, read_meta
 
 # Spec keys (their last dotted part) that never change a parameter or its meaning.
 RUNTIME_KEYS = frozenset({"dropout", "backend"})
@@ -50,10 +49,10 @@ def check_resume(
     """Compare the checkpoint in ``folder`` with this run's resolved model ``spec`` and ``train:``
     ``settings``. Raises a ConfigError listing the model keys that differ; returns one line per
     changed runtime key or setting, to be reported."""
-    meta = json.loads((folder / META_FILE).read_text())
+    meta = read_meta(folder)
     saved_spec = meta.get("spec")
-    if saved_spec is None:
-        raise ConfigError(f"{str(folder)!r} holds no model spec to check this run against", option)
+    if not isinstance(saved_spec, Mapping):
+        raise ConfigError(f"{folder / META_FILE} holds no model spec to check this run against", option)
     changed = differences(saved_spec, spec)
     model_keys = [k for k in changed if not is_runtime_key(k)]
     if model_keys:

@@ -5,6 +5,7 @@ non-finite validation loss is never saved; a full disk removes the partial folde
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -18,8 +19,8 @@ from torch import nn
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import load_checkpoint
-from brickwork.parallel.checkpoint import read_meta, verify_checkpoint
-from brickwork.parallel.manifest import CorruptCheckpointError
+from brickwork.parallel.checkpoint import UNLISTED, read_meta, verify_checkpoint
+from brickwork.parallel.manifest import CorruptCheckpointError, write_manifest
 from brickwork.train.checkpoint import (
     checkpoint_dir,
     complete_checkpoints,
@@ -164,3 +165,17 @@ def test_a_full_disk_removes_the_partial_checkpoint_and_keeps_the_earlier_one(tm
     assert not checkpoint_dir(tmp_path, 2).exists()
     assert _steps(tmp_path) == [1]
     verify_checkpoint(checkpoint_dir(tmp_path, 1))
+
+
+@pytest.mark.parametrize("data", ["%%% not base64 %%%", None, 3])
+def test_a_rewritten_trainer_state_is_named(tmp_path: Path, data: object) -> None:
+    folder = _save(tmp_path, 1, 2.0)
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["extra"]["data"] = {"generator": data}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    write_manifest(folder, skip=UNLISTED)
+    model = _model()
+    with pytest.raises(
+        CorruptCheckpointError, match=r"meta\.json is damaged: its trainer state cannot be read"
+    ):
+        load_run_checkpoint(folder, model, torch.optim.SGD(model.parameters(), lr=0.1))
