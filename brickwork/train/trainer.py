@@ -99,6 +99,7 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
             f"{run_dir}, e.g. dist.data_parallel_size=1",
             err.path,
         ) from None
+    check_triton_backends(run)
     with RunLock(folder), peers_watched(timeout, folder):
         return _train(run, folder, resume=True, relayout=relayout)
 
