@@ -61,7 +61,8 @@ def update_best(run_dir: Path, newest: Path) -> bool:
     if not _exists(best) and is_complete(old) and not old.is_symlink():
         os.replace(old, best)  # a replacement was cut off between its two renames
     current = best_checkpoint(run_dir)
-    if current is not None and (validation_loss(current) or math.inf) <= loss:
+    current_loss = validation_loss(current) if current is not None else None
+    if current_loss is not None and current_loss <= loss:
         return False
     for leftover in (staged, old):
         remove_path(leftover)

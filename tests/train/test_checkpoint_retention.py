@@ -179,3 +179,9 @@ def test_a_rewritten_trainer_state_is_named(tmp_path: Path, data: object) -> Non
         CorruptCheckpointError, match=r"meta\.json is damaged: its trainer state cannot be read"
     ):
         load_run_checkpoint(folder, model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_a_best_loss_of_exactly_zero_is_kept(tmp_path: Path) -> None:
+    for step, loss in enumerate([1.0, 0.0, 0.5], start=1):
+        _save(tmp_path, step, loss)
+    assert read_meta(best_checkpoint(tmp_path))["step"] == 2
