@@ -110,6 +110,39 @@ class StageCost:
         )
 
 
+def microbatch_volumes(
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
+) -> dict[str, float]:
+    """Bytes of each collective's full buffer (all-reduce: the tensor; all-gather: its output;
+    all-to-all: the rows leaving the rank; send: the tensor) per micro-batch on pipeline rank
+    ``rank``, as ``benchmarks/parallel_comm.py`` counts them."""
+    c = layout.config
+    t, cp, ep = c.tensor_parallel_size, c.context_parallel_size, c.expert_parallel_size
+    tokens = rows * seq_len
+    act = layout.activation_bytes
+    recompute = c.activation_checkpointing == "full"
+    boundary = tokens / cp * facts.dim_model * act
+    out = {"tp all-reduce": 0.0, "cp all-gather": 0.0, "ep all-to-all": 0.0, "pp send": 0.0}
+    for i in placement.layers(rank):
+        shape = facts.layers[i]
+        if t > 1:
+            out["tp all-reduce"] += (6 if recompute else 4) * boundary
+        if cp > 1:
+            kv = 2 * shape.num_kv_heads * shape.dim_head / t * tokens * act
+            out["cp all-gather"] += (3 if recompute else 2) * kv
+        if shape.feedforward == "moe" and ep > 1:
+            routed = tokens / cp * shape.top_k * facts.dim_model * act * (ep - 1) / ep
+            out["ep all-to-all"] += (6 if recompute else 4) * routed
+    if t > 1:
+        # The vocab-parallel embedding's output, and the head input's gradient.
+        out["tp all-reduce"] += boundary * (placement.holds_first(rank) + placement.holds_last(rank))
+    if c.pipeline_parallel_size > 1:
+        # Under sequence parallel the boundary activation is sequence-sharded over the TP group.
+        sent = boundary / (t if c.sequence_parallel else 1)
+        out["pp send"] = 2 * c.virtual_pipeline_size * sent
+    return out
+
+
 def stage_cost(
     facts: ModelFacts,
     layout: Layout,
@@ -122,20 +155,11 @@ def stage_cost(
 ) -> StageCost:
     """Seconds per micro-batch of ``rows`` sequences on pipeline rank ``rank``, on ``device``."""
     c = layout.config
-    t, cp, ep, p, v = (
-        c.tensor_parallel_size,
-        c.context_parallel_size,
-        c.expert_parallel_size,
-        c.pipeline_parallel_size,
-        c.virtual_pipeline_size,
-    )
+    t, cp = c.tensor_parallel_size, c.context_parallel_size
     tokens = rows * seq_len  # of the micro-batch; this rank computes its 1/cp of them
-    act = layout.activation_bytes
     recompute = c.activation_checkpointing == "full"
     flops = recompute_flops = traffic = 0.0
-    tp = cp_time = ep_time = 0.0
     rate = device.rate(layout.precision)
-    boundary = tokens / cp * facts.dim_model * act
     for i in placement.layers(rank):
         shape = facts.layers[i]
         f = layer_flops(shape, seq_len).executed * tokens / (t * cp)
@@ -143,26 +167,40 @@ def stage_cost(
         recompute_flops += f if recompute else 0.0
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
         traffic += ELEMENTWISE_TRAFFIC * everything * passes(c.activation_checkpointing)
-        tp += (6 if recompute else 4) * _all_reduce(boundary, t, links.tp)
-        if cp > 1:
-            kv = 2 * shape.num_kv_heads * shape.dim_head / t * tokens * act
-            cp_time += (3 if recompute else 2) * _gather(kv, cp, links.cp)
-        if shape.feedforward == "moe" and ep > 1:
-            routed = tokens / cp * shape.top_k * facts.dim_model * act * (ep - 1) / ep
-            ep_time += (6 if recompute else 4) * routed / links.ep
-    if placement.holds_first(rank):
-        tp += _all_reduce(boundary, t, links.tp)  # vocab-parallel embedding
     if placement.holds_last(rank):
         flops += 3 * head_flops(facts) * tokens / (t * cp)
-        tp += _all_reduce(boundary, t, links.tp)  # the head input's gradient
-    pipeline = 0.0
-    if p > 1:
-        # Under sequence parallel the boundary activation is sequence-sharded over the TP group.
-        sent = boundary / (t if c.sequence_parallel else 1)
-        pipeline = 2 * v * sent / links.pp
+    volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
     elementwise = traffic / device.memory_bandwidth
     recomputed = recompute_flops / rate + (elementwise / 4 if recompute else 0.0)
-    return StageCost(flops / rate + elementwise, recomputed, tp, cp_time, ep_time, pipeline)
+    return StageCost(
+        flops / rate + elementwise,
+        recomputed,
+        _all_reduce(volumes["tp all-reduce"], t, links.tp),
+        _gather(volumes["cp all-gather"], cp, links.cp),
+        volumes["ep all-to-all"] / links.ep,
+        volumes["pp send"] / links.pp,
+    )
+
+
+def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
+    """Bytes of the data-parallel collectives per step (the benchmark's convention): DDP all-reduces
+    the gradients (ZeRO-1 then all-gathers the updated parameters); FSDP all-gathers the parameters
+    for every micro-batch (twice under ZeRO-3) and reduce-scatters the gradients once."""
+    c = layout.config
+    out = {"dp all-reduce": 0.0, "dp all-gather": 0.0, "dp reduce-scatter": 0.0}
+    if c.data_parallel_size == 1:
+        return out
+    grads = local_parameters * layout.master_bytes
+    if c.zero_stage <= 1:
+        out["dp all-reduce"] = grads
+        if c.zero_stage == 1:
+            out["dp all-gather"] = local_parameters * layout.master_bytes
+        return out
+    compute_bytes = 4 if layout.precision == "fp32" else 2
+    gathers = 1 if c.zero_stage == 2 else 2
+    out["dp all-gather"] = gathers * local_parameters * compute_bytes * layout.microbatches
+    out["dp reduce-scatter"] = grads
+    return out
 
 
 def data_parallel_seconds(
@@ -170,23 +208,19 @@ def data_parallel_seconds(
 ) -> tuple[float, float]:
     """(exposed data-parallel seconds per step, exposed ZeRO-2/3 gather seconds per step)."""
     c = layout.config
-    d, zero, p = c.data_parallel_size, c.zero_stage, c.pipeline_parallel_size
-    if d == 1:
-        return 0.0, 0.0
-    grad_bytes = local_parameters * layout.master_bytes
-    compute_bytes = 4 if layout.precision == "fp32" else 2
-    if zero <= 1:
-        reduce = _all_reduce(grad_bytes, d, links.dp)
-        if zero == 1:
-            reduce += _gather(local_parameters * layout.master_bytes, d, links.dp)
+    d, p = c.data_parallel_size, c.pipeline_parallel_size
+    volumes = step_volumes(layout, local_parameters)
+    if c.zero_stage <= 1:
+        reduce = _all_reduce(volumes["dp all-reduce"], d, links.dp) + _gather(
+            volumes["dp all-gather"], d, links.dp
+        )
         # Without a pipeline DDP reduces buckets while the last micro-batch's backward runs (2/3 of it).
         overlap = compute_per_microbatch * 2 / 3 if p == 1 else 0.0
         return max(0.0, reduce - overlap), 0.0
-    reduce = _gather(grad_bytes, d, links.dp)
-    gathers = 1 if zero == 2 else 2
-    gather = gathers * _gather(local_parameters * compute_bytes, d, links.dp)
-    exposed_gather = max(0.0, gather - compute_per_microbatch) * layout.microbatches
-    return reduce, exposed_gather
+    reduce = _gather(volumes["dp reduce-scatter"], d, links.dp)
+    per_microbatch = _gather(volumes["dp all-gather"], d, links.dp) / layout.microbatches
+    # Prefetched: each micro-batch's gathers hide under its compute.
+    return reduce, max(0.0, per_microbatch - compute_per_microbatch) * layout.microbatches
 
 
 def pipeline_step(stage_seconds: list[float], microbatches: int, virtual: int) -> tuple[float, float]:
