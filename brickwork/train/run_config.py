@@ -101,6 +101,8 @@ def resolve_run(spec_arg: str | None, overrides: list[str]) -> RunConfig:
             model_overrides[key] = value
     model_spec = apply_overrides(model_spec, model_overrides)
     dist = sections["dist"]
+    if dist == "auto":  # the planner picks the layout at launch (brickwork/train/auto_dist.py)
+        dist = {"auto": True}
     if not isinstance(dist, Mapping):
         raise ConfigError(f"must be a mapping of parallel options, got {dist!r}", "dist")
     return RunConfig(

@@ -94,7 +94,8 @@ def estimate(
             "micro-batches",
             "global_batch",
         )
-    layout = Layout(config, global_batch // (d * chunks), grad_accum_steps, precision, optimizer)
+    fused_norms = all(device.triton_kernels for device in machines.devices)
+    layout = Layout(config, global_batch // (d * chunks), grad_accum_steps, precision, optimizer, fused_norms)
     return estimate_layout(facts, machines, layout, global_batch, seq_len)
 
 

@@ -43,6 +43,7 @@ class Device:
     inter_node_bandwidth: float = 23 * GIGA
     reserved_bytes: int = 0
     memory_bandwidth: float = 2000 * GIGA
+    triton_kernels: bool = True
     node: int = 0
 
     def __post_init__(self) -> None:
@@ -97,7 +98,8 @@ _USER_REQUIRED = ("memory_gib", "bf16_tflops")
 def device_from(description: str | Mapping[str, Any] | Device, path: str = "device") -> Device:
     """A preset name, a :class:`Device`, or a dict of ``name``, ``preset``, ``memory_gib``,
     ``bf16_tflops``, ``fp32_tflops``, ``achievable_fraction``, ``intra_node_gbps``,
-    ``inter_node_gbps``, ``memory_gbps``, ``reserved_gib`` and ``node``."""
+    ``inter_node_gbps``, ``memory_gbps``, ``reserved_gib``, ``triton_kernels`` (false for a CPU: the
+    norms then run as torch twins, which save more for backward) and ``node``."""
     if isinstance(description, Device):
         return description
     if isinstance(description, str):
@@ -106,7 +108,7 @@ def device_from(description: str | Mapping[str, Any] | Device, path: str = "devi
         return DEVICE_PRESETS[description]
     if not isinstance(description, Mapping):
         raise ConfigError(f"a device is a preset name or a dict, got {description!r}", path)
-    allowed = {"name", "preset", "node", "count", *_USER_KEYS}
+    allowed = {"name", "preset", "node", "count", "triton_kernels", *_USER_KEYS}
     for key in description:
         if key not in allowed:
             raise ConfigError("unknown device key", f"{path}.{key}", choices=allowed, got=key)
@@ -125,6 +127,7 @@ def device_from(description: str | Mapping[str, Any] | Device, path: str = "devi
                 raise ConfigError(f"must be a number, got {value!r}", f"{path}.{key}")
             base[field] = int(value * unit) if field.endswith("_bytes") else float(value * unit)
     base["name"] = str(description.get("name", base["name"]))
+    base["triton_kernels"] = bool(description.get("triton_kernels", base.get("triton_kernels", True)))
     base["node"] = int(description.get("node", 0))
     return Device(**base)
 

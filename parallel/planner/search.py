@@ -64,6 +64,7 @@ def candidate_layouts(
     shape = facts.layers[0]
     precision, optimizer = options["precision"], options["optimizer"]
     fixed_accum = options.get("grad_accum_steps")
+    fused_norms = all(device.triton_kernels for device in cluster.devices)
     for t in divisors(world):
         if shape.num_heads % t or shape.num_kv_heads % t or shape.hidden_dim % t:
             continue
@@ -81,7 +82,7 @@ def candidate_layouts(
                     experts = [e for e in divisors(d) if shape.num_experts % e == 0]
                 for ep in experts:
                     yield from _layouts_for_sizes(
-                        facts, t, cp, p, d, ep, global_batch, precision, optimizer, fixed_accum
+                        facts, t, cp, p, d, ep, global_batch, (precision, optimizer, fused_norms), fixed_accum
                     )
 
 
@@ -93,10 +94,10 @@ def _layouts_for_sizes(
     d: int,
     ep: int,
     global_batch: int,
-    precision: str,
-    optimizer: str,
+    step_options: tuple[str, str, bool],
     fixed_accum: int | None,
 ) -> Iterator[Layout]:
+    precision, optimizer, fused_norms = step_options
     rows = global_batch // d
     zero_stages = (0,) if d == 1 else (0, 1, 2, 3) if p == 1 else (0, 1)
     for b in MICRO_BATCH_SIZES:
@@ -129,7 +130,7 @@ def _layouts_for_sizes(
                         pipeline_schedule=schedule,
                         virtual_pipeline_size=v,
                     )
-                    yield Layout(config, b, 1 if p > 1 else m, precision, optimizer)
+                    yield Layout(config, b, 1 if p > 1 else m, precision, optimizer, fused_norms)
 
 
 def search(

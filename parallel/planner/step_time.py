@@ -4,7 +4,8 @@ and the pipeline bubble.
 - **Compute**: each stage's executed FLOPs per micro-batch (flops.py; split by TP, CP and EP) over its
   device's achievable rate, plus the element-wise work (norms, activations, softmax, dropout, residual
   adds), which is bound by memory bandwidth: each pass reads and writes about the bytes of the
-  layer's whole activation set (activations.py), ``2 × that × passes`` over the device's bandwidth.
+  layer's whole activation set (activations.py), ``2 × that × passes`` over the device's bandwidth
+  (selective recomputation is a fourth pass of it), and a fixed launch cost per layer and micro-batch.
 - **Tensor parallel** (Megatron): per layer and micro-batch, 2 all-reduces of ``b·s·h`` in forward and 2
   in backward (sequence parallel turns each into an all-gather plus a reduce-scatter of the same
   time), 2 more with full recomputation; the vocab-parallel embedding and the head's input gradient
@@ -41,6 +42,9 @@ from brickwork.parallel.planner.model_facts import ModelFacts
 # Bytes element-wise work moves per byte of a layer's activations, per forward-equivalent pass: it
 # reads its inputs and writes its outputs.
 ELEMENTWISE_TRAFFIC = 2.0
+# Per layer and micro-batch, whatever its size: an eager layer's forward and backward launch about a
+# hundred kernels, a few microseconds each; this is what makes many small micro-batches slower.
+LAUNCH_SECONDS = 100 * 5e-6
 # Host <-> device copies under cpu_offload (PCIe 4 x16, what a copy engine reaches).
 OFFLOAD_BANDWIDTH = 25e9
 
@@ -166,14 +170,17 @@ def stage_cost(
         flops += f * passes(c.activation_checkpointing)
         recompute_flops += f if recompute else 0.0
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
-        traffic += ELEMENTWISE_TRAFFIC * everything * passes(c.activation_checkpointing)
+        # Selective recomputation redoes the element-wise work only: a fourth pass of it.
+        elementwise_passes = 3.0 if c.activation_checkpointing == "none" else 4.0
+        traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes
+    launches = LAUNCH_SECONDS * len(placement.layers(rank))
     if placement.holds_last(rank):
         flops += 3 * head_flops(facts) * tokens / (t * cp)
     volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
     elementwise = traffic / device.memory_bandwidth
-    recomputed = recompute_flops / rate + (elementwise / 4 if recompute else 0.0)
+    recomputed = recompute_flops / rate + (elementwise / 4 if c.activation_checkpointing != "none" else 0.0)
     return StageCost(
-        flops / rate + elementwise,
+        flops / rate + elementwise + launches,
         recomputed,
         _all_reduce(volumes["tp all-reduce"], t, links.tp),
         _gather(volumes["cp all-gather"], cp, links.cp),
