@@ -111,23 +111,32 @@ def measure_steps(cases: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[di
     return [measure_step(spec, dist) for spec, dist in cases]
 
 
-def step_under_cap(spec: dict[str, Any], dist: dict[str, Any], rows: int, cap_bytes: int) -> str:
-    """Train one step with address space capped ``cap_bytes`` above what this process maps after its
-    setup; "ok", or "out of memory" when an allocation fails."""
+def step_under_cap(
+    spec: dict[str, Any], dist: dict[str, Any], rows: int, accum: int, device_bytes: int
+) -> str:
+    """Train one step of ``rows`` rows in ``accum`` micro-batches with this process's address space
+    capped so that ``device_bytes`` is what the model, its optimizer and the step may take: "ok", or
+    "out of memory" when an allocation fails."""
     torch.manual_seed(0)
     model = parallelize(build_model(spec), dist)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    step = TrainStep(model, optimizer, "causal_lm")
     ids = torch.randint(0, spec["vocab_size"], (rows, spec["max_seq_len"]), generator=torch.Generator())
-    step({"input_ids": ids[:1], "labels": ids[:1]})  # warm-up: lazy allocations of one row's step
-    mapped = _mapped_bytes()
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + cap_bytes, resource.RLIM_INFINITY))
+    # Warm-up on one row: the lazy allocations of a step, and the optimizer state, exist from here on.
+    TrainStep(model, optimizer, "causal_lm")({"input_ids": ids[:1], "labels": ids[:1]})
+    held = _bytes(model.parameters()) + _bytes(
+        v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)
+    )
+    step = TrainStep(model, optimizer, "causal_lm", grad_accum_steps=accum)
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + device_bytes - held, resource.RLIM_INFINITY))
     try:
         step({"input_ids": ids, "labels": ids})
     except (MemoryError, RuntimeError) as err:
         if "memory" not in str(err).lower() and not isinstance(err, MemoryError):
             raise
         return "out of memory"
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, limits)  # sending the result back needs memory too
     return "ok"
 
 
