@@ -67,11 +67,6 @@ def stage_groups(facts: ModelFacts, placement: StagePlacement, rank: int) -> tup
     return tuple(groups)
 
 
-def stage_weights(facts: ModelFacts, placement: StagePlacement, rank: int) -> list[Weight]:
-    """The weights pipeline rank ``rank`` holds."""
-    return [w for g in stage_groups(facts, placement, rank) for w in _group_weights(facts)[g]]
-
-
 @lru_cache(maxsize=64)
 def _group_weights(facts: ModelFacts) -> dict[int | str, list[Weight]]:
     groups: dict[int | str, list[Weight]] = {i: [] for i in range(facts.num_layers)}
