@@ -111,6 +111,20 @@ def test_the_comm_model_counts_what_the_comm_benchmark_measures(layout: str) -> 
             assert per_step["dp all-reduce"] == 437_248  # every gradient, once
 
 
+def test_expert_parallel_traffic_is_the_benchmarks_under_balanced_routing() -> None:
+    """benchmarks/parallel_comm.py measured 67,584 all-to-all bytes at ep2 (docs/parallel.md) for its
+    step's routing; balanced routing sends half of each rank's 64 routed rows per MoE layer."""
+    from benchmarks.parallel_comm import BATCH, SEQ, spec
+
+    facts = model_facts(spec(moe=True))
+    config = ParallelConfig.from_dict({"data_parallel_size": 2, "expert_parallel_size": 2}, world_size=2)
+    layout = Layout(config, BATCH // 2, precision="fp32")
+    placement = stage_placement(facts, config, [layer_flops(s, SEQ).executed for s in facts.layers])
+    volume = microbatch_volumes(facts, layout, placement, 0, SEQ, BATCH // 2)["ep all-to-all"]
+    assert volume == 65_536
+    assert abs(volume / 67_584 - 1) < 0.05
+
+
 def test_brickwork_plan_prints_the_table_and_writes_the_dist_dict(tmp_path, capsys) -> None:
     out = tmp_path / "dist.yaml"
     code = main(["plan", "gpt2", "--devices", "8xH100-80GB", "--nodes", "2", "--global-batch", "64",
