@@ -70,6 +70,7 @@ LAYOUTS = [
     {"tensor_parallel_size": 2, "sequence_parallel": True},
     {"data_parallel_size": 2},
     {"data_parallel_size": 2, "zero_stage": 1},
+    {"data_parallel_size": 2, "zero_stage": 2},
     {"data_parallel_size": 2, "zero_stage": 3},
 ]
 
