@@ -1,4 +1,4 @@
-"""The ``brickwork`` command: ``train``, ``export``, ``info`` and ``bench``.
+"""The ``brickwork`` command: ``train``, ``plan``, ``export``, ``info`` and ``bench``.
 
 A mistake a user can fix (unknown preset, bad override, missing file, world size not matching the
 dist dict, a run folder with nothing to resume) ends in one line naming the fix, not a traceback;
@@ -63,6 +63,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue a run from its newest complete checkpoint; dist.* overrides continue it under "
         "another layout",
     )
+    plan = commands.add_parser(
+        "plan",
+        parents=[common],
+        help="rank the parallel layouts of a model on a cluster and write the best dist dict",
+        description="Price every valid layout (tensor, pipeline, data, context and expert parallel sizes, "
+        "ZeRO stage, schedule, micro-batch size, recomputation) of a decoder LM on a cluster, without "
+        "building it: memory per device and step time. Prints the layouts that fit, fastest first, and "
+        "writes the best one's dist dict as YAML.",
+    )
+    plan.add_argument("spec", metavar="SPEC", help="a preset name or a .yaml/.json spec (or run config)")
+    plan.add_argument(
+        "--devices",
+        required=True,
+        help="devices per node, e.g. 8xH100-80GB (presets: A100-40GB, A100-80GB, H100-80GB, H200)",
+    )
+    plan.add_argument("--nodes", type=int, default=1, help="nodes of --devices each (default 1)")
+    plan.add_argument(
+        "--global-batch", type=int, help="sequences per step (default: the spec's train.batch_size)"
+    )
+    plan.add_argument("--seq-len", type=int, help="tokens per sequence (default: the spec's train.seq_len)")
+    plan.add_argument("--precision", default="bf16-mixed", help="the train step's (default bf16-mixed)")
+    plan.add_argument("--top", type=int, default=10, help="rows of the table (default 10)")
+    plan.add_argument("--out", default="dist.yaml", help="where the best dist dict goes (default dist.yaml)")
     export = commands.add_parser(
         "export",
         parents=[common],
@@ -132,6 +155,35 @@ def _interpret_triton_on_cpu(args: Sequence[str]) -> None:
         use_triton_interpreter()
 
 
+def run_plan(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from brickwork.parallel.planner import plan
+    from brickwork.parallel.planner.report import plan_table
+    from brickwork.train.config import TrainConfig
+    from brickwork.train.run_config import SECTIONS, load_base
+
+    for option in ("nodes", "global_batch", "seq_len", "top"):
+        value = getattr(ns, option)
+        if value is not None and value < 1:
+            raise ConfigError(f"must be a positive integer, got {value}", f"--{option.replace('_', '-')}")
+    _, base = load_base(ns.spec)
+    train = TrainConfig(**(base.get("train") or {}))
+    spec = {k: v for k, v in base.items() if k not in SECTIONS}
+    cluster = f"{ns.nodes}x{ns.devices}" if ns.nodes > 1 else ns.devices
+    batch, seq_len = ns.global_batch or train.batch_size, ns.seq_len or train.seq_len
+    plans = plan(spec, cluster, global_batch=batch, seq_len=seq_len, precision=ns.precision)
+    print(f"{len(plans)} layouts fit on {cluster} for {batch} x {seq_len} tokens per step:\n")
+    print(plan_table(plans, ns.top))
+    best = plans[0]
+    Path(ns.out).write_text(yaml.safe_dump({"dist": best.dist}, sort_keys=False))
+    accum = f" train.grad_accum_steps={best.grad_accum_steps}" if best.grad_accum_steps > 1 else ""
+    print(f"wrote {ns.out}: the dist dict of {best.name}; train it with train.batch_size={batch}{accum}")
+    return 0
+
+
 def run_export(ns: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -190,7 +242,7 @@ def run_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": run_train, "export": run_export, "info": run_info, "bench": run_bench}
+COMMANDS = {"train": run_train, "plan": run_plan, "export": run_export, "info": run_info, "bench": run_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

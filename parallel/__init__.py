@@ -18,6 +18,7 @@ from brickwork.parallel.parallel_model import ParallelState, parallel_state, par
 from brickwork.parallel.parts import part
 from brickwork.parallel.pipeline_model import PipelinedModel
 from brickwork.parallel.plan_by_name import parallelize_module_by_plan
+from brickwork.parallel.planner import Plan, estimate, plan
 from brickwork.parallel.tensor_parallel import PlanEntry, apply_tensor_parallel, component_plan, name_plan
 from brickwork.parallel.tensor_parallel_layers import (
     ColumnParallelLinear,
@@ -31,6 +32,7 @@ __all__ = [
     "ParallelConfig",
     "ParallelState",
     "PipelinedModel",
+    "Plan",
     "PlanEntry",
     "RankError",
     "RowParallelLinear",
@@ -40,6 +42,7 @@ __all__ = [
     "build_mesh",
     "clip_grad_norm",
     "component_plan",
+    "estimate",
     "export",
     "full_state_dict",
     "is_complete",
@@ -49,6 +52,7 @@ __all__ = [
     "parallelize",
     "parallelize_module_by_plan",
     "part",
+    "plan",
     "save_checkpoint",
     "spawn",
     "split_rows",

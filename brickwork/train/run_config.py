@@ -107,6 +107,8 @@ def resolve_run(spec_arg: str | None, overrides: list[str]) -> RunConfig:
         model_spec, places = spread_dropout(model_spec, model_overrides[DROPOUT_KEY])
         say_spread(model_overrides[DROPOUT_KEY], places)
     dist = sections["dist"]
+    if dist == "auto":  # the planner picks the layout at launch (brickwork/train/auto_dist.py)
+        dist = {"auto": True}
     if not isinstance(dist, Mapping):
         raise ConfigError(f"must be a mapping of parallel options, got {dist!r}", "dist")
     return RunConfig(

@@ -23,6 +23,7 @@ from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import full_state_dict, parallel_state, parallelize
+from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
 from brickwork.train.loop import LoopState, run_loop
@@ -60,6 +61,7 @@ class RunResult:
 def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
     """Start a run from a preset or spec file with dotted overrides."""
     run = resolve_run(spec_arg, overrides)
+    _resolve_auto(run)
     layout = check_world(run.dist)
     check_run_sizes(run, layout)
     check_triton_backends(run)
@@ -90,6 +92,7 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
             )
     latest_checkpoint(folder)
     run = resolve_run(str(config), overrides)
+    _resolve_auto(run)
     relayout = run.dist != (load_spec(config).get("dist") or {})
     try:
         timeout = check_world(run.dist).timeout_s
@@ -102,6 +105,12 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
     check_triton_backends(run)
     with RunLock(folder), peers_watched(timeout, folder):
         return _train(run, folder, resume=True, relayout=relayout)
+
+
+def _resolve_auto(run: RunConfig) -> None:
+    """``dist: auto``: the planner's layout for the launched world, recorded in config.yaml."""
+    if wants_auto(run.dist):
+        run.dist = choose_layout(_task_spec(run, _task(run), quiet=True), run.dist, run.train)
 
 
 def default_out_dir(name: str) -> str:
@@ -209,15 +218,15 @@ def _task(run: RunConfig) -> str:
     return TASK_OF_MODEL[kind]
 
 
-def _task_spec(run: RunConfig, task: str) -> dict:
+def _task_spec(run: RunConfig, task: str, quiet: bool = False) -> dict:
     """The spec with ``vocab_size`` set to the byte-level data's (bytes, plus the mask token or the
-    T5 sentinels), saying so if it changes."""
+    T5 sentinels), saying so if it changes (unless ``quiet``)."""
     spec = dict(run.spec)
     if task not in VOCAB_SIZES:
         return spec
     want, vocab = VOCAB_SIZES[task], spec.get("vocab_size")
     if vocab != want:
-        if vocab is not None and int(os.environ.get("RANK", "0")) == 0:
+        if vocab is not None and not quiet and int(os.environ.get("RANK", "0")) == 0:
             print(f"vocab_size {vocab} -> {want}: the training data is byte-level")
         spec["vocab_size"] = want
     return spec

@@ -116,7 +116,7 @@ class ScaledDotProduct(AttentionMechanism):
     ) -> None:
         """``scale`` defaults to 1/sqrt(D)."""
         super().__init__()
-        self.causal = causal
+        self.causal, self.backend = causal, backend
         self._attend = dense_attention if backend == "sdpa" else math_attention
         self.dropout, self.scale = dropout, scale
 

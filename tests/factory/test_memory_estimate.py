@@ -37,3 +37,13 @@ def test_the_estimate_counts_the_real_models_bytes_with_tied_weights_once() -> N
     expected = sum(t.numel() * t.element_size() for t in unique.values())
     assert weight_bytes(model)[0] == expected
     assert 0 < expected < available_bytes(torch.device("cpu"))
+
+
+def test_a_spec_beyond_host_memory_builds_on_the_meta_device() -> None:
+    # 10**9 × 128 fp32 = 477 GiB of embedding: refused on the host, built on meta (nothing allocated).
+    with torch.device("meta"):
+        model = build_model(tiny(vocab_size=10**9))
+    assert model.token_embedding.weight.is_meta
+    assert model.token_embedding.weight.shape == (10**9, 128)
+    with pytest.raises(ConfigError, match="weights would take"):
+        build_model(tiny(vocab_size=10**9))

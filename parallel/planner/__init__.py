@@ -1,0 +1,135 @@
+"""Automatic layouts: a cost model of memory and step time per layout, and a planner that ranks them.
+
+``plan(spec, cluster, global_batch=, seq_len=)`` lists the layouts that fit, best first;
+``estimate(spec, cluster, dist, global_batch=, seq_len=)`` prices one dist dict. Nothing is built:
+the spec is read on the meta device (model_facts.py). See docs/parallel.md, "Planning a layout".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from brickwork.errors import ConfigError
+from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.planner.devices import DEVICE_PRESETS, Cluster, Device, device_from, parse_cluster
+from brickwork.parallel.planner.estimate import Plan, estimate_layout
+from brickwork.parallel.planner.layout import Layout
+from brickwork.parallel.planner.model_facts import ModelFacts, model_facts
+from brickwork.parallel.planner.search import divisors, search
+
+ClusterSpec = str | Sequence[str | Mapping[str, Any] | Device] | Cluster
+
+
+def _facts(spec: Any) -> ModelFacts:
+    return spec if isinstance(spec, ModelFacts) else model_facts(spec)
+
+
+def _check_sizes(global_batch: int, seq_len: int) -> None:
+    for key, value in (("global_batch", global_batch), ("seq_len", seq_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"must be an integer >= 1, got {value!r}", key)
+
+
+def plan(
+    spec: Any,
+    cluster: ClusterSpec,
+    *,
+    global_batch: int,
+    seq_len: int,
+    precision: str = "bf16-mixed",
+    optimizer: str = "adamw",
+    grad_accum_steps: int | None = None,
+) -> list[Plan]:
+    """Every layout of ``spec`` that fits on ``cluster``, fastest first; runner-ups say why they lost.
+
+    ``spec``: a dict, a .yaml/.json path or a preset name (a decoder LM). ``cluster``:
+    ``"8xH100-80GB"``, ``"48x8xA100-80GB"`` or a list of device descriptions. ``global_batch``
+    sequences of ``seq_len`` tokens make one step; ``precision`` and ``optimizer`` are the train
+    step's; ``grad_accum_steps`` pins the accumulation of layouts without a pipeline. Raises
+    ConfigError saying why when nothing fits or no layout is valid.
+    """
+    _check_sizes(global_batch, seq_len)
+    facts, machines = _facts(spec), parse_cluster(cluster)
+    options = {"precision": precision, "optimizer": optimizer, "grad_accum_steps": grad_accum_steps}
+    Layout(ParallelConfig(), 1, precision=precision, optimizer=optimizer)  # checks both names
+    feasible, infeasible = search(facts, machines, global_batch, seq_len, options)
+    if feasible:
+        return feasible
+    if not infeasible:
+        raise ConfigError(_no_valid_layout(facts, machines.world_size, global_batch, seq_len), "cluster")
+    closest = infeasible[0]
+    raise ConfigError(
+        f"nothing fits on {machines.describe()}: the smallest layout, {closest.name}, needs "
+        f"{_gib(closest.memory_bytes)} per device and the device has {_gib(closest.device_memory_bytes)}; "
+        "use more or larger devices, a smaller global batch or sequence, or a smaller model",
+        "cluster",
+    )
+
+
+def estimate(
+    spec: Any,
+    cluster: ClusterSpec,
+    dist: Mapping[str, Any] | ParallelConfig,
+    *,
+    global_batch: int,
+    seq_len: int,
+    precision: str = "bf16-mixed",
+    optimizer: str = "adamw",
+    grad_accum_steps: int = 1,
+) -> Plan:
+    """The :class:`Plan` of one dist dict: memory per device, whether it fits, and step time.
+
+    Each data-parallel rank takes ``global_batch / data_parallel_size`` rows per step, in
+    ``num_microbatches`` pipeline micro-batches (with a pipeline) or ``grad_accum_steps`` (without).
+    """
+    _check_sizes(global_batch, seq_len)
+    facts, machines = _facts(spec), parse_cluster(cluster)
+    config = ParallelConfig.from_dict(dist, world_size=machines.world_size)
+    d = config.data_parallel_size
+    chunks = config.microbatches * grad_accum_steps
+    if global_batch % (d * chunks):
+        raise ConfigError(
+            f"global_batch={global_batch} does not split into data_parallel_size {d} × {chunks} "
+            "micro-batches",
+            "global_batch",
+        )
+    fused_norms = all(device.triton_kernels for device in machines.devices)
+    layout = Layout(config, global_batch // (d * chunks), grad_accum_steps, precision, optimizer, fused_norms)
+    return estimate_layout(facts, machines, layout, global_batch, seq_len)
+
+
+def _no_valid_layout(facts: ModelFacts, world: int, global_batch: int, seq_len: int) -> str:
+    shape = facts.layers[0]
+    prime = len(divisors(world)) == 2
+    reasons = [
+        f"tensor parallel over {world} does not divide the {shape.num_heads} heads"
+        if shape.num_heads % world
+        else None,
+        f"a {world}-stage pipeline needs {world} layers, the model has {facts.num_layers}"
+        if facts.num_layers < world
+        else None,
+        f"{world} data-parallel ranks do not divide the global batch of {global_batch}"
+        if global_batch % world
+        else None,
+    ]
+    head = f"world size {world} is prime, so every layout puts all {world} devices on one dimension, and"
+    text = "; ".join(r for r in reasons if r) or f"no layout of {world} devices suits this model"
+    return f"no valid layout: {head} {text}" if prime else f"no valid layout on {world} devices: {text}"
+
+
+def _gib(count: int) -> str:
+    return f"{count / 1024**3:.1f} GiB"
+
+
+__all__ = [
+    "DEVICE_PRESETS",
+    "Cluster",
+    "Device",
+    "Plan",
+    "device_from",
+    "estimate",
+    "model_facts",
+    "parse_cluster",
+    "plan",
+]

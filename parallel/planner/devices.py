@@ -1,0 +1,197 @@
+"""Devices and clusters for the planner: what a device can hold and compute, and how its ranks talk.
+
+A device is described by its memory, its peak dense bf16 and fp32 matmul rates, the fraction of peak
+that large training matmuls reach, the memory the runtime takes before any tensor (CUDA context,
+NCCL and cuBLAS workspaces), its memory bandwidth (what element-wise work runs at), and the
+bandwidths that collectives reach inside a node (NVLink) and between nodes (the network, per
+device). Those are bus bandwidths as NCCL's own tests report them for large messages, not link
+peaks. The presets carry the vendor's peak rates; their achievable fraction and bandwidths are the
+planner's assumptions, checked against Table 1 of Narayanan et al. 2021 (docs/parallel.md,
+"Planning a layout").
+
+A cluster string is ``"8xH100-80GB"`` (one node of 8), ``"48x8xA100-80GB"`` (48 nodes of 8) or a
+bare name (one device); a list of device descriptions makes a mixed cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from brickwork.errors import ConfigError
+
+GiB = 1024**3
+MiB = 1024**2
+TERA = 1e12
+GIGA = 1e9
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or a CPU standing in for one). Rates in FLOP/s, bandwidths in bytes/s."""
+
+    name: str
+    memory_bytes: int
+    peak_flops_bf16: float
+    peak_flops_fp32: float
+    achievable_fraction: float = 0.6
+    intra_node_bandwidth: float = 240 * GIGA
+    inter_node_bandwidth: float = 23 * GIGA
+    reserved_bytes: int = 0
+    memory_bandwidth: float = 2000 * GIGA
+    triton_kernels: bool = True
+    node: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ("memory_bytes", "peak_flops_bf16", "peak_flops_fp32"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"must be > 0, got {getattr(self, key)!r}", f"device.{key}")
+        if not 0 < self.achievable_fraction <= 1:
+            raise ConfigError(
+                f"must be in (0, 1], got {self.achievable_fraction!r}", "device.achievable_fraction"
+            )
+        for key in ("intra_node_bandwidth", "inter_node_bandwidth", "memory_bandwidth"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"must be > 0, got {getattr(self, key)!r}", f"device.{key}")
+
+    def rate(self, precision: str) -> float:
+        """FLOP/s this device sustains on training matmuls at ``precision``."""
+        peak = self.peak_flops_fp32 if precision == "fp32" else self.peak_flops_bf16
+        return peak * self.achievable_fraction
+
+
+RUNTIME = 1536 * MiB  # CUDA context, NCCL buffers and cuBLAS workspace on a GPU
+# Memory as nvidia-smi reports it; peaks from the vendor's data sheets (dense, no sparsity).
+DEVICE_PRESETS: dict[str, Device] = {
+    "A100-40GB": Device(
+        "A100-40GB", 40960 * MiB, 312 * TERA, 19.5 * TERA, 0.6, 240 * GIGA, 23 * GIGA, RUNTIME, 1555 * GIGA
+    ),
+    "A100-80GB": Device(
+        "A100-80GB", 81920 * MiB, 312 * TERA, 19.5 * TERA, 0.6, 240 * GIGA, 23 * GIGA, RUNTIME, 2039 * GIGA
+    ),
+    "H100-80GB": Device(
+        "H100-80GB", 81559 * MiB, 989 * TERA, 67 * TERA, 0.55, 360 * GIGA, 45 * GIGA, RUNTIME, 3350 * GIGA
+    ),
+    "H200": Device(
+        "H200", 143771 * MiB, 989 * TERA, 67 * TERA, 0.55, 360 * GIGA, 45 * GIGA, RUNTIME, 4800 * GIGA
+    ),
+}
+
+# A user's device: these keys, in these units, over a preset's values (``preset``) or standalone.
+_USER_KEYS = {
+    "memory_gib": ("memory_bytes", GiB),
+    "bf16_tflops": ("peak_flops_bf16", TERA),
+    "fp32_tflops": ("peak_flops_fp32", TERA),
+    "achievable_fraction": ("achievable_fraction", 1.0),
+    "intra_node_gbps": ("intra_node_bandwidth", GIGA),
+    "inter_node_gbps": ("inter_node_bandwidth", GIGA),
+    "reserved_gib": ("reserved_bytes", GiB),
+    "memory_gbps": ("memory_bandwidth", GIGA),
+}
+_USER_REQUIRED = ("memory_gib", "bf16_tflops")
+
+
+def device_from(description: str | Mapping[str, Any] | Device, path: str = "device") -> Device:
+    """A preset name, a :class:`Device`, or a dict of ``name``, ``preset``, ``memory_gib``,
+    ``bf16_tflops``, ``fp32_tflops``, ``achievable_fraction``, ``intra_node_gbps``,
+    ``inter_node_gbps``, ``memory_gbps``, ``reserved_gib``, ``triton_kernels`` (false for a CPU: the
+    norms then run as torch twins, which save more for backward) and ``node``."""
+    if isinstance(description, Device):
+        return description
+    if isinstance(description, str):
+        if description not in DEVICE_PRESETS:
+            raise ConfigError("unknown device", path, choices=DEVICE_PRESETS, got=description)
+        return DEVICE_PRESETS[description]
+    if not isinstance(description, Mapping):
+        raise ConfigError(f"a device is a preset name or a dict, got {description!r}", path)
+    allowed = {"name", "preset", "node", "count", "triton_kernels", *_USER_KEYS}
+    for key in description:
+        if key not in allowed:
+            raise ConfigError("unknown device key", f"{path}.{key}", choices=allowed, got=key)
+    if "preset" in description:
+        base = dataclasses.asdict(device_from(description["preset"], f"{path}.preset"))
+    else:
+        missing = [k for k in _USER_REQUIRED if k not in description]
+        if missing:
+            raise ConfigError(f"a device without a preset needs {missing}", path)
+        base = {"name": "device"}
+        base["peak_flops_fp32"] = float(description["bf16_tflops"]) * TERA
+    for key, (field, unit) in _USER_KEYS.items():
+        if key in description:
+            value = description[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"must be a number, got {value!r}", f"{path}.{key}")
+            base[field] = int(value * unit) if field.endswith("_bytes") else float(value * unit)
+    base["name"] = str(description.get("name", base["name"]))
+    base["triton_kernels"] = bool(description.get("triton_kernels", base.get("triton_kernels", True)))
+    base["node"] = int(description.get("node", 0))
+    return Device(**base)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The devices in rank order (torchrun numbers ranks node by node)."""
+
+    devices: tuple[Device, ...]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.devices)
+
+    @cached_property
+    def uniform(self) -> bool:
+        return len({dataclasses.replace(d, node=0) for d in self.devices}) == 1
+
+    def same_node(self, ranks: Sequence[int]) -> bool:
+        """Whether every rank of ``ranks`` sits on one node."""
+        return len({self.devices[r].node for r in ranks}) == 1
+
+    def describe(self) -> str:
+        nodes: dict[int, list[str]] = {}
+        for d in self.devices:
+            nodes.setdefault(d.node, []).append(d.name)
+        if self.uniform:
+            per_node = len(next(iter(nodes.values())))
+            name = self.devices[0].name
+            return f"{per_node}x{name}" if len(nodes) == 1 else f"{len(nodes)}x{per_node}x{name}"
+        return ", ".join(f"node {n}: " + "+".join(names) for n, names in sorted(nodes.items()))
+
+
+_CLUSTER = re.compile(r"^(?:(\d+)x)?(?:(\d+)x)?(.+)$")
+
+
+def parse_cluster(cluster: str | Sequence[Any] | Cluster) -> Cluster:
+    """``"8xH100-80GB"``, ``"48x8xA100-80GB"``, ``"A100-80GB"`` or a list of device descriptions
+    (a preset name or a dict; ``count`` repeats one, ``node`` says which node it sits on, default 0)."""
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, str):
+        match = _CLUSTER.match(cluster.strip())
+        first, second, name = match.groups() if match else (None, None, cluster)
+        if second is not None:
+            nodes, per_node = int(first), int(second)
+        else:
+            nodes, per_node = 1, int(first) if first is not None else 1
+        if nodes < 1 or per_node < 1:
+            raise ConfigError(f"needs at least one node and one device per node, got {cluster!r}", "cluster")
+        device = device_from(name, "cluster")
+        return Cluster(
+            tuple(dataclasses.replace(device, node=n) for n in range(nodes) for _ in range(per_node))
+        )
+    if not isinstance(cluster, Sequence) or not cluster:
+        raise ConfigError(
+            f"a cluster is a string such as '8xH100-80GB' or a non-empty list of devices, got {cluster!r}",
+            "cluster",
+        )
+    devices = []
+    for index, item in enumerate(cluster):
+        count = item.get("count", 1) if isinstance(item, Mapping) else 1
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError(f"must be an integer >= 1, got {count!r}", f"cluster.{index}.count")
+        devices += [device_from(item, f"cluster.{index}")] * count
+    devices.sort(key=lambda d: d.node)  # ranks go node by node
+    return Cluster(tuple(devices))

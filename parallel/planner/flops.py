@@ -1,0 +1,63 @@
+"""FLOPs of a training step from the spec's numbers.
+
+Per token, a layer's forward does ``2 × (its matmul parameters)`` (an MoE layer counts the experts a
+token is routed to) plus attention's two activation-by-activation matmuls, ``QKᵀ`` and ``softmax·V``:
+``2 × 2 × s × a × d``. The LM head adds ``2 × h × V``. Backward does twice the forward, and full
+recomputation one more forward of the layers.
+
+Two counts are kept apart: ``executed`` halves causal attention (SDPA skips the masked blocks), as the
+stage balancer does (parallel/balance.py); ``reported`` counts the whole ``s × s`` square, as
+Narayanan et al. 2021 (appendix, eq. 3: ``96·B·s·l·h²·(1 + s/6h + V/16lh)``) do, so that TFLOP/s
+figures compare with theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
+
+
+@dataclass(frozen=True)
+class Flops:
+    """FLOPs per token: forward of the layer(s), and the attention share of it."""
+
+    matmul: float
+    attention_executed: float
+    attention_reported: float
+
+    @property
+    def executed(self) -> float:
+        return self.matmul + self.attention_executed
+
+    @property
+    def reported(self) -> float:
+        return self.matmul + self.attention_reported
+
+
+@lru_cache(maxsize=4096)
+def layer_flops(shape: LayerShape, seq_len: int) -> Flops:
+    """Forward FLOPs per token of one layer at sequence length ``seq_len``."""
+    attention = 4.0 * seq_len * shape.num_heads * shape.dim_head
+    executed = attention * 0.5 if shape.causal and shape.fused_attention else attention
+    return Flops(2.0 * shape.matmul_params, executed, attention)
+
+
+def head_flops(facts: ModelFacts) -> float:
+    """Forward FLOPs per token of the LM head."""
+    return 2.0 * facts.dim_model * facts.vocab_size
+
+
+def passes(recompute: str) -> float:
+    """Forward-pass equivalents per step of the layers: forward, backward (2×), and full recompute."""
+    return 4.0 if recompute == "full" else 3.0
+
+
+def step_flops(facts: ModelFacts, tokens: int, seq_len: int, recompute: str, reported: bool = True) -> float:
+    """All FLOPs of a step over ``tokens`` tokens (the whole global batch, every device together)."""
+    layers = 0.0
+    for shape in facts.layers:
+        f = layer_flops(shape, seq_len)
+        layers += f.reported if reported else f.executed
+    return tokens * (layers * passes(recompute) + head_flops(facts) * 3.0)

@@ -1,0 +1,104 @@
+"""A layout the cost model prices: a dist dict plus what the train step adds (micro-batch size,
+gradient accumulation, precision, optimizer), and which layers each pipeline rank holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from brickwork.errors import ConfigError
+from brickwork.parallel.balance import split_stages
+from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.planner.model_facts import ModelFacts
+
+PRECISIONS = ("fp32", "bf16-mixed", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "sgd")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """``config`` is the dist dict; ``micro_batch_size`` rows go through the model at once on each
+    data-parallel rank, ``grad_accum_steps`` times per step without a pipeline (a pipeline takes
+    ``config.microbatches`` instead). ``precision`` is the train step's (docs/training.md).
+    ``fused_norms``: the norms run as brickwork's Triton kernels (on CUDA), which save less than the
+    torch twins do elsewhere."""
+
+    config: ParallelConfig
+    micro_batch_size: int
+    grad_accum_steps: int = 1
+    precision: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    fused_norms: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError("unknown precision", "precision", choices=PRECISIONS, got=self.precision)
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError("unknown optimizer", "optimizer", choices=OPTIMIZERS, got=self.optimizer)
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches each data-parallel rank runs per step."""
+        return self.config.microbatches * self.grad_accum_steps
+
+    @property
+    def rows_per_step(self) -> int:
+        """The global batch: rows over all data-parallel ranks per step."""
+        return self.micro_batch_size * self.microbatches * self.config.data_parallel_size
+
+    @property
+    def activation_bytes(self) -> int:
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def master_bytes(self) -> int:
+        """Bytes of a parameter, its gradient and each optimizer state element."""
+        return 2 if self.precision == "bf16" else 4
+
+
+@dataclass(frozen=True)
+class StagePlacement:
+    """The layers of every pipeline rank: ``chunks[r]`` lists rank r's (start, end) layer ranges."""
+
+    chunks: tuple[tuple[tuple[int, int], ...], ...]
+    num_layers: int
+
+    def holds_first(self, rank: int) -> bool:
+        return rank == 0
+
+    def holds_last(self, rank: int) -> bool:
+        return any(end == self.num_layers for _, end in self.chunks[rank])
+
+    def layers(self, rank: int) -> list[int]:
+        return [i for start, end in self.chunks[rank] for i in range(start, end)]
+
+
+def stage_placement(
+    facts: ModelFacts, config: ParallelConfig, layer_costs: list[float], weights: list[float] | None = None
+) -> StagePlacement:
+    """The pipeline's layers per rank: ``pipeline_layers`` if given, else balanced by cost (and by
+    ``weights``, the ranks' relative speeds), as ``parallelize`` splits them."""
+    p, v = config.pipeline_parallel_size, config.virtual_pipeline_size
+    stages = p * v
+    if facts.num_layers < stages:
+        raise ConfigError(
+            f"{facts.num_layers} layers cannot fill {stages} pipeline stages (each needs at least one)",
+            "pipeline_parallel_size",
+        )
+    if config.pipeline_layers is not None:
+        counts = config.pipeline_layers
+    else:
+        stage_weights = tuple(weights[s % p] for s in range(stages)) if weights else None
+        counts = _balanced(tuple(layer_costs), stages, stage_weights)
+    bounds, start = [], 0
+    for count in counts:
+        bounds.append((start, start + count))
+        start += count
+    # Interleaved: stage s runs on rank s mod p.
+    chunks = tuple(tuple(bounds[s] for s in range(r, stages, p)) for r in range(p))
+    return StagePlacement(chunks, facts.num_layers)
+
+
+@lru_cache(maxsize=4096)
+def _balanced(costs: tuple[float, ...], stages: int, weights: tuple[float, ...] | None) -> tuple[int, ...]:
+    return split_stages(costs, stages, weights)

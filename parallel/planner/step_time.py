@@ -1,0 +1,246 @@
+"""Time per training step: compute over the achievable rate, communication over the link it crosses,
+and the pipeline bubble.
+
+- **Compute**: each stage's executed FLOPs per micro-batch (flops.py; split by TP, CP and EP) over its
+  device's achievable rate, plus the element-wise work (norms, activations, softmax, dropout, residual
+  adds), which is bound by memory bandwidth: each pass reads and writes about the bytes of the
+  layer's whole activation set (activations.py), ``2 × that × passes`` over the device's bandwidth
+  (selective recomputation is a fourth pass of it), and a fixed launch cost per layer and micro-batch.
+- **Tensor parallel** (Megatron): per layer and micro-batch, 2 all-reduces of ``b·s·h`` in forward and 2
+  in backward (sequence parallel turns each into an all-gather plus a reduce-scatter of the same
+  time), 2 more with full recomputation; the vocab-parallel embedding and the head's input gradient
+  one each. Not overlapped with compute.
+- **Context parallel**: per layer, an all-gather of the keys and values in forward (again when
+  recomputed) and a reduce-scatter of their gradients in backward.
+- **Expert parallel**: per MoE layer, 4 all-to-alls (dispatch and combine, forward and backward) of the
+  routed rows that leave the rank, ``(ep - 1) / ep`` of them under balanced routing.
+- **Pipeline**: each micro-batch sends its boundary activation forward and its gradient back, per
+  stage boundary (v times as often when interleaved), on the critical path.
+- **Data parallel**: the gradients are all-reduced once per step (ZeRO 0 and 1; ZeRO-1 then
+  all-gathers the updated parameters) or reduce-scattered (ZeRO 2 and 3, which also all-gather the
+  parameters for every micro-batch: once under ZeRO-2, for forward and backward under ZeRO-3,
+  prefetched under compute). Without a pipeline DDP overlaps its reduction with the last
+  micro-batch's backward; after a pipeline's flush nothing is left to overlap.
+- **Bubble**: with stage times ``t_s`` per micro-batch and ``m`` micro-batches, GPipe and 1F1B take
+  ``(m - 1)·max(t_s) + Σ t_s`` (``(m + p - 1)·t`` for equal stages, a bubble of ``(p - 1)/m`` of the
+  ideal); interleaved 1F1B with ``v`` chunks shrinks the fill and drain v-fold.
+
+A ring collective over ``n`` ranks moves ``2(n - 1)/n`` of the buffer per rank for an all-reduce and
+``(n - 1)/n`` for an all-gather or reduce-scatter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brickwork.parallel.planner.activations import layer_activation_bytes
+from brickwork.parallel.planner.devices import Device
+from brickwork.parallel.planner.flops import head_flops, layer_flops, passes
+from brickwork.parallel.planner.layout import Layout, StagePlacement
+from brickwork.parallel.planner.model_facts import ModelFacts
+
+# Bytes element-wise work moves per byte of a layer's activations, per forward-equivalent pass: it
+# reads its inputs and writes its outputs.
+ELEMENTWISE_TRAFFIC = 2.0
+# Per layer and micro-batch, whatever its size: an eager layer's forward and backward launch about a
+# hundred kernels, a few microseconds each; this is what makes many small micro-batches slower.
+LAUNCH_SECONDS = 100 * 5e-6
+# Host <-> device copies under cpu_offload (PCIe 4 x16, what a copy engine reaches).
+OFFLOAD_BANDWIDTH = 25e9
+
+
+@dataclass(frozen=True)
+class Links:
+    """Bus bandwidth (bytes/s) of each group a rank belongs to."""
+
+    tp: float
+    cp: float
+    dp: float
+    pp: float
+    ep: float
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds per step by cause; ``step`` is the total, the others say where it goes."""
+
+    compute: float
+    recompute: float
+    bubble: float
+    tensor_parallel: float
+    context_parallel: float
+    expert_parallel: float
+    pipeline: float
+    data_parallel: float
+    offload: float
+    step: float
+
+    @property
+    def communication(self) -> float:
+        return (
+            self.tensor_parallel
+            + self.context_parallel
+            + self.expert_parallel
+            + self.pipeline
+            + self.data_parallel
+            + self.offload
+        )
+
+
+def _all_reduce(nbytes: float, n: int, bandwidth: float) -> float:
+    return 2 * (n - 1) / n * nbytes / bandwidth if n > 1 else 0.0
+
+
+def _gather(nbytes: float, n: int, bandwidth: float) -> float:
+    return (n - 1) / n * nbytes / bandwidth if n > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One pipeline rank's seconds per micro-batch: compute (of which recompute) and critical-path
+    communication."""
+
+    compute: float
+    recompute: float
+    tensor_parallel: float
+    context_parallel: float
+    expert_parallel: float
+    pipeline: float
+
+    @property
+    def total(self) -> float:
+        return (
+            self.compute + self.tensor_parallel + self.context_parallel + self.expert_parallel + self.pipeline
+        )
+
+
+def microbatch_volumes(
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
+) -> dict[str, float]:
+    """Bytes of each collective's full buffer (all-reduce: the tensor; all-gather: its output;
+    all-to-all: the rows leaving the rank; send: the tensor) per micro-batch on pipeline rank
+    ``rank``, as ``benchmarks/parallel_comm.py`` counts them."""
+    c = layout.config
+    t, cp, ep = c.tensor_parallel_size, c.context_parallel_size, c.expert_parallel_size
+    tokens = rows * seq_len
+    act = layout.activation_bytes
+    recompute = c.activation_checkpointing == "full"
+    boundary = tokens / cp * facts.dim_model * act
+    out = {"tp all-reduce": 0.0, "cp all-gather": 0.0, "ep all-to-all": 0.0, "pp send": 0.0}
+    for i in placement.layers(rank):
+        shape = facts.layers[i]
+        if t > 1:
+            out["tp all-reduce"] += (6 if recompute else 4) * boundary
+        if cp > 1:
+            kv = 2 * shape.num_kv_heads * shape.dim_head / t * tokens * act
+            out["cp all-gather"] += (3 if recompute else 2) * kv
+        if shape.feedforward == "moe" and ep > 1:
+            routed = tokens / cp * shape.top_k * facts.dim_model * act * (ep - 1) / ep
+            out["ep all-to-all"] += (6 if recompute else 4) * routed
+    if t > 1:
+        # The vocab-parallel embedding's output, and the head input's gradient.
+        out["tp all-reduce"] += boundary * (placement.holds_first(rank) + placement.holds_last(rank))
+    if c.pipeline_parallel_size > 1:
+        # Under sequence parallel the boundary activation is sequence-sharded over the TP group.
+        sent = boundary / (t if c.sequence_parallel else 1)
+        out["pp send"] = 2 * c.virtual_pipeline_size * sent
+    return out
+
+
+def stage_cost(
+    facts: ModelFacts,
+    layout: Layout,
+    placement: StagePlacement,
+    rank: int,
+    seq_len: int,
+    rows: int,
+    device: Device,
+    links: Links,
+) -> StageCost:
+    """Seconds per micro-batch of ``rows`` sequences on pipeline rank ``rank``, on ``device``."""
+    c = layout.config
+    t, cp = c.tensor_parallel_size, c.context_parallel_size
+    tokens = rows * seq_len  # of the micro-batch; this rank computes its 1/cp of them
+    recompute = c.activation_checkpointing == "full"
+    flops = recompute_flops = traffic = 0.0
+    rate = device.rate(layout.precision)
+    for i in placement.layers(rank):
+        shape = facts.layers[i]
+        f = layer_flops(shape, seq_len).executed * tokens / (t * cp)
+        flops += f * passes(c.activation_checkpointing)
+        recompute_flops += f if recompute else 0.0
+        everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
+        # Selective recomputation redoes the element-wise work only: a fourth pass of it.
+        elementwise_passes = 3.0 if c.activation_checkpointing == "none" else 4.0
+        traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes
+    launches = LAUNCH_SECONDS * len(placement.layers(rank))
+    if placement.holds_last(rank):
+        flops += 3 * head_flops(facts) * tokens / (t * cp)
+    volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
+    elementwise = traffic / device.memory_bandwidth
+    recomputed = recompute_flops / rate + (elementwise / 4 if c.activation_checkpointing != "none" else 0.0)
+    return StageCost(
+        flops / rate + elementwise + launches,
+        recomputed,
+        _all_reduce(volumes["tp all-reduce"], t, links.tp),
+        _gather(volumes["cp all-gather"], cp, links.cp),
+        volumes["ep all-to-all"] / links.ep,
+        volumes["pp send"] / links.pp,
+    )
+
+
+def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
+    """Bytes of the data-parallel collectives per step (the benchmark's convention): DDP all-reduces
+    the gradients (ZeRO-1 then all-gathers the updated parameters); FSDP all-gathers the parameters
+    for every micro-batch (twice under ZeRO-3) and reduce-scatters the gradients once."""
+    c = layout.config
+    out = {"dp all-reduce": 0.0, "dp all-gather": 0.0, "dp reduce-scatter": 0.0}
+    if c.data_parallel_size == 1:
+        return out
+    grads = local_parameters * layout.master_bytes
+    if c.zero_stage <= 1:
+        out["dp all-reduce"] = grads
+        if c.zero_stage == 1:
+            out["dp all-gather"] = local_parameters * layout.master_bytes
+        return out
+    compute_bytes = 4 if layout.precision == "fp32" else 2
+    gathers = 1 if c.zero_stage == 2 else 2
+    out["dp all-gather"] = gathers * local_parameters * compute_bytes * layout.microbatches
+    out["dp reduce-scatter"] = grads
+    return out
+
+
+def data_parallel_seconds(
+    layout: Layout, local_parameters: int, compute_per_microbatch: float, links: Links
+) -> tuple[float, float]:
+    """(exposed data-parallel seconds per step, exposed ZeRO-2/3 gather seconds per step)."""
+    c = layout.config
+    d, p = c.data_parallel_size, c.pipeline_parallel_size
+    volumes = step_volumes(layout, local_parameters)
+    if c.zero_stage <= 1:
+        reduce = _all_reduce(volumes["dp all-reduce"], d, links.dp) + _gather(
+            volumes["dp all-gather"], d, links.dp
+        )
+        # Without a pipeline DDP reduces buckets while the last micro-batch's backward runs (2/3 of it).
+        overlap = compute_per_microbatch * 2 / 3 if p == 1 else 0.0
+        return max(0.0, reduce - overlap), 0.0
+    reduce = _gather(volumes["dp reduce-scatter"], d, links.dp)
+    per_microbatch = _gather(volumes["dp all-gather"], d, links.dp) / layout.microbatches
+    # Prefetched: each micro-batch's gathers hide under its compute.
+    return reduce, max(0.0, per_microbatch - compute_per_microbatch) * layout.microbatches
+
+
+def pipeline_step(stage_seconds: list[float], microbatches: int, virtual: int) -> tuple[float, float]:
+    """(step seconds, of which bubble) of a pipeline whose ranks take ``stage_seconds`` per micro-batch."""
+    slowest = max(stage_seconds)
+    ideal = microbatches * slowest
+    fill = (sum(stage_seconds) - slowest) / virtual
+    return ideal + fill, fill
+
+
+def offload_seconds(layout: Layout, local_parameters: int) -> float:
+    """cpu_offload: parameters to the device and gradients back, once per step, over PCIe."""
+    if not layout.config.cpu_offload:
+        return 0.0
+    d = layout.config.data_parallel_size
+    return 2 * local_parameters / d * layout.master_bytes / OFFLOAD_BANDWIDTH

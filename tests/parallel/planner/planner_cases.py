@@ -1,0 +1,148 @@
+"""Spawned workers for the planner's tests: train one step of a small model under a layout and
+measure what the cost model predicts (state bytes, saved activations), or run it under a memory cap."""
+
+from __future__ import annotations
+
+import copy
+import resource
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from brickwork.factory import build_model, get_preset
+from brickwork.parallel import parallel_state, parallelize
+from brickwork.train import TrainStep
+
+BATCH, SEQ = 4, 32
+
+
+def gpt_spec(layers: int = 2, vocab: int = 128) -> dict[str, Any]:
+    spec = copy.deepcopy(get_preset("gpt-tiny"))
+    spec.update(vocab_size=vocab, dim_model=64, max_seq_len=SEQ)
+    spec["decoder"]["num_layers"] = layers
+    spec["decoder"]["block"]["feedforward"]["hidden_dim"] = 256
+    return spec
+
+
+def llama_spec(layers: int = 2, vocab: int = 131) -> dict[str, Any]:
+    spec = copy.deepcopy(get_preset("llama"))
+    spec.update(vocab_size=vocab, dim_model=64, max_seq_len=SEQ)
+    spec["decoder"]["num_layers"] = layers
+    block = spec["decoder"]["block"]
+    block["attention"].update(num_heads=4, num_kv_heads=2)
+    block["feedforward"]["hidden_dim"] = 176
+    return spec
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(_local(t).numel() * t.element_size() for t in tensors)
+
+
+class SavedActivations:
+    """Bytes of the distinct storages autograd saves for backward (parameters and buffers left out)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.storages: dict[int, int] = {}
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        pointer = _pointer(t)
+        # Read the weights now: FSDP swaps in the gathered ones for the forward of each unit.
+        weights = {_pointer(w) for w in [*self.model.parameters(), *self.model.buffers()]}
+        if pointer is not None and pointer not in weights:
+            self.storages[pointer] = _local(t).untyped_storage().nbytes()
+        return t
+
+    @property
+    def total(self) -> int:
+        return sum(self.storages.values())
+
+
+def _pointer(t: torch.Tensor) -> int | None:
+    try:
+        return _local(t).untyped_storage().data_ptr()
+    except RuntimeError:  # an FSDP parameter between its reshard and its next gather: no storage
+        return None
+
+
+def measure_step(spec: dict[str, Any], dist: dict[str, Any]) -> dict[str, int]:
+    """On each rank: one AdamW step under ``dist``; the state bytes after it, and the activation bytes
+    the forward saved (the whole step's micro-batch, layers and loss)."""
+    torch.manual_seed(0)
+    model = parallelize(build_model(spec), dist)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = TrainStep(model, optimizer, "causal_lm")
+    dp = parallel_state(model).mesh["dp"]
+    ids = torch.randint(0, spec["vocab_size"], (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    rows = BATCH // dp.size()
+    ids = ids[dp.get_local_rank() * rows :][:rows]
+    saved = SavedActivations(model)
+    gradients = []  # the step zeroes them after: read them as the optimizer steps
+    stepped = {}  # ZeRO-1 steps an inner optimizer of its own: read the state of every one that steps
+
+    def read_gradients(opt: torch.optim.Optimizer, *_: Any) -> None:
+        gradients.append(_bytes(p.grad for p in model.parameters() if p.grad is not None))
+        stepped[id(opt)] = opt
+
+    hook = register_optimizer_step_pre_hook(read_gradients)
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+        step({"input_ids": ids, "labels": ids})
+    hook.remove()
+    inner = [o for o in stepped.values() if not hasattr(o, "optim")] or [optimizer]
+    states = [v for o in inner for s in o.state.values() for v in s.values() if torch.is_tensor(v)]
+    return {
+        "parameters": _bytes(model.parameters()),
+        "gradients": max(gradients),
+        "optimizer": _bytes(states),
+        "activations": saved.total,
+        "stage": parallel_state(model).mesh["pp"].get_local_rank(),
+    }
+
+
+def measure_steps(cases: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, int]]:
+    """:func:`measure_step` for each (spec, dist) in turn, in this one process."""
+    return [measure_step(spec, dist) for spec, dist in cases]
+
+
+def step_under_cap(
+    spec: dict[str, Any], dist: dict[str, Any], rows: int, accum: int, device_bytes: int
+) -> str:
+    """Train one step of ``rows`` rows in ``accum`` micro-batches with this process's address space
+    capped so that ``device_bytes`` is what the model, its optimizer and the step may take: "ok", or
+    "out of memory" when an allocation fails."""
+    torch.manual_seed(0)
+    model = parallelize(build_model(spec), dist)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, spec["vocab_size"], (rows, spec["max_seq_len"]), generator=torch.Generator())
+    # Warm-up on one row: the lazy allocations of a step, and the optimizer state, exist from here on.
+    TrainStep(model, optimizer, "causal_lm")({"input_ids": ids[:1], "labels": ids[:1]})
+    held = _bytes(model.parameters()) + _bytes(
+        v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)
+    )
+    step = TrainStep(model, optimizer, "causal_lm", grad_accum_steps=accum)
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + device_bytes - held, resource.RLIM_INFINITY))
+    try:
+        step({"input_ids": ids, "labels": ids})
+    except (MemoryError, RuntimeError) as err:
+        if "memory" not in str(err).lower() and not isinstance(err, MemoryError):
+            raise
+        return "out of memory"
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, limits)  # sending the result back needs memory too
+    return "ok"
+
+
+def _mapped_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")

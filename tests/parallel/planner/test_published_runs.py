@@ -1,0 +1,136 @@
+"""The planner against published runs: the GPT configurations of Table 1 of Narayanan et al. 2021,
+"Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM" (SC'21,
+arXiv 2104.04473), on A100-80GB nodes of 8 (Selene), vocabulary 51,200, sequence length 2048.
+
+The rows below are the paper's Table 1: attention heads, hidden size, layers, tensor and pipeline
+parallel sizes, GPUs, global batch size and the achieved teraFLOP/s per GPU (the paper's FLOP count,
+its appendix eq. 3, which includes activation recomputation). The runs used full activation
+recomputation and attention over materialized scores (Megatron's fused scale-mask-softmax), so the
+specs here use ``scaled_dot_product`` with ``backend: math`` and the paper's layout is priced with
+``activation_checkpointing: full``; micro-batch size and schedule, which the table does not give,
+are the planner's best for that layout.
+
+Checks: the planner's chosen t × p equals the paper's, or its predicted throughput for the paper's
+t × p is within 5% of its own choice; and the predicted TFLOP/s per GPU of the paper's layout is
+within 15% of the achieved figure. ``python tests/parallel/planner/test_published_runs.py`` prints the
+table docs/parallel.md shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from brickwork.parallel.planner import Plan, model_facts, plan
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    billions: float
+    heads: int
+    hidden: int
+    layers: int
+    tp: int
+    pp: int
+    gpus: int
+    global_batch: int
+    tflops: float
+
+
+TABLE_1 = [
+    PublishedRun(1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+    PublishedRun(3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    PublishedRun(7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
+    PublishedRun(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    PublishedRun(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
+    PublishedRun(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    PublishedRun(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    PublishedRun(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    PublishedRun(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    PublishedRun(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+VOCAB, SEQ = 51200, 2048
+# Quick enough for every run of the suite; the whole table is marked slow.
+SAMPLE = [TABLE_1[0], TABLE_1[4]]
+
+
+def gpt_spec(run: PublishedRun) -> dict:
+    return {
+        "model": "decoder_lm",
+        "vocab_size": VOCAB,
+        "dim_model": run.hidden,
+        "max_seq_len": SEQ,
+        "position": {"name": "learned"},
+        "decoder": {
+            "num_layers": run.layers,
+            "block": {
+                "attention": {
+                    "num_heads": run.heads,
+                    "mechanism": {"name": "scaled_dot_product", "backend": "math"},
+                },
+                "feedforward": {"name": "mlp", "hidden_dim": 4 * run.hidden, "activation": "gelu"},
+                "norm": {"name": "layernorm"},
+                "residual": {"name": "pre"},
+            },
+        },
+    }
+
+
+def evaluate(run: PublishedRun) -> tuple[Plan, Plan, Plan]:
+    """(the planner's best, its best with the paper's t × p, that with full recomputation)."""
+    plans = plan(
+        model_facts(gpt_spec(run)), f"{run.gpus // 8}x8xA100-80GB", global_batch=run.global_batch, seq_len=SEQ
+    )
+    paper = [
+        p
+        for p in plans
+        if (p.dist["tensor_parallel_size"], p.dist["pipeline_parallel_size"]) == (run.tp, run.pp)
+    ]
+    assert paper, f"the paper's layout tp{run.tp} pp{run.pp} does not fit by the model"
+    full = [p for p in paper if p.dist.get("activation_checkpointing") == "full"]
+    return plans[0], paper[0], full[0]
+
+
+def check(run: PublishedRun) -> None:
+    best, paper, full = evaluate(run)
+    same = (best.dist["tensor_parallel_size"], best.dist["pipeline_parallel_size"]) == (run.tp, run.pp)
+    assert same or paper.tokens_per_s >= 0.95 * best.tokens_per_s, (best.name, paper.name)
+    assert abs(full.tflops_per_device / run.tflops - 1) <= 0.15, (full.name, full.tflops_per_device)
+
+
+@pytest.mark.parametrize("run", SAMPLE, ids=lambda r: f"{r.billions}B")
+def test_a_sample_of_table_1(run: PublishedRun) -> None:
+    check(run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", [r for r in TABLE_1 if r not in SAMPLE], ids=lambda r: f"{r.billions}B")
+def test_the_rest_of_table_1(run: PublishedRun) -> None:
+    check(run)
+
+
+def test_the_specs_have_the_papers_parameter_counts() -> None:
+    for run in TABLE_1:
+        count = model_facts(gpt_spec(run)).num_parameters / 1e9
+        assert abs(count / run.billions - 1) < 0.03, (run.billions, count)
+
+
+def markdown_table() -> str:
+    lines = [
+        "| model | GPUs | batch | paper t × p | planner's choice | paper's t × p: throughput / choice's | "
+        "paper TFLOP/s / GPU | predicted (paper's t × p, full recompute) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in TABLE_1:
+        best, paper, full = evaluate(run)
+        lines.append(
+            f"| {run.billions}B | {run.gpus} | {run.global_batch} | {run.tp} × {run.pp} | {best.name} | "
+            f"{paper.tokens_per_s / best.tokens_per_s:.3f} | {run.tflops:.0f} | "
+            f"{full.tflops_per_device:.0f} ({full.tflops_per_device / run.tflops - 1:+.1%}) |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
