@@ -214,8 +214,6 @@ def _task_spec(run: RunConfig, task: str) -> dict:
     if task not in VOCAB_SIZES:
         return spec
     want, vocab = VOCAB_SIZES[task], spec.get("vocab_size")
-    if run.train.init_from is not None and isinstance(vocab, int) and vocab >= want:
-        return spec  # saved weights keep their vocabulary: the byte ids are all below it
     if vocab != want:
         if vocab is not None and int(os.environ.get("RANK", "0")) == 0:
             print(f"vocab_size {vocab} -> {want}: the training data is byte-level")
