@@ -32,8 +32,18 @@ def tie_weights(model: nn.Module, alias: str, source: str) -> None:
 
 
 def is_tied(model: nn.Module, alias: str, source: str) -> bool:
-    """Whether ``alias`` and ``source`` are still one Parameter (a layout re-ties them; a user may not)."""
-    return model.get_parameter(alias) is model.get_parameter(source)
+    """Whether ``alias`` and ``source`` are still one tensor (a layout re-ties them, possibly as plain
+    DTensor attributes; a pipeline stage may hold only one of them)."""
+    first = _attribute(model, alias)
+    return first is not None and first is _attribute(model, source)
+
+
+def _attribute(model: nn.Module, name: str) -> object | None:
+    owner, _, attribute = name.rpartition(".")
+    try:
+        return getattr(model.get_submodule(owner), attribute, None)
+    except AttributeError:
+        return None
 
 
 class _TiedHooks:
