@@ -1,6 +1,6 @@
 """HF's own training tools drive a brickwork model unchanged: ``Trainer`` (which passes
-``num_items_in_batch``, for gradient accumulation) logs the same per-step losses and evaluation loss on a model
-converted with ``from_hf`` as on the HF original, and saves it; accelerate trains it with
+``num_items_in_batch``, for gradient accumulation) logs the same per-step losses and evaluation loss
+on a model converted with ``from_hf`` as on the HF original, and saves it; accelerate trains it with
 ``accelerator.backward(out.loss)`` like the HF model."""
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ def dataset(family: str, seed: int) -> list[dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
     rows = []
     for index in range(ROWS):
-        ids = torch.randint(1, VOCAB, (SEQ,), generator=g)
+        ids = torch.randint(1, VOCAB - 1, (SEQ,), generator=g)  # no id 0: HF BERT's padding row is frozen
         mask = torch.ones(SEQ, dtype=torch.long)
         mask[SEQ - index % 4 :] = 0  # rows end in 0..3 padding positions
         if family == "bert":
             scored = (torch.rand(SEQ, generator=g) < 0.3) & mask.bool()
             scored[0] = True
-            inputs = torch.where(scored, 0, ids)
+            inputs = torch.where(scored, VOCAB - 1, ids)  # the last id stands for [MASK]
             labels = torch.where(scored, ids, -100)
             rows.append({"input_ids": inputs, "attention_mask": mask, "labels": labels})
         else:
