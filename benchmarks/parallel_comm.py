@@ -140,7 +140,7 @@ def measure(layout: dict[str, Any]) -> dict[str, Any]:
     dp_mesh = parallel_state(pm).mesh["dp"]
     rows = BATCH // dp_mesh.size()
     ids = ids[dp_mesh.get_local_rank() * rows :][:rows]  # this data-parallel rank's share
-    batch = {"input_ids": ids, "labels": torch.roll(ids, -1, dims=1)}
+    batch = {"input_ids": ids, "labels": ids}  # HF's causal-LM labels: shifted inside
     step(batch)
     with CollectiveBytes() as counter:
         step(batch)

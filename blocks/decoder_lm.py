@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -12,26 +11,17 @@ from torch.distributed.tensor import DTensor
 
 from brickwork.blocks.block import DecoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.output import IGNORE_INDEX, LossOutput, causal_targets, mean_loss
 from brickwork.blocks.reversible import as_layers, run_layers
+from brickwork.blocks.tied import tie_weights
 from brickwork.components.attention import KVCache
 from brickwork.kernels import fused_linear_cross_entropy
 
 
-class LMLoss(NamedTuple):
-    """What ``DecoderLM(input_ids, labels=labels)`` returns instead of logits.
-
-    ``loss_sum``: the token cross-entropy summed over the scored labels, a float32 scalar (float64 for
-    a float64 model); ``count``: how many labels were scored, an int64 scalar. A mean is their ratio;
-    kept apart so a data-parallel or accumulated step can divide by the count of its whole batch.
-    """
-
-    loss_sum: torch.Tensor
-    count: torch.Tensor
-
-
 class DecoderLM(nn.Module):
-    """``model(input_ids [B, T]) -> logits [B, T, vocab]``; ``model(input_ids, labels=labels)`` ->
-    :class:`LMLoss` without the logits.
+    """``model(input_ids [B, T]) -> logits [B, T, vocab]``; ``model(input_ids, labels=input_ids)`` ->
+    :class:`~brickwork.blocks.output.LossOutput` (``.loss``, no logits: the head loss is fused), as HF's
+    causal LMs do.
 
     ``position`` is an additive positional module (sine/learned) or None when positions live inside
     attention (rotary, ALiBi). The logits are ``head(layers(embed(ids)))``, so the pipeline layer can
@@ -61,7 +51,7 @@ class DecoderLM(nn.Module):
         self.final_norm = final_norm if final_norm is not None else nn.Identity()
         self.lm_head = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
-            self.lm_head.weight = self.token_embedding.weight
+            tie_weights(self, "lm_head.weight", "token_embedding.weight")
 
     def tp_plan(self) -> dict[str, str]:
         """Vocab-parallel embedding, and an LM head whose logits stay split on the vocabulary."""
@@ -86,34 +76,55 @@ class DecoderLM(nn.Module):
         """One empty KV cache per layer, for incremental decoding."""
         return [KVCache() for _ in self.layers]
 
+    # What HF's Trainer reads: it passes num_items_in_batch, and counts the labels after the shift.
+    accepts_loss_kwargs = True
+    loss_type = "ForCausalLM"
+
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
         labels: torch.Tensor | None = None,
-        ignore_index: int = -100,
-    ) -> torch.Tensor | LMLoss:
+        *,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        ignore_index: int = IGNORE_INDEX,
+        **loss_kwargs: torch.Tensor,
+    ) -> torch.Tensor | LossOutput:
         """input_ids [B, T] -> logits [B, T, vocab]. With ``cache``, the ids continue the cached ones.
 
         ``attention_mask`` [B, offset + T] (1 = real token, 0 = padding) covers the cached positions
         too; positions stay 0..T-1 (plus the offset) whatever the padding.
 
-        With ``labels`` [B, T] (label t scores position t, so already shifted; ``ignore_index``: not
-        scored) it returns :class:`LMLoss` instead: ``fused_linear_cross_entropy`` reads the final
-        hidden states and the head weight chunk by chunk, so the logits and their gradient never
-        exist. Under autocast the head runs in the autocast dtype, as ``lm_head`` would. Asked of the
-        model itself (HF's ``model(ids, labels=labels)``), the loss runs inside the model's forward,
-        where data parallel's hooks (DDP's reducer, FSDP2's unsharding) see it. The head weight must
-        be whole on this rank: under tensor parallel it is split over the vocabulary (ValueError).
-        """
-        hidden = self.hidden_states(input_ids, attention_mask, cache)
-        if labels is None:
-            return self.lm_head(hidden)
-        return self._head_loss(hidden, labels, ignore_index)
+        With ``labels`` [B, T] (HF's meaning: the input ids, with ``ignore_index`` where nothing is
+        scored; the model shifts them, so position t is scored against label t + 1) it returns a
+        :class:`~brickwork.blocks.output.LossOutput`: ``loss`` the mean over the scored labels (over
+        ``num_items_in_batch`` when given, as HF's Trainer does for exact gradient accumulation),
+        ``loss_sum`` and ``count``, and no logits: ``fused_linear_cross_entropy`` reads the final hidden
+        states and the head weight chunk by chunk, so the logits and their gradient never exist. HF's
+        ``shift_labels=`` [B, T] (the only ``loss_kwargs`` key; not a named parameter, because HF's
+        Trainer takes every parameter named *label* for a column each batch must have) are labels
+        already shifted: what context parallel needs, which splits the sequence after the shift.
 
-    def _head_loss(self, hidden: torch.Tensor, labels: torch.Tensor, ignore_index: int) -> LMLoss:
-        """hidden [B, T, d], labels [B, T] -> the summed loss of the fused head and the scored count."""
+        Under autocast the head runs in the autocast dtype, as ``lm_head`` would. The loss runs inside
+        the model's forward, where data parallel's hooks (DDP's reducer, FSDP2's unsharding) see it.
+        The head weight must be whole on this rank: under tensor parallel it is split over the
+        vocabulary (ValueError).
+        """
+        unknown = sorted(set(loss_kwargs) - {"shift_labels"})
+        if unknown:
+            raise TypeError(f"DecoderLM.forward got unexpected keyword arguments {unknown}")
+        targets = causal_targets(labels, loss_kwargs.get("shift_labels"), ignore_index)
+        hidden = self.hidden_states(input_ids, attention_mask, cache)
+        if targets is None:
+            return self.lm_head(hidden)
+        loss_sum, count = self._head_loss(hidden, targets, ignore_index)
+        return LossOutput(mean_loss(loss_sum, count, num_items_in_batch), None, loss_sum, count)
+
+    def _head_loss(
+        self, hidden: torch.Tensor, targets: torch.Tensor, ignore_index: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden [B, T, d], aligned targets [B, T] -> the summed loss of the fused head and the count."""
         weight = self.head_weight
         if isinstance(weight, DTensor):
             raise ValueError(
@@ -121,13 +132,16 @@ class DecoderLM(nn.Module):
                 f"{weight.placements} DTensor of it (tensor parallel splits it over the vocabulary): "
                 "take the logits and brickwork.train.vocab_parallel_cross_entropy instead"
             )
+        if targets.shape != hidden.shape[:-1]:
+            shape, got = tuple(hidden.shape[:-1]), tuple(targets.shape)
+            raise ValueError(f"labels must have the shape of input_ids {shape}, got {got}")
         device = hidden.device.type
         if torch.is_autocast_enabled(device):  # an explicit cast: autocast does not reach the kernel
             dtype = torch.get_autocast_dtype(device)
             hidden, weight = hidden.to(dtype), weight.to(dtype)
-        labels = labels.to(hidden.device)
-        loss = fused_linear_cross_entropy(hidden, weight, labels, ignore_index=ignore_index, reduction="sum")
-        return LMLoss(loss, (labels != ignore_index).sum())
+        targets = targets.to(hidden.device)
+        loss = fused_linear_cross_entropy(hidden, weight, targets, ignore_index=ignore_index, reduction="sum")
+        return loss, (targets != ignore_index).sum()
 
     def hidden_states(
         self,

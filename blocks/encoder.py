@@ -10,15 +10,23 @@ from torch import nn
 from brickwork.blocks.block import EncoderBlock
 from brickwork.blocks.heads import MaskedLMHead, Pooler
 from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
+from brickwork.blocks.tied import tie_weights
 
 
 class Encoder(nn.Module):
     """``model(input_ids [B, T], attention_mask [B, T] | None, token_type_ids [B, T] | None)``.
 
     Returns hidden states [B, T, d], or MLM logits [B, T, vocab] when built with ``mlm_head``.
-    ``attention_mask`` has 1 for real tokens and 0 for padding.
+    ``attention_mask`` has 1 for real tokens and 0 for padding. With an MLM head, ``labels=`` [B, T]
+    (the original ids at the positions they score, -100 elsewhere) returns a
+    :class:`~brickwork.blocks.output.LossOutput` with the logits, as HF's ``BertForMaskedLM`` does.
     """
+
+    # What HF's Trainer reads: it passes num_items_in_batch and counts the labels as they are.
+    accepts_loss_kwargs = True
+    loss_type = "ForMaskedLM"
 
     def __init__(
         self,
@@ -47,7 +55,7 @@ class Encoder(nn.Module):
         self.final_norm = final_norm if final_norm is not None else nn.Identity()
         self.mlm_head = mlm_head
         if mlm_head is not None and tie_embeddings:
-            mlm_head.decoder.weight = self.token_embedding.weight
+            tie_weights(self, "mlm_head.decoder.weight", "token_embedding.weight")
         self.pooler = Pooler(dim) if pooler else None
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -81,8 +89,17 @@ class Encoder(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        labels: torch.Tensor | None = None,
+        *,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        ignore_index: int = IGNORE_INDEX,
+    ) -> torch.Tensor | LossOutput:
+        if labels is not None and self.mlm_head is None:
+            raise ValueError("labels= scores masked-LM logits, but this encoder has no mlm_head")
         mask = padding_mask("attention_mask", attention_mask, input_ids.shape)
         h = self.embed(input_ids, token_type_ids)
         h = run_layers(self.layers, h, attn_mask=mask)
-        return self.head(h)
+        out = self.head(h)
+        if labels is None:
+            return out
+        return logits_loss(out, labels, num_items_in_batch, ignore_index)

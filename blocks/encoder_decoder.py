@@ -9,15 +9,21 @@ from torch import nn
 
 from brickwork.blocks.block import DecoderBlock, EncoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
+from brickwork.blocks.tied import tie_weights
 
 
 class EncoderDecoder(nn.Module):
     """``model(src_ids [B, S], tgt_ids [B, T], src_mask [B, S] | None) -> logits [B, T, vocab]``.
 
     Decoder blocks must have cross-attention. ``src_mask`` has 1 for real tokens, 0 for padding; it
-    masks both encoder self-attention and decoder cross-attention.
+    masks both encoder self-attention and decoder cross-attention. ``labels=`` [B, T] (the target ids
+    that ``tgt_ids``, shifted right, lead to; -100 = not scored) returns a
+    :class:`~brickwork.blocks.output.LossOutput` with the logits, as HF's seq2seq models do.
     """
+
+    accepts_loss_kwargs = True  # HF's Trainer passes num_items_in_batch
 
     def __init__(
         self,
@@ -46,7 +52,7 @@ class EncoderDecoder(nn.Module):
         self.decoder_final_norm = decoder_final_norm if decoder_final_norm is not None else nn.Identity()
         self.lm_head = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
-            self.lm_head.weight = self.token_embedding.weight
+            tie_weights(self, "lm_head.weight", "token_embedding.weight")
 
     def _embed(self, name: str, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(name, ids, vocab_size=self.vocab_size)
@@ -73,6 +79,16 @@ class EncoderDecoder(nn.Module):
         return self.lm_head(self.decoder_final_norm(h))
 
     def forward(
-        self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self.decode(tgt_ids, self.encode(src_ids, src_mask), src_mask)
+        self,
+        src_ids: torch.Tensor,
+        tgt_ids: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        *,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        ignore_index: int = IGNORE_INDEX,
+    ) -> torch.Tensor | LossOutput:
+        logits = self.decode(tgt_ids, self.encode(src_ids, src_mask), src_mask)
+        if labels is None:
+            return logits
+        return logits_loss(logits, labels, num_items_in_batch, ignore_index)

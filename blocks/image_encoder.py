@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from brickwork.blocks.block import EncoderBlock
+from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 
 
@@ -41,8 +42,13 @@ class ImageEncoder(nn.Module):
 
     Patches (plus a learned class token in front when ``class_token``) get ``position`` added and go
     through the encoder blocks. The classifier reads the class token (``pool="cls"``) or the mean of
-    all tokens (``pool="mean"``). ``forward`` is ``head(layers(embed(images)))``.
+    all tokens (``pool="mean"``). ``forward`` is ``head(layers(embed(images)))``. With a classifier,
+    ``labels=`` [B] (class ids) returns a :class:`~brickwork.blocks.output.LossOutput` with the logits.
     """
+
+    # What HF's Trainer reads: it passes num_items_in_batch and counts the labels as they are.
+    accepts_loss_kwargs = True
+    loss_type = "ForImageClassification"
 
     def __init__(
         self,
@@ -87,7 +93,19 @@ class ImageEncoder(nn.Module):
         pooled = h[:, 0] if self.pool == "cls" else h.mean(dim=1)
         return self.classifier(pooled)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        *,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        ignore_index: int = IGNORE_INDEX,
+    ) -> torch.Tensor | LossOutput:
+        if labels is not None and self.classifier is None:
+            raise ValueError("labels= scores class logits, but this image encoder has no classifier")
         h = self.embed(images)
         h = run_layers(self.layers, h)
-        return self.head(h)
+        out = self.head(h)
+        if labels is None:
+            return out
+        return logits_loss(out, labels, num_items_in_batch, ignore_index)

@@ -27,6 +27,7 @@ examples:
   brickwork train my_model.yaml data.path=my.txt train.out_dir=runs/mine
   brickwork train --resume runs/mine                continue from the newest complete checkpoint
   brickwork train --resume runs/mine dist.data_parallel_size=1     ... in one process
+  brickwork train --init-from saved/ train.steps=100   fine-tune a save_pretrained folder (or an HF one)
   torchrun --nproc_per_node 2 -m brickwork train dist.tensor_parallel_size=2
 """
 
@@ -62,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="continue a run from its newest complete checkpoint; dist.* overrides continue it under "
         "another layout",
+    )
+    train.add_argument(
+        "--init-from",
+        metavar="PATH",
+        help="start from saved weights: a save_pretrained folder, a run folder, an exported .safetensors "
+        "file or an HF model folder; without SPEC the run trains that model's spec",
     )
     plan = commands.add_parser(
         "plan",
@@ -136,9 +143,11 @@ def run_train(ns: argparse.Namespace) -> int:
     from brickwork.train.trainer import train_new, train_resume
 
     if ns.resume:
+        if ns.init_from:
+            raise ConfigError("a resumed run takes its weights from its own checkpoint", "--init-from")
         train_resume(ns.resume, ns.args)
     else:
-        train_new(*split_spec_and_overrides(ns.args))
+        train_new(*split_spec_and_overrides(ns.args), init_from=ns.init_from)
     return 0
 
 

@@ -7,6 +7,7 @@ from brickwork.factory.hf import from_hf, load_hf_checkpoint, to_hf
 from brickwork.factory.initialization import INIT_REGISTRY, InitScheme, register_init
 from brickwork.factory.overrides import apply_overrides
 from brickwork.factory.presets import get_preset, list_presets
+from brickwork.factory.pretrained import from_pretrained, save_pretrained
 from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
 from brickwork.factory.spec_io import dump_spec, format_spec, load_spec, parse_spec
 from brickwork.factory.summary import summary
@@ -24,6 +25,7 @@ __all__ = [
     "dump_spec",
     "format_spec",
     "from_hf",
+    "from_pretrained",
     "from_xformers_config",
     "get_preset",
     "list_presets",
@@ -33,6 +35,7 @@ __all__ = [
     "register_init",
     "resolve_block_spec",
     "resolve_model_spec",
+    "save_pretrained",
     "summary",
     "to_hf",
 ]

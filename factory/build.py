@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -30,6 +31,7 @@ from brickwork.errors import ConfigError, join_path
 from brickwork.factory.convert import construct
 from brickwork.factory.memory_estimate import check_fits_in_memory
 from brickwork.factory.overrides import apply_overrides
+from brickwork.factory.presets import get_preset
 from brickwork.factory.resolve import ModelConfig, resolve_block_spec, resolve_model_spec
 from brickwork.factory.resolve_block import AttentionConfig, BlockConfig, position_kind
 from brickwork.factory.schema import ImageEncoderSpec
@@ -39,8 +41,11 @@ SpecSource = Mapping[str, Any] | str | os.PathLike[str]
 
 
 def read_spec(spec: SpecSource, overrides: Iterable[str] | Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A private copy of ``spec`` (loaded when it is a path) with ``overrides`` applied."""
-    if isinstance(spec, (str, os.PathLike)):
+    """A private copy of ``spec`` (loaded when it is a path, looked up when it is a preset name) with
+    ``overrides`` applied."""
+    if isinstance(spec, str) and not Path(spec).suffix and not Path(spec).exists():
+        spec = get_preset(spec)  # a name without a file suffix: ConfigError lists the presets
+    elif isinstance(spec, (str, os.PathLike)):
         spec = load_spec(spec)
     elif not isinstance(spec, Mapping):
         raise ConfigError(f"a spec must be a mapping or a .yaml/.json path, got {type(spec).__name__}")
@@ -51,6 +56,8 @@ def read_spec(spec: SpecSource, overrides: Iterable[str] | Mapping[str, Any] | N
 
 def build_model(spec: SpecSource, overrides: Iterable[str] | Mapping[str, Any] | None = None) -> nn.Module:
     """Build the model a spec describes; ``overrides`` are dotted ``key=value`` strings (see apply_overrides).
+
+    ``spec`` is a dict, a .yaml/.json path, or a preset name (``build_model("gpt-tiny")``).
 
     Returns a ``DecoderLM``, ``Encoder``, ``EncoderDecoder`` or ``ImageEncoder`` carrying ``.spec``.
     """

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -35,7 +36,17 @@ def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     ``spec`` (JSON) and ``step``. Raises FileNotFoundError for an interrupted or missing checkpoint, and
     the errors of ``load_checkpoint`` for a damaged or unsafe one.
     """
-    folder, out = Path(directory), Path(out)
+    weights, meta = read_checkpoint_weights(directory)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(weights, out, metadata={"spec": json.dumps(meta.get("spec")), "step": str(meta["step"])})
+    return out
+
+
+def read_checkpoint_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(the single-process model weights, the checkpoint's metadata: ``spec``, ``step``, ...) of the
+    complete checkpoint in ``directory``, read in this one process; the errors of :func:`export`."""
+    folder = Path(directory)
     if not is_complete(folder):
         raise FileNotFoundError(f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker)")
     verify_checkpoint(folder)
@@ -50,7 +61,4 @@ def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     }
     with reading(folder), quiet_single_process():
         dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=True)
-    weights = {key[len("model.") :]: tensor.contiguous() for key, tensor in state.items()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_file(weights, out, metadata={"spec": json.dumps(meta.get("spec")), "step": str(meta["step"])})
-    return out
+    return {key[len("model.") :]: tensor.contiguous() for key, tensor in state.items()}, meta

@@ -1,6 +1,6 @@
 """Batch dicts (HF key names) for every built-in task, from the byte corpus or a generated image set.
 
-- ``causal_lm``: windows of bytes; ``labels`` are the inputs shifted by one.
+- ``causal_lm``: windows of bytes; ``labels`` are the inputs themselves (HF's meaning: the model shifts them).
 - ``masked_lm``: BERT's masking: 15% of positions are scored; of those 80% become ``MASK_ID``, 10% a
   random byte, 10% stay. ``labels`` hold the original byte there and -100 elsewhere.
 - ``seq2seq``: T5's span corruption: spans of ``SPAN_LENGTH`` bytes covering ~15% of a window are cut
@@ -41,8 +41,8 @@ def windows(tokens: torch.Tensor, count: int, length: int, generator: torch.Gene
 
 
 def causal_lm_batch(tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator) -> Batch:
-    w = windows(tokens, rows, seq_len + 1, g)
-    return {"input_ids": w[:, :-1], "labels": w[:, 1:]}
+    w = windows(tokens, rows, seq_len, g)
+    return {"input_ids": w, "labels": w.clone()}
 
 
 def masked_lm_batch(tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator) -> Batch:

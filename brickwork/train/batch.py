@@ -20,8 +20,9 @@ from brickwork.parallel import ParallelState
 from brickwork.parallel.context_parallel import sequence_shard
 
 Batch = dict[str, torch.Tensor]
-# The batch keys holding one entry per position of the sequence, which context parallel splits.
-SEQUENCE_KEYS = ("input_ids", "labels", "attention_mask", "token_type_ids")
+# The batch keys holding one entry per position of the sequence, which context parallel splits (a
+# causal LM's labels are shifted into shift_labels first: brickwork/train/tasks.py).
+SEQUENCE_KEYS = ("input_ids", "labels", "shift_labels", "attention_mask", "token_type_ids")
 
 
 def check_batch(batch: object) -> Batch:

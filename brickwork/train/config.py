@@ -35,7 +35,8 @@ class TrainConfig:
     ``batch_size`` rows make one optimizer step: split over the data-parallel ranks, then into
     ``grad_accum_steps`` micro-batches. ``precision`` is the train step's policy (fp32, bf16,
     bf16-mixed, fp16; see brickwork/train/precision.py). ``seq_len`` is the window of bytes for text
-    tasks; image tasks take the model's image size.
+    tasks; image tasks take the model's image size. ``init_from`` is where a new run takes its
+    starting weights (``brickwork train --init-from PATH``: anything ``from_pretrained`` reads).
     """
 
     steps: int = 600
@@ -62,6 +63,7 @@ class TrainConfig:
     sample_temperature: float = 0.8
     device: str = "auto"
     precision: str = "fp32"
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.warmup_steps is None and isinstance(self.steps, int):

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
-IGNORE_INDEX = -100
+from brickwork.blocks.output import IGNORE_INDEX
+
+__all__ = ["IGNORE_INDEX", "logits_of", "vocab_parallel_cross_entropy"]
 
 
 def logits_of(output: Any) -> torch.Tensor:

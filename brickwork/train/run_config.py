@@ -54,10 +54,13 @@ class RunConfig:
         }
 
 
-def load_base(spec_arg: str | None) -> tuple[str, dict[str, Any]]:
-    """(run name, spec dict) for a preset name or a .yaml/.yml/.json path; None means the default preset."""
+def load_base(spec_arg: str | tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any]]:
+    """(run name, spec dict) for a preset name or a .yaml/.yml/.json path; None means the default preset,
+    and a (name, spec) pair is taken as it is (a saved model's, for ``--init-from``)."""
     if spec_arg is None:
         return DEFAULT_PRESET, get_preset(DEFAULT_PRESET)
+    if isinstance(spec_arg, tuple):
+        return spec_arg[0], copy.deepcopy(spec_arg[1])
     path = Path(spec_arg)
     if path.suffix.lower() in SPEC_SUFFIXES or path.exists():
         if not path.is_file():
@@ -85,7 +88,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return parsed
 
 
-def resolve_run(spec_arg: str | None, overrides: list[str]) -> RunConfig:
+def resolve_run(spec_arg: str | tuple[str, dict[str, Any]] | None, overrides: list[str]) -> RunConfig:
     """Read SPEC, apply the overrides to the model spec and the sections, and check every part.
 
     The model spec is validated by the factory here; it is fully resolved (defaults filled) only when

@@ -8,7 +8,8 @@ the global batch however it is split over ranks and micro-batches. Then the opti
 dynamic loss scaling for fp16 (an overflowed step is skipped) and gradient clipping on the norm of
 the full gradient. Under a pipeline the micro-batches become more pipeline microbatches of one
 schedule (Megatron's way): num_microbatches × grad_accum_steps, reduced over dp once, at the end.
-Under context parallel each rank first takes its slice of the sequences, and "dp" above means dp × cp.
+A built-in task first aligns the labels with the positions they score (a causal LM's are shifted),
+before context parallel has each rank take its slice of the sequences; "dp" above means dp × cp.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class TrainStep:
 
     def __call__(self, batch: Batch | None) -> float:
         self.model.train()
-        batch = shard_sequence(share_batch(batch, self.state, self.device), self.state)
+        batch = shard_sequence(aligned(self.task, share_batch(batch, self.state, self.device)), self.state)
         for param in self.params:
             param.grad = None
         self._divisor = self._loss_divisor(batch)
@@ -97,7 +98,7 @@ class TrainStep:
         """What backward divides the summed loss by, to keep fp16 gradients in range: the labels per
         data-parallel rank (and sequence slice), averaged over the ranks (the same on all, so DDP's average
         stays exact); the exact mean's factor is applied to the gradients afterwards."""
-        labels = batch.get("labels")
+        labels = batch.get(self.task.target_key if isinstance(self.task, Task) else "labels")
         size = labels.numel() if labels is not None else next(iter(batch.values())).shape[0]
         if self.state is None or self.state.data_replicas == 1:
             return float(size)
@@ -138,7 +139,6 @@ class TrainStep:
     def _pipeline_backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         model: PipelinedModel = self.model
         task: Task = self.task
-        task.check(batch)
         extras = pipeline_extras(task, batch)
         sums: list[torch.Tensor] = []
         counts: list[torch.Tensor] = []
@@ -151,7 +151,9 @@ class TrainStep:
 
         microbatches = model.state.config.microbatches * self.grad_accum_steps
         with self.precision.autocast():
-            model.run_schedule(batch[task.pipeline_input], batch["labels"], microbatches, loss_fn, extras)
+            model.run_schedule(
+                batch[task.pipeline_input], batch[task.target_key], microbatches, loss_fn, extras
+            )
         if not sums:  # not the last stage: the loss is summed over the pipeline afterwards
             zero = torch.zeros((), dtype=torch.float64, device=self.device)
             return zero, zero
@@ -204,11 +206,10 @@ def evaluate(model: nn.Module, batches: Iterable[Batch | None], task: str | Task
     try:
         with loss_context(state):
             for batch in batches:
-                batch = shard_sequence(share_batch(batch, state, device), state)
+                batch = shard_sequence(aligned(task, share_batch(batch, state, device)), state)
                 if isinstance(model, PipelinedModel):
-                    task.check(batch)
                     output = model(batch[task.pipeline_input], **pipeline_extras(task, batch))
-                    part, count = task.loss(output, batch["labels"])
+                    part, count = task.loss(output, batch[task.target_key])
                 else:
                     part, count = task(model, batch)
                 part, count = _plain(part), torch.as_tensor(_plain(count), device=device)
@@ -220,6 +221,12 @@ def evaluate(model: nn.Module, batches: Iterable[Batch | None], task: str | Task
     if totals[1] <= 0:
         raise ValueError("evaluate was given no position to score (no batch, or every label is -100)")
     return float(totals[0] / totals[1])
+
+
+def aligned(task: Task | TaskFn, batch: Batch) -> Batch:
+    """A built-in task's batch with the labels aligned to the positions they score (before context
+    parallel splits the sequence); a callable task's batch as given."""
+    return task.align(batch) if isinstance(task, Task) else batch
 
 
 def check_pipeline_task(task: Task | TaskFn, moe: list[MixtureOfExperts]) -> None:

@@ -1,9 +1,13 @@
 """Tasks: how a batch goes into the model and what loss comes out, as ``(loss_sum, count)``.
 
-A task is the only place a loss is defined. Each built-in one also says which batch key the first
-pipeline stage takes, so the same task drives a pipeline: the schedule feeds that input through the
-stages and calls :meth:`Task.loss` on the last stage's output. A user's own task is a callable
-``(model, batch) -> (loss_sum, count)``; it cannot be split over pipeline stages.
+A task is the only place a loss is defined. Batches carry HF's labels (a causal LM's are its input
+ids); :meth:`Task.align` first turns them into the targets aligned with the positions they score
+(the causal LM shifts them into ``shift_labels``), once per batch and before context parallel splits
+the sequence, so every layout splits targets that no longer need their neighbour. Each built-in task
+also says which batch key the first pipeline stage takes, so the same task drives a pipeline: the
+schedule feeds that input through the stages and calls :meth:`Task.loss` on the last stage's output.
+A user's own task is a callable ``(model, batch) -> (loss_sum, count)`` that gets the batch as it
+was given; it cannot be split over pipeline stages.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from torch import nn
 
 from brickwork.blocks.decoder_lm import DecoderLM
 from brickwork.blocks.encoder_decoder import EncoderDecoder
+from brickwork.blocks.output import shift_labels
 from brickwork.parallel import parallel_state
 from brickwork.train.losses import IGNORE_INDEX, logits_of, vocab_parallel_cross_entropy
 
@@ -25,16 +30,18 @@ TaskFn = Callable[[nn.Module, Batch], LossAndCount]
 
 
 class Task:
-    """A built-in task: ``task(model, batch) -> (loss_sum, count)``.
+    """A built-in task: ``task(model, task.align(batch)) -> (loss_sum, count)``.
 
     ``inputs`` are the batch keys the model takes (by HF's names), ``pipeline_input`` the one the
-    first pipeline stage takes; ``labels`` is always the target.
+    first pipeline stage takes; ``labels`` is always the target, and ``target_key`` the key of the
+    aligned targets after :meth:`align`.
     """
 
     name = ""
     inputs: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
     pipeline_input = ""
+    target_key = "labels"
 
     def check(self, batch: Batch) -> None:
         """ValueError naming the keys when the batch lacks one the task needs or has one it ignores."""
@@ -46,6 +53,11 @@ class Task:
                 f"(required: {[*self.required, 'labels']}); missing {missing}, not understood {unknown}"
             )
 
+    def align(self, batch: Batch) -> Batch:
+        """``batch`` checked, with its labels as the targets aligned to the positions they score."""
+        self.check(batch)
+        return batch
+
     def forward(self, model: nn.Module, batch: Batch) -> Any:
         """The model's output on ``batch``."""
         return model(**{k: batch[k] for k in self.inputs if k in batch})
@@ -55,16 +67,17 @@ class Task:
         return vocab_parallel_cross_entropy(logits_of(output), labels)
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossAndCount:
-        self.check(batch)
-        return self.loss(self.forward(model, batch), batch["labels"])
+        """The summed loss and count of an aligned batch (what :meth:`align` returned)."""
+        return self.loss(self.forward(model, batch), batch[self.target_key])
 
 
 class CausalLM(Task):
-    """Next-token prediction: ``labels`` [B, T] are already shifted (label t scores position t).
+    """Next-token prediction: ``labels`` [B, T] are the input ids (HF's meaning), -100 = not scored;
+    :meth:`align` shifts them into ``shift_labels`` (position t scored against label t + 1).
 
     A brickwork decoder whose LM head weight is whole on this rank (one process, DDP, ZeRO-1/2/3,
     context and expert parallel: every layout without tensor parallel) skips the logits: it is called
-    as ``model(input_ids, labels=labels)``, whose fused linear + cross-entropy kernel reads the final
+    as ``model(input_ids, shift_labels=...)``, whose fused linear + cross-entropy kernel reads the final
     hidden states and the head weight chunk by chunk, never holding the [B, T, vocab] logits or their
     gradient. Through the model's own call, so DDP's and FSDP2's forward hooks run around it.
     """
@@ -73,14 +86,23 @@ class CausalLM(Task):
     inputs = ("input_ids", "attention_mask")
     required = ("input_ids",)
     pipeline_input = "input_ids"
+    target_key = "shift_labels"
+
+    def align(self, batch: Batch) -> Batch:
+        self.check(batch)
+        aligned = {k: v for k, v in batch.items() if k != "labels"}
+        aligned["shift_labels"] = shift_labels(batch["labels"], IGNORE_INDEX)
+        return aligned
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossAndCount:
         if not fuses_head_loss(model):
             return super().__call__(model, batch)
-        self.check(batch)
         inputs = {k: batch[k] for k in self.inputs if k in batch}
-        loss_sum, count = model(**inputs, labels=batch["labels"], ignore_index=IGNORE_INDEX)
-        return loss_sum, count
+        # num_items_in_batch=1 makes out.loss the summed loss itself (x / 1 is exact): the tensor under
+        # the output's "loss" key, on which FSDP2 hooks the re-gathering of the weights for backward.
+        targets = batch[self.target_key]
+        out = model(**inputs, shift_labels=targets, num_items_in_batch=1, ignore_index=IGNORE_INDEX)
+        return out.loss, out.count
 
 
 def fuses_head_loss(model: nn.Module) -> bool:

@@ -26,6 +26,7 @@ from brickwork.parallel import full_state_dict, parallel_state, parallelize
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
+from brickwork.train.init_weights import load_initial_weights, pretrained_base
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
@@ -58,9 +59,14 @@ class RunResult:
     sample: str
 
 
-def train_new(spec_arg: str | None, overrides: list[str]) -> RunResult:
-    """Start a run from a preset or spec file with dotted overrides."""
-    run = resolve_run(spec_arg, overrides)
+def train_new(spec_arg: str | None, overrides: list[str], init_from: str | None = None) -> RunResult:
+    """Start a run from a preset or spec file with dotted overrides; ``init_from`` (anything
+    ``from_pretrained`` reads) gives the starting weights, and the spec too when SPEC is left out."""
+    base: str | tuple[str, dict] | None = spec_arg
+    if init_from is not None:
+        base = spec_arg or pretrained_base(init_from)
+        overrides = [*overrides, f"train.init_from={init_from}"]
+    run = resolve_run(base, overrides)
     _resolve_auto(run)
     layout = check_world(run.dist)
     check_run_sizes(run, layout)
@@ -123,6 +129,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     task = _task(run)
     torch.manual_seed(cfg.seed)
     model = build_model(_task_spec(run, task))
+    if cfg.init_from is not None and not resume:
+        load_initial_weights(model, cfg.init_from)
     run.spec = model.spec
     _check_fits(run, task)
     run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
@@ -258,11 +266,8 @@ def _data(run: RunConfig, task: str) -> tuple[TaskBatches, list[dict], str]:
     train_tokens, val_tokens = split_tokens(TOKENIZER.encode(data), run.data.val_fraction, cfg.seq_len)
     train = text_batches(task, train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
     if task == "causal_lm":
-        inputs, labels = fixed_windows(val_tokens, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
-        val = [
-            {"input_ids": x, "labels": y}
-            for x, y in zip(inputs.split(cfg.batch_size), labels.split(cfg.batch_size))
-        ]
+        inputs, _ = fixed_windows(val_tokens, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
+        val = [{"input_ids": x, "labels": x} for x in inputs.split(cfg.batch_size)]  # HF's: shifted inside
     else:
         val = text_batches(task, val_tokens, cfg.batch_size, cfg.seq_len, cfg.seed).validation(
             cfg.eval_batches

@@ -81,6 +81,10 @@ def from_hf(hf_model: nn.Module) -> nn.Module:
     if config is None or not isinstance(hf_model, nn.Module):
         raise TypeError(f"from_hf expects a transformers model, got {type(hf_model).__name__}")
     model = build_from_hf(config, type(hf_model).__name__, hf_model.state_dict())
+    if hasattr(hf_model, "loss_type"):
+        # HF's Trainer counts num_items_in_batch by it (after the causal shift only for "ForCausalLM";
+        # a GPT2LMHeadModel's is None), so the copy is trained on the very losses of the original.
+        model.loss_type = hf_model.loss_type
     reference = next(hf_model.parameters())
     return model.to(device=reference.device, dtype=reference.dtype).train(hf_model.training)
 

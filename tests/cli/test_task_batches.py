@@ -61,6 +61,7 @@ def test_generated_images_are_learnable_classes_and_resume_exactly() -> None:
     )
 
 
-def test_causal_lm_labels_are_the_next_byte() -> None:
+def test_causal_lm_labels_are_the_input_ids_as_in_hf() -> None:
     batch = text_batches("causal_lm", TOKENS, 4, 16, seed=0).next_batch()
-    assert torch.equal(batch["input_ids"][:, 1:], batch["labels"][:, :-1])
+    assert batch["input_ids"].shape == (4, 16)
+    assert torch.equal(batch["input_ids"], batch["labels"])  # the model shifts them

@@ -71,10 +71,11 @@ def held_out_loss(spec: dict, weights: Path, data_path: str | None, seq_len: int
     model.eval()
     data, _ = read_corpus(data_path)
     _, val = split_tokens(ByteTokenizer().encode(data), 0.1, seq_len)
-    x, y = fixed_windows(val, windows, seq_len)
+    x, _ = fixed_windows(val, windows, seq_len)
     with torch.no_grad():
         logits = model(x)
-    return F.cross_entropy(logits.double().flatten(0, 1), y.flatten()).item()
+    # HF's causal-LM labels: the validation batches score position t against token t + 1 of the window.
+    return F.cross_entropy(logits[:, :-1].double().flatten(0, 1), x[:, 1:].flatten()).item()
 
 
 def test_default_run_writes_a_complete_run_folder(default_run):

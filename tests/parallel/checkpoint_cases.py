@@ -9,8 +9,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from parallel_cases import SEQ, VOCAB, build, full_logits, lm_batch
+from parallel_cases import SEQ, VOCAB, build, full_logits, lm_batch, next_token_loss
 
 import brickwork.parallel.checkpoint as checkpoint_module
 from brickwork.parallel import load_checkpoint, parallelize, save_checkpoint
@@ -20,10 +19,11 @@ TOTAL_STEPS, SAVE_AT = 4, 2
 
 
 def batches() -> tuple[torch.Tensor, torch.Tensor]:
-    """[TOTAL_STEPS, 4, SEQ] token ids and next-token labels, the same in every process."""
+    """[TOTAL_STEPS, 4, SEQ] token ids and their causal-LM labels (HF's: the ids), the same in every
+    process."""
     g = torch.Generator().manual_seed(99)
     ids = torch.randint(0, VOCAB, (TOTAL_STEPS, 4, SEQ), generator=g)
-    return ids, torch.roll(ids, -1, dims=2)
+    return ids, ids.clone()
 
 
 def make_optimizer(params: Any, name: str) -> torch.optim.Optimizer:
@@ -40,7 +40,7 @@ def uninterrupted(kind: str, opt_name: str) -> list[float]:
     losses = []
     for step in range(TOTAL_STEPS):
         opt.zero_grad()
-        loss = F.cross_entropy(model(ids[step]).flatten(0, 1), labels[step].flatten())
+        loss = next_token_loss(model(ids[step]), labels[step])
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -88,7 +88,7 @@ def resume_in_one_process(
     losses = []
     for step in range(meta["step"], stop_at):
         opt.zero_grad()
-        loss = F.cross_entropy(model(ids[step]).flatten(0, 1), labels[step].flatten())
+        loss = next_token_loss(model(ids[step]), labels[step])
         loss.backward()
         opt.step()
         losses.append(loss.item())

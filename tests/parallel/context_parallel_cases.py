@@ -9,8 +9,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from parallel_cases import SEQ, STEPS, VOCAB, batches, lm_batch, optimizer, tiny_spec
+from parallel_cases import SEQ, STEPS, VOCAB, batches, lm_batch, next_token_loss, optimizer, tiny_spec
 from torch import nn
 from torch.distributed.tensor import DTensor
 
@@ -50,13 +49,13 @@ def reference(kind: str) -> dict[str, Any]:
     losses = []
     for step in range(STEPS):
         opt.zero_grad()
-        loss = F.cross_entropy(model(ids[step]).flatten(0, 1), labels[step].flatten())
+        loss = next_token_loss(model(ids[step]), labels[step])
         loss.backward()
         opt.step()
         losses.append(loss.item())
     model.eval()
     with torch.no_grad():
-        final = F.cross_entropy(model(ids[0]).flatten(0, 1), labels[0].flatten()).item()
+        final = next_token_loss(model(ids[0]), labels[0]).item()
     return {"logits": logits, "losses": losses, "eval": final, "state": model.state_dict()}
 
 

@@ -80,7 +80,7 @@ def global_batches() -> list[dict[str, torch.Tensor]]:
     out = []
     for _ in range(STEPS):
         ids = torch.randint(0, VOCAB, (ROWS, SEQ), generator=g)
-        out.append({"input_ids": ids, "labels": torch.roll(ids, -1, dims=1)})
+        out.append({"input_ids": ids, "labels": ids.clone()})  # HF's causal-LM labels: shifted inside
     return out
 
 
@@ -96,11 +96,11 @@ def reference(top_k: int, starve: str | None, parts: int, grad_clip: float | Non
     losses = []
     for batch in global_batches():
         opt.zero_grad()
-        count = batch["labels"].numel()
+        count = batch["labels"][:, 1:].numel()  # position t scores label t + 1: the last scores nothing
         total, ce_sum = torch.zeros(()), torch.zeros(())
         for i in range(parts):
-            ids, labels = batch["input_ids"].chunk(parts)[i], batch["labels"].chunk(parts)[i]
-            ce = F.cross_entropy(model(ids).flatten(0, 1), labels.flatten(), reduction="sum")
+            ids, labels = batch["input_ids"].chunk(parts)[i], batch["labels"].chunk(parts)[i][:, 1:]
+            ce = F.cross_entropy(model(ids)[:, :-1].flatten(0, 1), labels.flatten(), reduction="sum")
             ce_sum = ce_sum + ce.detach()
             total = total + ce + moe_aux(model) * labels.numel()
         (total / count).backward()
@@ -110,7 +110,8 @@ def reference(top_k: int, starve: str | None, parts: int, grad_clip: float | Non
         losses.append(float(ce_sum / count))
     with torch.no_grad():
         first = global_batches()[0]
-        held_out = F.cross_entropy(model(first["input_ids"]).flatten(0, 1), first["labels"].flatten())
+        logits = model(first["input_ids"])[:, :-1]
+        held_out = F.cross_entropy(logits.flatten(0, 1), first["labels"][:, 1:].flatten())
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return {"losses": losses, "state": state, "eval": float(held_out)}
 

@@ -52,7 +52,8 @@ def neox_reference() -> tuple[list[float], dict[str, torch.Tensor]]:
     ids, labels = data()
     losses = []
     for _ in range(STEPS):
-        loss = torch.nn.functional.cross_entropy(model(ids).logits.flatten(0, 1), labels.flatten())
+        logits = model(ids).logits[:, :-1]  # HF's causal-LM labels: position t scores label t + 1
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels[:, 1:].flatten())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -45,9 +45,10 @@ def build(family: str, head: bool = True, seed: int = 0) -> nn.Module:
 
 
 def data() -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and their causal-LM labels (HF's: the ids; the loss shifts them)."""
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
-    return ids, torch.roll(ids, -1, dims=1)
+    return ids, ids.clone()
 
 
 def _full(x: torch.Tensor) -> torch.Tensor:
@@ -62,7 +63,7 @@ def train(model: nn.Module) -> tuple[list[float], torch.Tensor, dict[str, torch.
     losses, first = [], None
     for _ in range(STEPS):
         logits = _full(model(ids).logits)
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -29,9 +29,10 @@ def build(seed: int = 0) -> nn.Module:
 
 
 def batches() -> tuple[torch.Tensor, torch.Tensor]:
-    """[2, BATCH, SEQ] ids and next-token labels: the step before the save and the one after."""
+    """[2, BATCH, SEQ] ids and their causal-LM labels (HF's: the ids): the step before the save and the
+    one after."""
     ids = torch.randint(0, VOCAB, (2, BATCH, SEQ), generator=torch.Generator().manual_seed(11))
-    return ids, torch.roll(ids, -1, dims=2)
+    return ids, ids.clone()
 
 
 def logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:

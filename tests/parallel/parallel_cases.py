@@ -62,10 +62,16 @@ def build(kind: str, seed: int = 0) -> nn.Module:
 
 
 def batches() -> tuple[torch.Tensor, torch.Tensor]:
-    """[STEPS, BATCH, SEQ] token ids and next-token labels, the same in every process."""
+    """[STEPS, BATCH, SEQ] token ids and their causal-LM labels (HF's: the ids; the model shifts them),
+    the same in every process."""
     g = torch.Generator().manual_seed(1234)
     ids = torch.randint(0, VOCAB, (STEPS, BATCH, SEQ), generator=g)
-    return ids, torch.roll(ids, -1, dims=2)
+    return ids, ids.clone()
+
+
+def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The mean causal-LM loss, HF's shift written out: logits [B, T, V] at position t against label t + 1."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
 
 
 def optimizer(params: Any, name: str) -> torch.optim.Optimizer:
@@ -90,7 +96,7 @@ def reference(kind: str, grad_clip: float | None = None) -> dict[str, Any]:
     losses = []
     for step in range(STEPS):
         opt.zero_grad()
-        loss = F.cross_entropy(logits_of(model(ids[step])).flatten(0, 1), labels[step].flatten())
+        loss = next_token_loss(logits_of(model(ids[step])), labels[step])
         loss.backward()
         if grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -263,7 +269,7 @@ def varying_batches(kind: str, layout: dict[str, Any], shapes: list[tuple[int, i
     losses = []
     for batch, seq in shapes:
         ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
-        losses.append(step(lm_batch(model, ids, torch.roll(ids, -1, dims=1))))
+        losses.append(step(lm_batch(model, ids, ids)))
     return losses
 
 
@@ -275,7 +281,7 @@ def varying_batches_reference(kind: str, shapes: list[tuple[int, int]]) -> list[
     for batch, seq in shapes:
         ids = torch.randint(0, VOCAB, (batch, seq), generator=g)
         opt.zero_grad()
-        loss = F.cross_entropy(model(ids).flatten(0, 1), torch.roll(ids, -1, dims=1).flatten())
+        loss = next_token_loss(model(ids), ids)
         loss.backward()
         opt.step()
         losses.append(loss.item())

@@ -48,12 +48,13 @@ def vocab_of(kind: str) -> int:
 
 
 def batches(kind: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """[STEPS + 1, BATCH, SEQ] ids and next-token labels; the ids reach the vocabulary's last rows."""
+    """[STEPS + 1, BATCH, SEQ] ids and their causal-LM labels (HF's: the ids); the ids, and the
+    targets after the shift, reach the vocabulary's last rows."""
     g = torch.Generator().manual_seed(5)
     vocab = vocab_of(kind)
     ids = torch.randint(0, vocab, (STEPS + 1, BATCH, SEQ), generator=g)
     ids[:, 0, :2] = vocab - 1
-    return ids, torch.roll(ids, -1, dims=2)
+    return ids, ids.clone()
 
 
 def logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -74,7 +75,7 @@ def reference(kind: str) -> dict[str, Any]:
         opt.zero_grad()
         out = model(ids[step])
         out = out if isinstance(out, torch.Tensor) else out.logits
-        loss = F.cross_entropy(out.flatten(0, 1), labels[step].flatten())
+        loss = F.cross_entropy(out[:, :-1].flatten(0, 1), labels[step][:, 1:].flatten())  # HF's shift
         loss.backward()
         opt.step()
         losses.append(loss.item())

@@ -22,6 +22,7 @@ from brickwork.train import TASKS, TrainStep, evaluate
 VOCAB, DIM, SEQ, ROWS, STEPS = 48, 32, 8, 4, 3
 IMAGE, PATCH, CLASSES = 8, 4, 5
 FAMILIES = ("decoder", "mlm", "seq2seq", "vit", "gpt2-hf")
+CAUSAL = ("decoder", "gpt2-hf", "llama-hf")
 TASK = {
     "decoder": "causal_lm",
     "mlm": "masked_lm",
@@ -121,8 +122,8 @@ def global_batches(family: str) -> list[dict[str, torch.Tensor]]:
         mask = torch.ones(ROWS, SEQ, dtype=torch.long)
         mask[1, -2:] = 0
         mask[3, -3:] = 0
-        if family in ("decoder", "gpt2-hf", "llama-hf"):
-            out.append({"input_ids": ids, "labels": torch.roll(ids, -1, dims=1)})
+        if family in CAUSAL:
+            out.append({"input_ids": ids, "labels": ids.clone()})  # HF's meaning: the model shifts them
         elif family == "mlm":
             scored = torch.rand(ROWS, SEQ, generator=g) < 0.3
             scored[:, 0] = True
@@ -146,6 +147,14 @@ def global_batches(family: str) -> list[dict[str, torch.Tensor]]:
                 }
             )
     return out
+
+
+def targets(family: str, labels: torch.Tensor) -> torch.Tensor:
+    """The labels aligned to the positions they score: a causal LM scores position t against label
+    t + 1 (HF's shift, written out here), and its last position against nothing."""
+    if family not in CAUSAL:
+        return labels
+    return torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], dim=1)
 
 
 def logits_of(output: Any) -> torch.Tensor:
@@ -182,17 +191,18 @@ def reference(
     losses = []
     for batch in global_batches(family):
         opt.zero_grad()
-        labels = batch["labels"]
+        labels = targets(family, batch["labels"])
         count = (labels != -100).sum()
         total = torch.zeros(())
         ce_sum = torch.zeros(())
         for part in [{k: v.chunk(aux_parts)[i] for k, v in batch.items()} for i in range(aux_parts)]:
             logits = forward(model, family, part)
-            ce = F.cross_entropy(logits.flatten(0, -2), part["labels"].flatten(), reduction="sum")
+            part_labels = targets(family, part["labels"])
+            ce = F.cross_entropy(logits.flatten(0, -2), part_labels.flatten(), reduction="sum")
             ce_sum = ce_sum + ce.detach()
             total = total + ce
             if moe:
-                total = total + moe_aux(model) * (part["labels"] != -100).sum()
+                total = total + moe_aux(model) * (part_labels != -100).sum()
         (total / count).backward()
         if grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -201,7 +211,7 @@ def reference(
     with torch.no_grad():
         batch = global_batches(family)[0]
         logits = forward(model, family, batch)
-        held_out = F.cross_entropy(logits.flatten(0, -2), batch["labels"].flatten())
+        held_out = F.cross_entropy(logits.flatten(0, -2), targets(family, batch["labels"]).flatten())
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return {"losses": losses, "state": state, "eval": float(held_out)}
 
@@ -264,7 +274,10 @@ def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any
                 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
                 task = TASKS[TASK[family]]
                 step = TrainStep(
-                    model, opt, (lambda m, b, t=task: t(m, b)) if as_callable else task.name, **options
+                    model,
+                    opt,
+                    (lambda m, b, t=task: t(m, t.align(b))) if as_callable else task.name,
+                    **options,
                 )
                 losses, counts = [], []
                 for batch in global_batches(family):
@@ -330,10 +343,11 @@ def fp16_overflow(layout: dict[str, Any], overflow_at: int) -> dict[str, Any]:
     calls = {"step": 0}
 
     def task(module: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = logits_of(module(batch["input_ids"]))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), reduction="sum")
+        logits = logits_of(module(batch["input_ids"]))[:, :-1]
+        labels = batch["labels"][:, 1:]
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
         blow_up = 1e38 if calls["step"] == overflow_at else 1.0
-        return loss * blow_up, batch["labels"].numel()
+        return loss * blow_up, labels.numel()
 
     step = TrainStep(model, opt, task, precision="fp16")
     record = []

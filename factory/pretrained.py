@@ -1,0 +1,153 @@
+"""``save_pretrained`` / ``from_pretrained``: a model's spec and weights in a folder, as HF keeps them.
+
+A saved folder holds ``spec.yaml`` (the resolved spec) and ``model.safetensors`` (each weight once: a
+tied head is stored under the embedding's name only, and tied again on load). Nothing is pickled.
+``from_pretrained`` also takes a ``brickwork train`` run folder (its newest intact, complete
+checkpoint), one checkpoint folder, the single file ``brickwork export`` writes (the spec rides in its
+metadata), and an HF model folder (``config.json``, through the HF converter). Every load is strict:
+a file that is damaged, is not a brickwork file, or does not fit the spec raises an error naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from brickwork.factory.build import build_model
+from brickwork.factory.hf import load_hf_checkpoint
+from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
+from brickwork.parallel.checkpoint import is_complete
+from brickwork.parallel.export import read_checkpoint_weights
+
+SPEC_FILE = "spec.yaml"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
+    """Write ``model``'s spec and weights to ``directory`` (created if needed); returns it.
+
+    ``model`` is one built by brickwork (it carries ``.spec``), whole in this process: gather a
+    parallelized model's weights with ``brickwork.parallel.full_state_dict`` first. Each file is
+    written beside its final name and renamed into place, so a folder never holds a half-written one.
+    """
+    spec = getattr(model, "spec", None)
+    if not isinstance(spec, Mapping):
+        raise TypeError("save_pretrained needs a model built by brickwork.factory (its .spec is missing)")
+    weights = unique_weights(model)
+    split = [name for name, value in weights.items() if isinstance(value, DTensor)]
+    if split:
+        raise ValueError(
+            f"{split[0]!r} is split over ranks (a DTensor): save the gathered weights of a parallelized "
+            "model, brickwork.parallel.full_state_dict(model), from a single-process copy"
+        )
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    _write(folder / SPEC_FILE, lambda path: dump_spec(dict(spec), path))
+    _write(folder / WEIGHTS_FILE, lambda path: save_file(weights, path, metadata={"format": "pt"}))
+    return folder
+
+
+def unique_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state dict with each tied Parameter once, under its first name, as contiguous CPU
+    tensors."""
+    seen: dict[int, str] = {}
+    aliases = set()
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in seen:
+            aliases.add(name)
+        seen.setdefault(id(param), name)
+    return {
+        name: value.detach().cpu().contiguous()
+        for name, value in model.state_dict().items()
+        if name not in aliases
+    }
+
+
+def from_pretrained(path: str | os.PathLike) -> nn.Module:
+    """The model saved at ``path``, with its weights, in train mode as ``build_model`` returns it.
+
+    ``path`` is a :func:`save_pretrained` folder, a run folder or one complete checkpoint folder of
+    ``brickwork train``, a ``.safetensors`` file written by ``brickwork export``, or an HF model
+    folder (``config.json``; returned in eval mode, as ``load_hf_checkpoint`` does).
+    FileNotFoundError when nothing is there; ValueError naming the file when it is damaged, not a
+    brickwork file, or does not fit its spec.
+    """
+    source = Path(path)
+    if source.is_file():
+        return _from_export(source)
+    if not source.is_dir():
+        raise FileNotFoundError(f"{str(source)!r} does not exist")
+    if (source / SPEC_FILE).is_file():
+        spec = load_spec(source / SPEC_FILE)
+        return _load(spec, _read_file(source / WEIGHTS_FILE), source / WEIGHTS_FILE)
+    if (source / "config.json").is_file():
+        return load_hf_checkpoint(source)
+    folder = source if is_complete(source) else _newest_checkpoint(source)
+    weights, meta = read_checkpoint_weights(folder)
+    if not isinstance(meta.get("spec"), Mapping):
+        raise ValueError(f"checkpoint {str(folder)!r} records no model spec: it cannot be rebuilt alone")
+    return _load(meta["spec"], weights, folder)
+
+
+def _newest_checkpoint(folder: Path) -> Path:
+    if not (folder / "config.yaml").is_file():
+        raise FileNotFoundError(
+            f"{str(folder)!r} is none of the folders from_pretrained reads: a save_pretrained folder "
+            f"({SPEC_FILE} and {WEIGHTS_FILE}), a brickwork train run folder (config.yaml and "
+            "checkpoints/), a checkpoint folder (.complete), or an HF model folder (config.json)"
+        )
+    from brickwork.train.checkpoint import latest_checkpoint  # train sits above the factory
+
+    return latest_checkpoint(folder, "path", intact=True)[1]
+
+
+def _from_export(file: Path) -> nn.Module:
+    try:
+        with safe_open(str(file), framework="pt") as reader:
+            metadata = reader.metadata() or {}
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{str(file)!r} is not a readable safetensors file: {err}") from None
+    text = metadata.get("spec")
+    if not text:
+        raise ValueError(
+            f"{str(file)!r} carries no brickwork spec in its metadata: it was not written by brickwork "
+            "export; load a save_pretrained folder, or an HF folder, by its folder"
+        )
+    try:
+        spec = parse_spec(text, "json", source=f"{file} metadata")
+    except (ValueError, json.JSONDecodeError) as err:
+        raise ValueError(f"the spec in {str(file)!r}'s metadata is damaged: {err}") from None
+    return _load(spec, _read_file(file), file)
+
+
+def _read_file(file: Path) -> dict[str, torch.Tensor]:
+    if not file.is_file():
+        raise FileNotFoundError(f"{str(file)!r} does not exist")
+    try:
+        return load_file(file)
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{str(file)!r} is not a readable safetensors file: {err}") from None
+
+
+def _load(spec: Mapping[str, Any], weights: dict[str, torch.Tensor], source: Path) -> nn.Module:
+    model = build_model(spec)
+    try:
+        model.load_state_dict(weights, strict=True)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"the weights in {str(source)!r} do not fit its spec: {err}") from None
+    return model
+
+
+def _write(final: Path, write: Any) -> None:
+    partial = final.with_name(f".{final.stem}.partial{final.suffix}")  # the suffix names the format
+    write(partial)
+    os.replace(partial, final)
