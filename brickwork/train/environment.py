@@ -44,9 +44,10 @@ def triton_status() -> str:
         return f"not importable ({err}); every op uses its torch twin"
     if torch.cuda.is_available():
         return "usable: kernels compile for the CUDA device"
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    where = "TRITON_INTERPRET=1 is set" if interpret else "set TRITON_INTERPRET=1 to use it"
-    return f"importable; no GPU, so only backend='triton' runs it, interpreted on CPU ({where})"
+    return (
+        "importable; no GPU, so only backend='triton' runs it, through Triton's interpreter on CPU "
+        "(chosen per process by brickwork.kernels.use_triton_interpreter(); brickwork train does it)"
+    )
 
 
 def kernel_backends() -> list[tuple[str, str, str]]:
