@@ -25,6 +25,10 @@ FORMULAS = {
     "relu": lambda x: torch.where(x > 0, x, torch.zeros_like(x)),
     "squared_relu": lambda x: torch.where(x > 0, x * x, torch.zeros_like(x)),
     "silu": lambda x: x / (1 + torch.exp(-x)),
+    "leaky_relu": lambda x: torch.where(x > 0, x, 0.01 * x),
+    "star_relu": lambda x: 0.8944 * torch.where(x > 0, x * x, torch.zeros_like(x)) - 0.4472,
+    # beta = 2: zero below -2, (x + 2)^2 / 8 on [-2, 2], identity above.
+    "smelu": lambda x: torch.where(x >= 2, x, torch.where(x <= -2, torch.zeros_like(x), (x + 2) ** 2 / 8)),
 }
 
 
