@@ -63,12 +63,12 @@ class FunctionActivation(nn.Module):
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "gelu": nn.GELU,
     "gelu_tanh": functools.partial(nn.GELU, approximate="tanh"),
-    "leaky_relu": nn.LeakyReLU,
     "relu": nn.ReLU,
-    "smelu": SmeLU,
     "squared_relu": SquaredReLU,
-    "star_relu": StarReLU,
     "silu": nn.SiLU,
+    "leaky_relu": nn.LeakyReLU,
+    "smelu": SmeLU,
+    "star_relu": StarReLU,
 }
 
 # Names whose GELU the feedforward can fuse with the preceding bias (brickwork.kernels.bias_gelu).

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from brickwork.checks import PositiveInt, Probability
+from brickwork.checks import Flag, PositiveInt, Probability
 from brickwork.components.feedforward.activations import Activation, create_activation
 from brickwork.components.feedforward.base import Feedforward, register_feedforward
 
@@ -30,15 +30,16 @@ class ConvMLP(Feedforward):
         hidden_dim: PositiveInt | None = None,
         activation: Activation = "gelu",
         dropout: Probability = 0.0,
+        bias: Flag = True,
     ) -> None:
-        """``hidden_dim`` defaults to ``dim_model``."""
+        """``hidden_dim`` defaults to ``dim_model``; ``bias`` on all three convolutions."""
         super().__init__()
         hidden = hidden_dim if hidden_dim is not None else dim_model
         self.dim_model, self.hidden_dim = dim_model, hidden
-        self.up_proj = nn.Conv2d(dim_model, hidden, 1)
-        self.depthwise = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+        self.up_proj = nn.Conv2d(dim_model, hidden, 1, bias=bias)
+        self.depthwise = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=bias)
         self.activation = create_activation(activation)
-        self.down_proj = nn.Conv2d(hidden, dim_model, 1)
+        self.down_proj = nn.Conv2d(hidden, dim_model, 1, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.reset_parameters()
 
@@ -47,7 +48,8 @@ class ConvMLP(Feedforward):
         for conv in (self.up_proj, self.depthwise, self.down_proj):
             fan_out = conv.kernel_size[0] * conv.kernel_size[1] * conv.out_channels // conv.groups
             nn.init.normal_(conv.weight, std=math.sqrt(2.0 / fan_out))
-            nn.init.zeros_(conv.bias)
+            if conv.bias is not None:
+                nn.init.zeros_(conv.bias)
 
     def projections(self) -> tuple[str, ...]:
         return ("up_proj", "down_proj")
