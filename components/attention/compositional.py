@@ -8,14 +8,17 @@ https://arxiv.org/abs/2110.09419
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from brickwork.checks import Flag, PositiveInt, Probability
+from brickwork.checks import Flag, OneOf, PositiveInt, Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.components.attention.scaled_dot_product import dense_attention
+
+SELECTIONS = ("dot", "linear", "mlp")
 
 
 @register_attention("compositional")
@@ -26,7 +29,9 @@ class CompositionalAttention(AttentionMechanism):
 
     The searches are ordinary softmax attention, so masks and ``causal`` work as in
     ``scaled_dot_product``; the rule choice is made per position, so causality is kept.
-    ``num_rules`` defaults to the head count; ``dim_selection`` to the head size. The rules mix all
+    ``num_rules`` defaults to the head count; ``dim_selection`` to the head size. ``selection`` scores
+    the rules: ``"dot"`` as above; ``"linear"`` / ``"mlp"`` by a small network (one linear layer, or
+    two with a ReLU) on ``[o_sr, q_s W_q]``, the paper's score network. The rules mix all
     heads, so it cannot be split by head for tensor parallelism (the ``[H, R]`` map needs every head).
     """
 
@@ -42,6 +47,7 @@ class CompositionalAttention(AttentionMechanism):
         dim_selection: PositiveInt | None = None,
         causal: Flag = False,
         dropout: Probability = 0.0,
+        selection: Annotated[str, OneOf(SELECTIONS)] = "dot",
     ) -> None:
         super().__init__()
         if num_heads is None or dim_head is None:
@@ -53,7 +59,18 @@ class CompositionalAttention(AttentionMechanism):
         self.causal, self.dropout = causal, dropout
         self.rule_mix = nn.Parameter(torch.empty(num_heads, self.num_rules))
         self.selection_query = nn.Linear(dim_head, self.dim_selection, bias=False)
-        self.selection_key = nn.Linear(dim_head, self.dim_selection, bias=False)
+        self.selection = selection
+        if selection == "dot":
+            self.selection_key = nn.Linear(dim_head, self.dim_selection, bias=False)
+        else:
+            width = self.dim_selection + dim_head
+            self.score_network = (
+                nn.Linear(width, 1)
+                if selection == "linear"
+                else nn.Sequential(
+                    nn.Linear(width, self.dim_selection), nn.ReLU(), nn.Linear(self.dim_selection, 1)
+                )
+            )
         nn.init.kaiming_uniform_(self.rule_mix, a=math.sqrt(5))
 
     def forward(
@@ -74,6 +91,10 @@ class CompositionalAttention(AttentionMechanism):
         dropout_p = self.dropout if self.training else 0.0
         retrieved = dense_attention(qs, ks, vs, mask, self.causal, dropout_p).view(b, h, r, tq, d)
         query = self.selection_query(q).unsqueeze(2)  # (B, H, 1, Tq, S)
-        keys = self.selection_key(retrieved)  # (B, H, R, Tq, S)
-        choice = F.softmax((query * keys).sum(-1) * self.dim_selection**-0.5, dim=2)  # (B, H, R, Tq)
+        if self.selection == "dot":
+            scores = (query * self.selection_key(retrieved)).sum(-1) * self.dim_selection**-0.5
+        else:
+            pairs = torch.cat([retrieved, query.expand(-1, -1, r, -1, -1)], dim=-1)  # (B, H, R, Tq, D + S)
+            scores = self.score_network(pairs).squeeze(-1)
+        choice = F.softmax(scores, dim=2)  # (B, H, R, Tq)
         return (choice.unsqueeze(-1) * retrieved).sum(dim=2)

@@ -5,12 +5,13 @@ Yu et al., "MetaFormer Is Actually What You Need for Vision" (2022), https://arx
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from brickwork.checks import PositiveInt
+from brickwork.checks import Flag, PositiveInt
 from brickwork.components.attention.base import AttentionMechanism, register_attention
 from brickwork.errors import ConfigError
 
@@ -28,9 +29,11 @@ class Pooling(AttentionMechanism):
     mask_support = "none"
     requires_input_projection = False
 
-    def __init__(self, pool_size: PositiveInt = 3) -> None:
+    def __init__(self, pool_size: PositiveInt = 3, grid: Flag = False) -> None:
+        """``grid``: the T tokens are a √T x √T grid (image patches) pooled over 2-D windows, as
+        PoolFormer does on images; otherwise windows run along the sequence."""
         super().__init__()
-        self.pool_size = pool_size
+        self.pool_size, self.grid = pool_size, grid
 
     @staticmethod
     def check_options(options: Any) -> None:
@@ -47,6 +50,13 @@ class Pooling(AttentionMechanism):
             raise ValueError(f"Pooling needs as many queries as values, got {q.shape[-2]} and {v.shape[-2]}")
         b, h, t, d = v.shape
         size = self.pool_size
+        if self.grid:
+            side = math.isqrt(t)
+            if side * side != t:
+                raise ValueError(f"Pooling with grid=True needs a square number of tokens, got {t}")
+            x = v.transpose(-2, -1).reshape(b * h, d, side, side)
+            pooled = F.avg_pool2d(x, size, stride=1, padding=size // 2, count_include_pad=False)
+            return pooled.reshape(b, h, d, t).transpose(-2, -1) - v
         x = v.transpose(-2, -1).reshape(b * h, d, t)  # pool along the sequence
         pooled = F.avg_pool1d(x, size, stride=1, padding=size // 2, count_include_pad=False)
         return pooled.reshape(b, h, d, t).transpose(-2, -1) - v

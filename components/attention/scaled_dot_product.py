@@ -49,7 +49,7 @@ def dense_attention(
             attn_mask=causal_lower_right(tq, tk),
             dropout_p=dropout_p,
             scale=scale,
-            enable_gqa=k.shape[1] != q.shape[1],
+            enable_gqa=int(k.shape[1]) != int(q.shape[1]),  # ints, also under torch.jit.trace
         )
     elif causal:
         attn_mask = restrict(attn_mask, causal_keep(tq, tk, q.device), q.dtype)
@@ -67,7 +67,7 @@ def dense_attention(
         dropout_p=dropout_p,
         is_causal=is_causal,
         scale=scale,
-        enable_gqa=k.shape[1] != q.shape[1],
+        enable_gqa=int(k.shape[1]) != int(q.shape[1]),  # ints, also under torch.jit.trace
     )
     if live is not None:
         out = out.masked_fill(~live[..., None], 0.0)

@@ -56,23 +56,56 @@ class RandomAttention(PatternAttention):
 
 @register_attention("global")
 class GlobalAttention(PatternAttention):
-    """The first ``num_global_tokens`` positions attend to every key and every query attends to them;
-    the other tokens see only those and themselves (xformers' ``global`` with its query mask on the
-    leading tokens, e.g. a class token)."""
+    """Global tokens attend to every key and every query attends to them; the other tokens see only
+    those and themselves (BigBird / Longformer global attention). By default the global tokens are the
+    first ``num_global_tokens`` positions (e.g. a class token); ``global_positions`` names any set of
+    positions instead (xformers' ``attention_query_mask``), and then ``num_global_tokens`` stays unset."""
 
     def __init__(
         self,
-        num_global_tokens: PositiveInt = 1,
+        num_global_tokens: PositiveInt | None = 1,
         causal: Flag = False,
         dropout: Probability = 0.0,
         backend: Backend = "auto",
+        global_positions: list[int] | None = None,
     ) -> None:
         super().__init__(causal, dropout, backend)
-        self.num_global_tokens = num_global_tokens
+        self.num_global_tokens, self.global_positions = num_global_tokens, global_positions
+        if global_positions is not None:
+            flags = torch.zeros(max(global_positions, default=-1) + 1, dtype=torch.bool)
+            flags[list(global_positions)] = True
+            self.register_buffer("global_flags", flags, persistent=False)
+
+    @staticmethod
+    def check_options(options: Any) -> None:
+        positions = options.global_positions
+        if positions is None:
+            if options.num_global_tokens is None:
+                raise ConfigError("give num_global_tokens or global_positions", "num_global_tokens")
+            return
+        if options.num_global_tokens is not None:
+            raise ConfigError(
+                "give num_global_tokens (a prefix) or global_positions, not both; set it to null",
+                "num_global_tokens",
+            )
+        if not isinstance(positions, list | tuple) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in positions
+        ):
+            raise ConfigError(
+                f"must be a list of non-negative positions, got {positions!r}", "global_positions"
+            )
+
+    def is_global(self, pos: torch.Tensor) -> torch.Tensor:
+        if self.global_positions is None:
+            return pos < self.num_global_tokens
+        flags = self.global_flags.to(pos.device)
+        if flags.numel() == 0:
+            return torch.zeros_like(pos, dtype=torch.bool)
+        # Positions past the last global one are ordinary tokens.
+        return flags[pos.clamp(max=flags.numel() - 1)] & (pos < flags.numel())
 
     def keep(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        n = self.num_global_tokens
-        return (k_pos < n) | (q_pos < n) | (q_pos == k_pos)
+        return self.is_global(k_pos) | self.is_global(q_pos) | (q_pos == k_pos)
 
 
 @register_attention("blocksparse")

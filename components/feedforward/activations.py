@@ -19,6 +19,33 @@ class SquaredReLU(nn.Module):
         return torch.relu(x).square()
 
 
+class StarReLU(nn.Module):
+    """s · relu(x)² + b with s = 0.8944, b = -0.4472 (Yu et al. 2022, "MetaFormer Baselines"): the
+    constants give unit variance and zero mean for x ~ N(0, 1)."""
+
+    scale, bias = 0.8944, -0.4472
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * torch.relu(x).square() + self.bias
+
+
+class SmeLU(nn.Module):
+    """Smooth ReLU (Shamir et al. 2020): 0 below -β, (x + β)² / 4β within [-β, β], x above β."""
+
+    def __init__(self, beta: float = 2.0) -> None:
+        super().__init__()
+        if not beta > 0:
+            raise ValueError(f"SmeLU: beta must be positive, got {beta!r}")
+        self.beta = beta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        quadratic = (x + self.beta).square() / (4.0 * self.beta)
+        return torch.where(x >= self.beta, x, torch.where(x <= -self.beta, torch.zeros_like(x), quadratic))
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}"
+
+
 class FunctionActivation(nn.Module):
     """Wraps a plain function ``fn(x) -> y`` as a module so it sits in the module tree."""
 
@@ -39,6 +66,9 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
     "squared_relu": SquaredReLU,
     "silu": nn.SiLU,
+    "leaky_relu": nn.LeakyReLU,
+    "smelu": SmeLU,
+    "star_relu": StarReLU,
 }
 
 # Names whose GELU the feedforward can fuse with the preceding bias (brickwork.kernels.bias_gelu).

@@ -25,6 +25,10 @@ FORMULAS = {
     "relu": lambda x: torch.where(x > 0, x, torch.zeros_like(x)),
     "squared_relu": lambda x: torch.where(x > 0, x * x, torch.zeros_like(x)),
     "silu": lambda x: x / (1 + torch.exp(-x)),
+    "leaky_relu": lambda x: torch.where(x > 0, x, 0.01 * x),
+    "star_relu": lambda x: 0.8944 * torch.where(x > 0, x * x, torch.zeros_like(x)) - 0.4472,
+    # beta = 2: zero below -2, (x + 2)^2 / 8 on [-2, 2], identity above.
+    "smelu": lambda x: torch.where(x >= 2, x, torch.where(x <= -2, torch.zeros_like(x), (x + 2) ** 2 / 8)),
 }
 
 
@@ -116,7 +120,8 @@ def test_create_activation_accepts_names_classes_partials_modules_and_functions(
 
 
 def test_unknown_activation_lists_choices() -> None:
-    with pytest.raises(ConfigError, match=r"activation.*allowed: gelu, gelu_tanh, relu.*did you mean 'gelu'"):
+    choices = r"allowed: gelu, gelu_tanh, leaky_relu, relu"
+    with pytest.raises(ConfigError, match=rf"activation.*{choices}.*did you mean 'gelu'"):
         MLP(4, activation="gelux")
     with pytest.raises(ConfigError, match="activation"):
         GLU(4, activation=3)

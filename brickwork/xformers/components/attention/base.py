@@ -1,0 +1,61 @@
+"""xformers' ``Attention`` base class and ``AttentionConfig``: capability flags set per instance."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from brickwork.xformers._compat import require
+
+
+@dataclasses.dataclass
+class AttentionConfig:
+    """The keys every attention config has; registered configs subclass it."""
+
+    name: str
+    dropout: float
+
+
+Self = TypeVar("Self", bound="Attention")
+
+
+class Attention(nn.Module):
+    """Base of xformers-style mechanisms: ``forward(q, k, v, att_mask=None, key_padding_mask=None)`` on
+    q ``[B*H, Tq, D]`` and k/v ``[B*H, Tk, D]`` (``[B, H, T, D]`` when ``requires_head_dimension``).
+
+    The flags are instance attributes, as in xformers, so a caller may switch them per instance.
+    """
+
+    def __init__(self, dropout: float | None = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.requires_input_projection = True
+        self.requires_head_dimension = False
+        self.requires_separate_masks = False
+        self.requires_same_k_q_dimensions = False
+        self.requires_skip_multi_head = False
+        self.requires_squared_context = False
+        self.supports_attention_mask = True
+        self.supports_key_padding_mask = False
+
+    @classmethod
+    def from_config(cls: type[Self], config: Any) -> Self:
+        """Build from a config dataclass; None fields fall back to the constructor's defaults."""
+        fields = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
+        return cls(**fields)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not define forward")
+
+    @staticmethod
+    def _maybe_pad_sequence(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[N, T, D]`` zero-padded along T up to the mask's key length."""
+        if x.shape[-2] == mask.shape[-1]:
+            return x
+        require(x.shape[-2] < mask.shape[-1], "Sequence is bigger than the provided mask")
+        return F.pad(x, (0, 0, 0, mask.shape[-1] - x.shape[-2]))

@@ -1,0 +1,51 @@
+"""xformers' feedforward registry (``MLP``, ``Conv2DFeedforward``) on brickwork's feedforwards.
+
+``FusedMLP`` (a Triton MLP) is brickwork's MLP, whose GELU already fuses with its bias on CUDA; it is
+registered where xformers registered it, when Triton runs. ``MixtureOfExperts`` needed FairScale in
+xformers and is not registered here (brickwork's own ``moe`` has its own options)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from brickwork.xformers import _is_triton_available
+from brickwork.xformers.components.feedforward.base import Feedforward, FeedforwardConfig
+from brickwork.xformers.utils import generate_matching_config, get_registry_decorator
+
+FEEDFORWARD_REGISTRY: dict[str, Any] = {}
+FEEDFORWARD_CLASS_NAMES: set[str] = set()
+
+register_feedforward: Callable[..., Callable[[type], type]] = get_registry_decorator(
+    FEEDFORWARD_REGISTRY, FEEDFORWARD_CLASS_NAMES, Feedforward, FeedforwardConfig
+)
+
+
+def build_feedforward(config: dict[str, Any] | FeedforwardConfig) -> Feedforward:
+    """The feedforward registered as ``config["name"]``; keys its config does not declare are ignored."""
+    if not isinstance(config, FeedforwardConfig):
+        config = generate_matching_config(config, FEEDFORWARD_REGISTRY[config["name"]].config)
+    return FEEDFORWARD_REGISTRY[config.name].constructor.from_config(config)
+
+
+from brickwork.xformers.components.feedforward.mlp import (  # noqa: E402
+    MLP,
+    Conv2DFeedforward,
+    ConvMlpConfig,
+    FusedMLP,
+    MlpConfig,
+)
+
+register_feedforward("MLP", MlpConfig)(MLP)
+register_feedforward("Conv2DFeedforward", ConvMlpConfig)(Conv2DFeedforward)
+if _is_triton_available():
+    register_feedforward("FusedMLP", MlpConfig)(FusedMLP)
+
+__all__ = [
+    "FEEDFORWARD_REGISTRY",
+    "MLP",
+    "Conv2DFeedforward",
+    "Feedforward",
+    "build_feedforward",
+    "register_feedforward",
+]

@@ -1,0 +1,170 @@
+"""xformers' ``xFormer`` model and ``xFormerConfig``: stacks of encoder and decoder blocks."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+from brickwork.xformers._compat import require
+from brickwork.xformers.components import ResidualNormStyle
+from brickwork.xformers.components.residual import get_deepnorm_coefficients
+from brickwork.xformers.components.reversible import ReversibleSequence
+from brickwork.xformers.factory.block_configs import (
+    xFormerBlockConfig,
+    xFormerDecoderConfig,
+    xFormerEncoderConfig,
+)
+from brickwork.xformers.factory.block_factory import xFormerDecoderBlock, xFormerEncoderBlock
+from brickwork.xformers.factory.weight_init import get_weight_init_fn, xFormerWeightInit
+
+logger = logging.getLogger("brickwork.xformers")
+
+
+def _typed(config: dict[str, Any]) -> xFormerBlockConfig:
+    kind = xFormerEncoderConfig if config["block_type"] == "encoder" else xFormerDecoderConfig
+    return kind(**config)
+
+
+@dataclasses.dataclass(init=False)
+class xFormerConfig:
+    """Block configs (a list, or a name -> config dict), embedding tying and the weight init."""
+
+    stack_configs: list[xFormerBlockConfig] | dict[str, xFormerBlockConfig]
+    tie_embedding_weights: bool = False
+    weight_init: xFormerWeightInit = xFormerWeightInit.ViT
+
+    def __init__(
+        self,
+        stack_configs: list[dict[str, Any]] | dict[str, dict[str, Any]],
+        tie_embedding_weights: bool = False,
+        weight_init: xFormerWeightInit | str = xFormerWeightInit.ViT,
+    ) -> None:
+        if isinstance(stack_configs, dict):
+            self.stack_configs = {k: _typed(c) for k, c in stack_configs.items()}
+        else:
+            self.stack_configs = [_typed(c) for c in stack_configs]
+        self.tie_embedding_weights = tie_embedding_weights
+        self.weight_init = xFormerWeightInit(weight_init)
+
+
+class xFormer(nn.Module):
+    """``forward(src, tgt=None, encoder_input_mask=None, decoder_input_mask=None)``: encoders, then
+    decoders on their output (or on ``tgt``); returns the last hidden states ``[B, T, E]``."""
+
+    def __init__(
+        self,
+        stack_configs: xFormerBlockConfig | list[xFormerBlockConfig] | dict[str, xFormerBlockConfig],
+        tie_embedding_weights: bool = False,
+        weight_init: xFormerWeightInit | str = xFormerWeightInit.ViT,
+    ) -> None:
+        super().__init__()
+        if isinstance(stack_configs, dict):
+            stack_configs = list(stack_configs.values())
+        if not isinstance(stack_configs, list):
+            stack_configs = [stack_configs]
+        reversible = [c.reversible for c in stack_configs if c.block_type == "encoder"]
+        require(
+            all(reversible) or not any(reversible),
+            f"All layers need the same reversibility setting, got {reversible}",
+        )
+        deepnorm = [c.residual_norm_style == ResidualNormStyle.DeepNorm for c in stack_configs]
+        require(
+            all(deepnorm) or not any(deepnorm), f"All layers need the same deepnorm setting, got {deepnorm}"
+        )
+        encoders: list[nn.Module] = []
+        decoders: list[nn.Module] = []
+        self.reversible_encoder = False
+        self.rev_enc_pose_encoding = None
+        for config in stack_configs:
+            encoder = isinstance(config, xFormerEncoderConfig)
+            builder = xFormerEncoderBlock.from_config if encoder else xFormerDecoderBlock.from_config
+            recipient = encoders if encoder else decoders
+            for i in range(config.num_layers):
+                if recipient:
+                    config.layer_position.mark_not_first()
+                if config is not stack_configs[-1] or i < config.num_layers - 1:
+                    config.layer_position.mark_not_last()
+                block = builder(config)
+                if config.reversible:
+                    require(encoder, "only encoder stacks can be reversible")
+                    if block.pose_encoding is not None:
+                        self.rev_enc_pose_encoding = block.pose_encoding
+                    self.reversible_encoder = True
+                    recipient.append(nn.ModuleList(xFormerEncoderBlock.get_reversible_layer(config)))
+                else:
+                    recipient.append(block)
+        require(
+            not tie_embedding_weights or not self.reversible_encoder,
+            "Reversible layers and tied embeddings are not supported together",
+        )
+        if (
+            tie_embedding_weights
+            and encoders
+            and decoders
+            and encoders[0].pose_encoding is not None
+            and (decoders[0].pose_encoding is not None)
+        ):
+            encoders[0].pose_encoding = decoders[0].pose_encoding
+        self.encoders: nn.Module = (
+            ReversibleSequence(nn.ModuleList(encoders))
+            if self.reversible_encoder
+            else (nn.ModuleList(encoders))
+        )
+        self.decoders = nn.ModuleList(decoders)
+        use_deepnorm = stack_configs[0].residual_norm_style == ResidualNormStyle.DeepNorm
+        require(
+            not use_deepnorm or not self.reversible_encoder,
+            "Reversible layers and deepnorm are not supported together",
+        )
+        self.init_weights(xFormerWeightInit(weight_init), use_deepnorm)
+
+    @classmethod
+    def from_config(cls, config: xFormerConfig) -> xFormer:
+        return cls(config.stack_configs, config.tie_embedding_weights, config.weight_init)
+
+    def init_weights(self, weight_init: xFormerWeightInit, use_deep_norm: bool) -> None:
+        """``weight_init`` everywhere, scaled by DeepNorm's beta for each part when it is used."""
+        encoder_gain = decoder_gain = 1.0
+        if use_deep_norm:
+            n_enc = len(self.encoders.blocks) if self.reversible_encoder else len(self.encoders)
+            enc, dec = get_deepnorm_coefficients(n_enc, len(self.decoders))
+            encoder_gain = enc.beta if enc is not None else 1.0
+            decoder_gain = dec.beta if dec is not None else 1.0
+        init = get_weight_init_fn(weight_init)
+        for name, module in self.encoders.named_children():
+            init(module=module, name=name, gain=encoder_gain)
+        for name, module in self.decoders.named_children():
+            init(module=module, name=name, gain=decoder_gain)
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor | None = None,
+        encoder_input_mask: torch.Tensor | None = None,
+        decoder_input_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:
+        memory = src
+        if len(list(self.encoders.parameters())) > 0:
+            if isinstance(self.encoders, nn.ModuleList):
+                for encoder in self.encoders:
+                    memory = encoder(memory, input_mask=encoder_input_mask)
+            else:
+                if self.rev_enc_pose_encoding is not None:
+                    memory = self.rev_enc_pose_encoding(src)
+                x = torch.cat([memory, memory], dim=-1)
+                if encoder_input_mask is not None:
+                    x = x + encoder_input_mask.unsqueeze(-1)
+                x = self.encoders(x)
+                memory = torch.stack(x.chunk(2, dim=-1)).mean(dim=0)
+            if not self.decoders:
+                return memory
+        if len(self.decoders) > 0:
+            tgt = src.clone() if tgt is None else tgt
+            for decoder in self.decoders:
+                tgt = decoder(target=tgt, memory=memory, input_mask=decoder_input_mask)
+            return tgt
+        return None

@@ -1,0 +1,1 @@
+"""xformers' helpers: hierarchical (MetaFormer-style) configs and test utilities."""
