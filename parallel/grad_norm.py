@@ -67,27 +67,27 @@ def clip_grad_norm(
     """
     skip = {id(p) for p in duplicates}
     spread = {id(p): (group,) for params, group in split_over for p in params}
-    sums: dict[tuple[int, ...], torch.Tensor] = {}
+    counted: dict[tuple[int, ...], list[torch.Tensor]] = {}
     groups_of: dict[tuple[int, ...], tuple[dist.ProcessGroup, ...]] = {}
     locals_ = []
     for param in parameters:
         if param.grad is None:
             continue
         local, groups = _pieces(param)
-        groups += spread.get(id(param), ())
         locals_.append(local)
         if id(param) in skip:
             continue
+        groups += spread.get(id(param), ())
         key = tuple(id(g) for g in groups)
         groups_of[key] = groups
-        sums[key] = (
-            sums.get(key, torch.zeros((), dtype=torch.float64, device=local.device))
-            + local.double().pow(2).sum()
-        )
+        counted.setdefault(key, []).append(local)
     device = locals_[0].device if locals_ else torch.device("cpu")
     total = torch.zeros((), dtype=torch.float64, device=device)
     # Same parameters in the same order on every rank of a stage, so the collectives line up.
-    for key, value in sums.items():
+    for key, tensors in counted.items():
+        # One list-wide call, not several per tensor: each call costs the host a dispatch, which on a
+        # small model's CPU step adds up to more than the arithmetic. The norms are float64, as the sums.
+        value = torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float64)).square().sum()
         for group in groups_of[key]:
             dist.all_reduce(value, group=group)
         total = total + value.to(device)
@@ -95,6 +95,9 @@ def clip_grad_norm(
         dist.all_reduce(total, group=group)
     norm = total.sqrt().float()
     scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    by_kind: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for local in locals_:
-        local.mul_(scale.to(local.device, local.dtype))
+        by_kind.setdefault((local.device, local.dtype), []).append(local)
+    for (where, dtype), tensors in by_kind.items():
+        torch._foreach_mul_(tensors, scale.to(where, dtype))
     return norm

@@ -39,6 +39,8 @@ def local_share(batch: dict[str, torch.Tensor], model: nn.Module) -> dict[str, t
     weigh data-parallel ranks); tensor/pipeline-parallel peers take the same rows."""
     layout = parallel_state(model)
     config = layout.config
+    if config.data_parallel_size == 1:
+        return batch  # one share; looking up the mesh's dp rank would cost more than the step's bookkeeping
     weights = config.device_weights if config.pipeline_parallel_size == 1 else None
     rows = split_rows(next(iter(batch.values())).shape[0], weights, config.data_parallel_size)
     rank = layout.mesh["dp"].get_local_rank()

@@ -175,10 +175,11 @@ class TrainStep:
             dp = self.state.data_replicas if self.state is not None else 1
             # DDP and FSDP average over dp (× cp); the mean is over every scored position of the global batch.
             factor = dp * self._divisor / global_count
-            with torch.no_grad():
-                for param in self.params:
-                    if param.grad is not None:
-                        param.grad.mul_(factor)
+            if factor != 1.0:  # 1.0 whenever no label is ignored: then the gradients are already final
+                with torch.no_grad():
+                    for param in self.params:
+                        if param.grad is not None:
+                            param.grad.mul_(factor)
             if self.grad_clip is not None:
                 norm = (
                     self.state.clip_grad_norm(self.grad_clip)
@@ -281,7 +282,8 @@ def _reduce(
         return values
     if isinstance(values, DTensor):
         values = values.to_local()
-    dist.all_reduce(values, group=state.dp_group)
+    if state.data_replicas > 1:
+        dist.all_reduce(values, group=state.dp_group)
     if state.is_pipeline and not data_parallel_only:
         dist.all_reduce(values, group=state.pp_group)
     return values

@@ -36,6 +36,7 @@ from brickwork.train.run_config import RunConfig, resolve_run
 from brickwork.train.run_lock import RunLock
 from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.step import TrainStep
+from brickwork.train.threads import apply_cpu_threads
 from brickwork.train.triton_backends import check_triton_backends
 
 TOKENIZER = ByteTokenizer()
@@ -126,6 +127,7 @@ def default_out_dir(name: str) -> str:
 def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) -> RunResult:
     cfg = run.train
     started = time.perf_counter()
+    threads = apply_cpu_threads()
     task = _task(run)
     torch.manual_seed(cfg.seed)
     model = build_model(_task_spec(run, task))
@@ -181,7 +183,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
             dump_spec(run.to_dict(), run_dir / "config.yaml")
         say(f"run folder {run_dir}")
     say(f"model {run.name}: {params:,} parameters, task {task}; data: {source}")
-    say(f"{cfg.steps} steps of {_step_size(run, task)} on {_describe(layout, cfg.precision)}")
+    cpu = f", {threads.threads} CPU threads per process" if layout.device.type == "cpu" else ""
+    say(f"{cfg.steps} steps of {_step_size(run, task)} on {_describe(layout, cfg.precision)}{cpu}")
 
     title = f"{run.name}: {run_dir.name}"
     with _flush_denormals(layout.device.type == "cpu"):

@@ -176,9 +176,11 @@ class MultiHeadAttention(nn.Module):
             layout = self.qkv_layout()
             group = layout.group
             qkv = layout.grouped(self.qkv_proj(x), dim=-1)  # (B, T, Hkv, H/Hkv + 2, D)
-            q = qkv[..., :group, :].reshape(b, t, -1, d)
-            k, v = qkv[..., group, :], qkv[..., group + 1, :]
-            return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            # One split, not three slices: its backward is one cat, where each slice's would fill a
+            # zero tensor of the whole qkv and add the three up.
+            q, k, v = qkv.split([group, 1, 1], dim=-2)
+            q = q.reshape(b, t, -1, d)
+            return q.transpose(1, 2), k.squeeze(-2).transpose(1, 2), v.squeeze(-2).transpose(1, 2)
         q = self.q_proj(x).view(b, t, -1, d).transpose(1, 2)
         source = x
         if memory is not None:

@@ -8,6 +8,7 @@ from torch import nn
 
 from brickwork import kernels
 from brickwork.checks import Flag, PositiveInt, Probability
+from brickwork.kernels._runtime import use_triton
 
 from .activations import GELU_APPROXIMATION, Activation, create_activation
 from .base import Feedforward, register_feedforward
@@ -27,8 +28,10 @@ def runs_plain(linear: nn.Linear) -> bool:
 class MLP(Feedforward):
     """``down_proj(dropout(act(up_proj(x))))``; x ``[B, T, dim_model]`` -> ``[B, T, dim_model]``.
 
-    With ``gelu``/``gelu_tanh`` and a bias, the bias add and the GELU run as one fused kernel
-    (:func:`brickwork.kernels.bias_gelu`) after a bias-free matmul.
+    With ``gelu``/``gelu_tanh`` and a bias, on a tensor the fused Triton kernel runs on (CUDA, eager),
+    the bias add and the GELU run as that one kernel (:func:`brickwork.kernels.bias_gelu`) after a
+    bias-free matmul. Elsewhere the bias stays inside the matmul (``addmm``), where it costs nothing:
+    the kernel's torch twin would add it in a pass of its own, forward and backward.
     """
 
     def __init__(
@@ -54,7 +57,7 @@ class MLP(Feedforward):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.check_input(x)
-        if self._gelu_approximate is not None and runs_plain(self.up_proj):
+        if self._gelu_approximate is not None and use_triton(None, x) and runs_plain(self.up_proj):
             h = kernels.bias_gelu(F.linear(x, self.up_proj.weight), self.up_proj.bias, self._gelu_approximate)
         else:
             h = self.activation(self.up_proj(x))

@@ -17,6 +17,7 @@ from brickwork.components.feedforward import (
     create_activation,
     default_glu_hidden_dim,
 )
+from brickwork.components.feedforward import mlp as mlp_module
 from brickwork.errors import ConfigError
 
 FORMULAS = {
@@ -52,8 +53,7 @@ def test_mlp_default_hidden_dim_is_four_times_model_dim() -> None:
     assert mlp.up_proj.weight.shape == (24, 6) and mlp.down_proj.weight.shape == (6, 24)
 
 
-@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
-def test_mlp_gelu_with_bias_uses_fused_bias_gelu(activation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _spy_on_bias_gelu(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = kernels.bias_gelu
 
@@ -62,6 +62,14 @@ def test_mlp_gelu_with_bias_uses_fused_bias_gelu(activation: str, monkeypatch: p
         return real(x, bias, approximate)
 
     monkeypatch.setattr(kernels, "bias_gelu", spy)
+    return calls
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
+def test_mlp_gelu_with_bias_uses_fused_bias_gelu(activation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _spy_on_bias_gelu(monkeypatch)
+    # Where the Triton kernel runs (a CUDA tensor); the spy then computes with the twin.
+    monkeypatch.setattr(mlp_module, "use_triton", lambda backend, x: True)
     torch.manual_seed(0)
     mlp = MLP(6, hidden_dim=10, activation=activation)
     x = torch.randn(3, 6)
@@ -72,6 +80,18 @@ def test_mlp_gelu_with_bias_uses_fused_bias_gelu(activation: str, monkeypatch: p
     unfused = mlp(x)
     assert len(calls) == 1
     torch.testing.assert_close(fused, unfused)
+
+
+def test_mlp_on_cpu_keeps_the_bias_in_the_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The twin would add the bias in a pass of its own; on CPU the matmul adds it for free."""
+    calls = _spy_on_bias_gelu(monkeypatch)
+    torch.manual_seed(0)
+    mlp = MLP(6, hidden_dim=10, activation="gelu_tanh")
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(
+        mlp(x), mlp.down_proj(torch.nn.functional.gelu(mlp.up_proj(x), approximate="tanh"))
+    )
+    assert calls == []
 
 
 @pytest.mark.parametrize(
