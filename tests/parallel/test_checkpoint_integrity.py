@@ -6,25 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
+from small_checkpoint import save_small_checkpoint, small_model
 
-from brickwork.parallel import export, load_checkpoint, save_checkpoint
+from brickwork.parallel import export, load_checkpoint
 from brickwork.parallel.manifest import MANIFEST_FILE, CorruptCheckpointError, file_crc32
-
-
-def _model(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 4))
 
 
 @pytest.fixture
 def saved(tmp_path: Path) -> Path:
-    model = _model(0)
-    optimizer = torch.optim.AdamW(model.parameters())
-    model(torch.randn(2, 16)).sum().backward()
-    optimizer.step()
-    return save_checkpoint(tmp_path / "ckpt", model, optimizer, 1)
+    return save_small_checkpoint(tmp_path / "ckpt")
 
 
 def _shard(folder: Path) -> Path:
@@ -51,7 +41,7 @@ def test_64_flipped_bytes_in_a_shard_are_detected_on_load_and_export(saved: Path
     data[middle : middle + 64] = bytes(b ^ 0xFF for b in data[middle : middle + 64])
     shard.write_bytes(bytes(data))
     with pytest.raises(CorruptCheckpointError, match=rf"{shard.name} does not match its checksum"):
-        load_checkpoint(saved, _model(1))
+        load_checkpoint(saved, small_model(1))
     with pytest.raises(CorruptCheckpointError, match=shard.name):
         export(saved, tmp_path / "out.safetensors")
 
@@ -61,13 +51,13 @@ def test_a_truncated_file_is_named_in_one_line(saved: Path, name: str) -> None:
     path = _shard(saved) if name == "shard" else saved / name
     path.write_bytes(path.read_bytes()[:-100])
     with pytest.raises(CorruptCheckpointError, match=rf"{path.name} has \d+ bytes, the manifest says \d+"):
-        load_checkpoint(saved, _model(1))
+        load_checkpoint(saved, small_model(1))
 
 
 def test_a_lost_file_or_manifest_is_refused(saved: Path) -> None:
     (saved / "rng" / "rank0.pt").unlink()
     with pytest.raises(CorruptCheckpointError, match=r"rank0\.pt is missing"):
-        load_checkpoint(saved, _model(1))
+        load_checkpoint(saved, small_model(1))
     (saved / MANIFEST_FILE).unlink()
     with pytest.raises(CorruptCheckpointError, match=r"has no manifest\.json"):
-        load_checkpoint(saved, _model(1))
+        load_checkpoint(saved, small_model(1))

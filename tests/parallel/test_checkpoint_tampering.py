@@ -9,26 +9,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
+from small_checkpoint import save_small_checkpoint, small_model
 
-from brickwork.parallel import export, load_checkpoint, save_checkpoint
+from brickwork.parallel import export, load_checkpoint
 from brickwork.parallel.checkpoint import UNLISTED
 from brickwork.parallel.manifest import MANIFEST_FILE, CorruptCheckpointError, write_manifest
 from brickwork.parallel.safe_reader import UnsafeCheckpointError
 
 
-def _model(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 4))
-
-
 @pytest.fixture
 def saved(tmp_path: Path) -> Path:
-    model = _model(0)
-    optimizer = torch.optim.AdamW(model.parameters())
-    model(torch.randn(2, 16)).sum().backward()
-    optimizer.step()
-    return save_checkpoint(tmp_path / "ckpt", model, optimizer, 1)
+    return save_small_checkpoint(tmp_path / "ckpt")
 
 
 def _shard(folder: Path) -> str:
@@ -54,7 +45,9 @@ def test_a_rewritten_file_with_a_matching_manifest_is_named(
     name = _shard(saved) if name == "shard" else name
     _tamper(saved / name, how)
     write_manifest(saved, skip=UNLISTED)  # the forger makes the manifest agree
-    attempts = [lambda: load_checkpoint(saved, _model(1), torch.optim.AdamW(_model(1).parameters()))]
+    attempts = [
+        lambda: load_checkpoint(saved, small_model(1), torch.optim.AdamW(small_model(1).parameters()))
+    ]
     if name != "rng/rank0.pt":  # export reads the weights, not the RNG states
         attempts.append(lambda: export(saved, tmp_path / "out.safetensors"))
     for attempt in attempts:
@@ -72,13 +65,13 @@ def test_a_rewritten_meta_json_with_impossible_values_is_named(saved: Path, key:
     (saved / "meta.json").write_text(json.dumps(meta))
     write_manifest(saved, skip=UNLISTED)
     with pytest.raises(CorruptCheckpointError, match=rf"meta\.json is damaged: {key} is"):
-        load_checkpoint(saved, _model(1))
+        load_checkpoint(saved, small_model(1))
 
 
 def test_an_empty_manifest_is_refused(saved: Path) -> None:
     (saved / MANIFEST_FILE).write_text(json.dumps({"algorithm": "crc32", "files": {}}))
     with pytest.raises(CorruptCheckpointError, match=r"manifest\.json does not list meta\.json"):
-        load_checkpoint(saved, _model(1))
+        load_checkpoint(saved, small_model(1))
 
 
 def test_a_partial_manifest_is_refused_naming_the_unlisted_file(saved: Path, tmp_path: Path) -> None:
@@ -87,7 +80,7 @@ def test_a_partial_manifest_is_refused_naming_the_unlisted_file(saved: Path, tmp
     del manifest["files"][shard]
     (saved / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(CorruptCheckpointError, match=rf"does not list .*{shard}"):
-        load_checkpoint(saved, _model(1))
+        load_checkpoint(saved, small_model(1))
     with pytest.raises(CorruptCheckpointError, match=shard):
         export(saved, tmp_path / "out.safetensors")
 
@@ -97,17 +90,17 @@ def test_a_manifest_entry_that_is_not_a_size_and_checksum_is_refused(saved: Path
     manifest["files"]["meta.json"] = "trust me"
     (saved / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(CorruptCheckpointError, match=r"its entry for 'meta\.json'"):
-        load_checkpoint(saved, _model(1))
+        load_checkpoint(saved, small_model(1))
 
 
 def test_an_untampered_checkpoint_still_loads_exactly(saved: Path) -> None:
-    model = _model(1)
+    model = small_model(1)
     load_checkpoint(saved, model)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), _model_after_step().values()))
 
 
 def _model_after_step() -> dict[str, torch.Tensor]:
-    model = _model(0)
+    model = small_model(0)
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.randn(2, 16)).sum().backward()
     optimizer.step()
