@@ -141,7 +141,7 @@ def require_tokenizers(option: str):
         import tokenizers
     except ImportError:
         raise ConfigError(
-            "a tokenizer other than bytes needs the tokenizers package: pip install 'brickwork[text]'",
+            "a tokenizer other than bytes needs the tokenizers package: pip install tokenizers",
             option,
         ) from None
     return tokenizers

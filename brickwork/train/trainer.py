@@ -224,13 +224,16 @@ def _task(run: RunConfig) -> str:
 
 def _task_spec(run: RunConfig, task: str, tokenizer: Tokenizer | None) -> dict:
     """The spec with ``vocab_size`` set to the tokenizer's (plus the mask id or the T5 sentinels),
-    saying so if it changes. A smaller one is an error: the data holds ids it has no row for."""
+    saying so if it changes. A vocab_size the user chose is kept when larger (padding), and is an error
+    when smaller: the data holds ids it has no row for."""
     spec = dict(run.spec)
     if tokenizer is None:
         return spec
     want, vocab = task_vocab_size(task, tokenizer.vocab_size), spec.get("vocab_size")
     extra = {"masked_lm": " and the mask id", "seq2seq": " and 16 sentinels"}.get(task, "")
-    if vocab is not None and vocab < want:
+    if run.vocab_chosen and vocab is not None and vocab > want:
+        return spec
+    if run.vocab_chosen and vocab is not None and vocab < want:
         raise ConfigError(
             f"{vocab:,} is smaller than the {want:,} ids of the data: the tokenizer {tokenizer.name}{extra}; "
             f"raise it to {want} or leave it out",
