@@ -20,7 +20,7 @@ from tqdm import tqdm
 from brickwork.data.tokenizer import HFTokenizer, Tokenizer
 from brickwork.errors import ConfigError
 
-CHECK_BLOCK = 1 << 24  # ids per block of the vocabulary check (32 MiB of uint16)
+CHECK_BLOCK = 1 << 22  # ids per block of the vocabulary check (8 MiB of uint16)
 
 
 def token_dtype(vocab_size: int, smallest: type[np.unsignedinteger] = np.uint8) -> np.dtype:
@@ -50,22 +50,20 @@ def check_token_ids(path: Path, dtype: np.dtype, vocab_size: int, option: str) -
     """Raise a ConfigError naming the file, the position and the id of the first id >= vocab_size."""
     if vocab_size > np.iinfo(dtype).max:
         return  # every value the file can hold is a valid id
+    buffer = np.empty(CHECK_BLOCK, dtype=dtype)  # one buffer for every block: memory stays flat
     offset = 0
     with open(path, "rb") as handle:
-        while True:
-            block = np.fromfile(handle, dtype=dtype, count=CHECK_BLOCK)
-            if block.size == 0:
-                return
-            bad = np.flatnonzero(block >= vocab_size)
-            if bad.size:
-                at = int(bad[0])
+        while count := handle.readinto(memoryview(buffer).cast("B")) // dtype.itemsize:
+            block = buffer[:count]
+            if block.max() >= vocab_size:  # max first: no mask array for the blocks that pass
+                at = int(np.argmax(block >= vocab_size))
                 raise ConfigError(
                     f"token file {str(path)!r} holds id {int(block[at])} at position {offset + at:,}, but "
                     f"vocab_size is {vocab_size:,} (ids 0..{vocab_size - 1}); give the model a larger "
                     "vocab_size or the tokenizer that wrote the file",
                     option,
                 )
-            offset += block.size
+            offset += count
 
 
 def write_token_file(

@@ -127,6 +127,11 @@ def test_nanogpt_char_folder_trains_samples_and_resumes_for_more_steps(tmp_path,
     assert check_ok(run_cli(args, tmp_path)) == first  # a seed fixes the text
     assert check_ok(run_cli([*args[:-3], "8", "--top-k", "5"], tmp_path)) != first
 
+    # The exported file samples the same text, given the run's tokenizer and window.
+    check_ok(run_cli(["export", "run", "model.safetensors"], tmp_path))
+    exported = ["--tokenizer", "run/tokenizer.json", "--window", "16"]
+    assert check_ok(run_cli(["sample", "model.safetensors", *args[2:], *exported], tmp_path)) == first
+
     more = check_ok(run_cli(["train", "--resume", "run", "train.steps=3"], tmp_path))
     assert "resuming run from step 2 of 3" in more
     assert "train.steps changed since step_000002 was saved: 2 -> 3" in more
@@ -185,3 +190,32 @@ def test_memory_does_not_grow_with_the_token_file(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0, log.read_text()
         peaks[count] = usage.ru_maxrss / 1024  # KiB -> MiB
     assert peaks[1 << 26] - peaks[1 << 22] < 40, peaks
+
+
+def test_sample_refuses_what_it_cannot_load(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = error_line(capsys, ["sample", "nope", "--prompt", "x"])
+    assert "RUN_OR_FOLDER: 'nope' is neither a run folder" in err
+    err = error_line(capsys, ["sample", "nope", "--prompt", "x", "--top-k", "0"])
+    assert "--top-k: must be a positive integer, got 0" in err
+    err = error_line(capsys, ["tokenizer", "train", "nope.txt", "--vocab-size", "300"])
+    assert "FILES: 'nope.txt' is not a file" in err
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_under_torchrun_rank0_tokenises_and_every_rank_sees_bad_data(tmp_path, corpus_text):
+    (tmp_path / "docs").mkdir()
+    for i, tale in enumerate(corpus_text.split("\n\n")[:40]):
+        (tmp_path / "docs" / f"{i:03d}.txt").write_text(tale)
+    args = ["train", *TINY, "data.path=docs", "dist.data_parallel_size=2"]
+    out = check_ok(run_cli([*args, "train.out_dir=run"], tmp_path, nproc=2))
+    assert out.count("data: docs (40 files") == 1
+    assert len(list((tmp_path / "run" / "cache").iterdir())) == 1
+    (tmp_path / "bad.jsonl").write_text('{"text": "a line"}\n{"title": "none"}\n')
+    bad = [*args[:-2], "data.path=bad.jsonl", "dist.data_parallel_size=2", "train.out_dir=bad"]
+    result = run_cli(bad, tmp_path, nproc=2, timeout=300)
+    assert result.returncode != 0
+    assert "data.text_key: line 2 of 'bad.jsonl' has no 'text' key" in result.stderr
+    assert not (tmp_path / "bad").exists()
