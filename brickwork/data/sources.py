@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -37,6 +38,9 @@ from brickwork.data.tokenizer import (
     tokenizer_digest,
 )
 from brickwork.errors import ConfigError
+
+if TYPE_CHECKING:
+    from brickwork.train.config import DataConfig  # which imports FORMATS from here
 
 FORMATS = ("auto", "text", "folder", "jsonl", "bin")
 # Files that are clearly not text: training on their bytes would be silently wrong.
@@ -87,17 +91,20 @@ def detect_format(path: Path, given: str, option: str) -> str:
 
 
 def declared_tokenizer(path: str | None, given: str | None, spec_vocab: int | None) -> Tokenizer:
-    """``data.tokenizer`` when given; else what a data folder declares (its tokenizer.json, or a
-    nanoGPT meta.pkl's characters or vocab_size); else bytes for text and token ids for .bin data."""
+    """``data.tokenizer`` when given; else what a data folder (or the folder of a .bin file) declares:
+    its tokenizer.json, or a nanoGPT meta.pkl's characters or vocab_size; else bytes for text and
+    token ids for .bin data."""
     if given is not None:
         return load_tokenizer(given)
     if path is None:
         return ByteTokenizer()
     root = Path(path).expanduser()
+    is_bin = root.suffix == ".bin" or (root / "train.bin").is_file()
+    if not (root.is_dir() or is_bin):
+        return ByteTokenizer()
     folder = root if root.is_dir() else root.parent
     if (folder / "tokenizer.json").is_file():
         return HFTokenizer.from_file(folder / "tokenizer.json", "data.path")
-    is_bin = root.suffix == ".bin" or (root / "train.bin").is_file()
     meta_file = folder / "meta.pkl"
     if is_bin and meta_file.is_file():
         meta = load_plain_pickle(meta_file)
@@ -117,7 +124,7 @@ def declared_tokenizer(path: str | None, given: str | None, spec_vocab: int | No
     return ByteTokenizer()
 
 
-def open_text_data(data, tokenizer: Tokenizer, cache: Path, seq_len: int) -> TextData:
+def open_text_data(data: DataConfig, tokenizer: Tokenizer, cache: Path, seq_len: int) -> TextData:
     """The training and held-out token streams of the ``data:`` section (a DataConfig).
 
     Held out: ``data.val_path``, else a nanoGPT folder's val.bin, else the last ``val_fraction``.
@@ -149,7 +156,7 @@ def open_text_data(data, tokenizer: Tokenizer, cache: Path, seq_len: int) -> Tex
 
 
 def _read(
-    path: Path, data, tokenizer: Tokenizer, cache: Path, vocab_size: int, option: str
+    path: Path, data: DataConfig, tokenizer: Tokenizer, cache: Path, vocab_size: int, option: str
 ) -> tuple[torch.Tensor, torch.Tensor | None, str]:
     """(tokens, a nanoGPT folder's val.bin tokens or None, description) of one source."""
     kind = detect_format(path, data.format, option)

@@ -102,7 +102,7 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
             f"{run.train.steps} is below step {step} of the newest checkpoint; a resumed run can only go on",
             "train.steps",
         )
-    relayout = run.dist != (saved.get("dist") or {}) or run.train.steps != saved["train"]["steps"]
+    rewrite_config = run.dist != (saved.get("dist") or {}) or run.train.steps != saved["train"]["steps"]
     try:
         check_world(run.dist)
     except ConfigError as err:
@@ -112,14 +112,14 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
             err.path,
         ) from None
     with RunLock(folder):
-        return _train(run, folder, resume=True, relayout=relayout)
+        return _train(run, folder, resume=True, rewrite_config=rewrite_config)
 
 
 def default_out_dir(name: str) -> str:
     return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) -> RunResult:
+def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = False) -> RunResult:
     cfg = run.train
     started = time.perf_counter()
     task = _task(run)
@@ -166,8 +166,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
             say(f"the checkpoint was saved as {saved}; continuing as {now}")
         if is_main:
             log.truncate_after(state.step)
-            if relayout:
-                # The run goes on under the new dist dict; a later --resume with no overrides keeps it.
+            if rewrite_config:
+                # The run goes on under the new dist dict or step count; a later --resume keeps them.
                 dump_spec(run.to_dict(), run_dir / "config.yaml")
     else:
         if is_main:
