@@ -233,19 +233,19 @@ def _text_files(folder: Path, option: str) -> list[Path]:
 
 
 def _file_pieces(files: list[Path], tokenizer: Tokenizer, option: str) -> Iterator[tuple[str | bytes, bool]]:
-    """Each file in pieces of about PIECE_BYTES; text for a real tokenizer (UTF-8, strictly), raw
-    bytes for the byte tokenizer (any encoding)."""
+    """Each file in pieces of about PIECE_BYTES: raw bytes for the byte tokenizer (any encoding), else
+    UTF-8 text (strictly) cut at line ends, so that a line is never split between two pieces."""
     as_text = not isinstance(tokenizer, ByteTokenizer)
     for file in files:
         decoder = codecs.getincrementaldecoder("utf-8")()
-        offset = 0
+        offset, rest = 0, ""
         with open(file, "rb") as handle:
             while block := handle.read(PIECE_BYTES):
                 if not as_text:
                     yield block, False
                     continue
                 try:
-                    text = decoder.decode(block, final=len(block) < PIECE_BYTES)
+                    text = rest + decoder.decode(block, final=len(block) < PIECE_BYTES)
                 except UnicodeDecodeError as err:
                     raise ConfigError(
                         f"{str(file)!r} is not UTF-8 text (byte {offset + err.start:,}); the byte tokenizer "
@@ -253,8 +253,11 @@ def _file_pieces(files: list[Path], tokenizer: Tokenizer, option: str) -> Iterat
                         option,
                     ) from None
                 offset += len(block)
+                # A line longer than a piece (a file with no line ends) is cut where the piece ends.
+                cut = text.rfind("\n") + 1 or len(text)
+                text, rest = text[:cut], text[cut:]
                 yield text, False
-        yield ("" if as_text else b""), True
+        yield (rest if as_text else b""), True
 
 
 def _jsonl_pieces(path: Path, key: str, option: str) -> Iterator[tuple[str, bool]]:
