@@ -81,11 +81,15 @@ class HFTokenizer:
         return cls(loaded, f"{file} ({loaded.get_vocab_size(with_added_tokens=True):,} tokens)")
 
     def encode(self, text: str) -> torch.Tensor:
-        return torch.tensor(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=torch.long)
+        return torch.tensor(self.encode_batch([text])[0], dtype=torch.long)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Many texts at once, on the library's own threads."""
-        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        try:
+            encoded = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        except Exception as err:  # e.g. a character vocabulary meeting a character it lacks
+            raise ValueError(f"the tokenizer {self.name} cannot encode the text: {err}") from None
+        return [e.ids for e in encoded]
 
     def decode(self, ids: torch.Tensor | list[int]) -> str:
         return self.tokenizer.decode(_ids(ids), skip_special_tokens=False)

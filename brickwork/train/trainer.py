@@ -372,6 +372,11 @@ def _text_data(run: RunConfig, task: str, run_dir: Path) -> TextData | None:
     if task == "image_classification":
         return None
     tokenizer = declared_tokenizer(run.data.path, run.data.tokenizer, run.spec.get("vocab_size"))
+    if run.train.sample_prompt is not None:
+        try:  # refused now rather than after training
+            tokenizer.encode(run.train.sample_prompt)
+        except ValueError as err:
+            raise ConfigError(str(err), "train.sample_prompt") from None
     cache = run_dir / "cache"
     return _on_rank0_first(run.dist, lambda: open_text_data(run.data, tokenizer, cache, run.train.seq_len))
 

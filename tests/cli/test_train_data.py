@@ -88,6 +88,10 @@ def bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
             r"data.text_key: line 2 of 'docs.jsonl' has no 'text' key \(it has: title\)",
         ),
         "empty folder": (["data.path=empty"], r"data.path: folder 'empty' holds no text files"),
+        "prompt the tokenizer cannot encode": (
+            ["data.path=good", "train.sample_prompt=xyz"],
+            r"train.sample_prompt: the tokenizer characters of good/meta.pkl \(8 tokens\) cannot encode",
+        ),
         "vocab below the tokenizer's": (
             ["data.path=good", "vocab_size=4"],
             r"vocab_size: 4 is smaller than the 8 ids of the data: the tokenizer characters of",
