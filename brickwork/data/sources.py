@@ -70,10 +70,10 @@ def detect_format(path: Path, given: str, option: str) -> str:
         raise ConfigError(f"file or folder {str(path)!r} does not exist", option)
     if path.is_dir():
         found = "bin" if (path / "train.bin").is_file() else "folder"
-        if given not in ("auto", found) and not (given == "bin" and found == "folder"):
-            raise ConfigError(f"{str(path)!r} is a folder, not a {given} file", option)
         if given == "bin" and found == "folder":
             raise ConfigError(f"folder {str(path)!r} has no train.bin", option)
+        if given not in ("auto", found):
+            raise ConfigError(f"{str(path)!r} is a folder, not a {given} file", option)
         return found
     suffix = path.suffix.lower()
     if given == "auto":
@@ -130,20 +130,15 @@ def open_text_data(data: DataConfig, tokenizer: Tokenizer, cache: Path, seq_len:
     Held out: ``data.val_path``, else a nanoGPT folder's val.bin, else the last ``val_fraction``.
     Every id of a token file is checked to be below the tokenizer's ``vocab_size``.
     """
-    vocab_size = tokenizer.vocab_size
     unit = "bytes" if isinstance(tokenizer, ByteTokenizer) else "tokens"
     if data.path is None:
         raw, source = read_corpus(None)
         tokens = tokenizer.encode(raw.decode("utf-8"))
         train, val = split_tokens(tokens, data.val_fraction, seq_len, unit)
         return TextData(train, val, tokenizer, f"{source}, {val.numel():,} {unit} held out")
-    train, train_val, source = _read(
-        Path(data.path).expanduser(), data, tokenizer, cache, vocab_size, "data.path"
-    )
+    train, train_val, source = _read(Path(data.path).expanduser(), data, tokenizer, cache, "data.path")
     if data.val_path is not None:
-        val, _, val_source = _read(
-            Path(data.val_path).expanduser(), data, tokenizer, cache, vocab_size, "data.val_path"
-        )
+        val, _, val_source = _read(Path(data.val_path).expanduser(), data, tokenizer, cache, "data.val_path")
         _need_window(val, seq_len, "data.val_path", unit)
         _need_window(train, seq_len, "data.path", unit)
         return TextData(train, val, tokenizer, f"{source}; held out: {val_source}")
@@ -156,9 +151,10 @@ def open_text_data(data: DataConfig, tokenizer: Tokenizer, cache: Path, seq_len:
 
 
 def _read(
-    path: Path, data: DataConfig, tokenizer: Tokenizer, cache: Path, vocab_size: int, option: str
+    path: Path, data: DataConfig, tokenizer: Tokenizer, cache: Path, option: str
 ) -> tuple[torch.Tensor, torch.Tensor | None, str]:
     """(tokens, a nanoGPT folder's val.bin tokens or None, description) of one source."""
+    vocab_size = tokenizer.vocab_size
     kind = detect_format(path, data.format, option)
     if kind == "bin":
         folder = path if path.is_dir() else None
