@@ -123,6 +123,10 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
     cfg = run.train
     started = time.perf_counter()
     task = _task(run)
+    # Every process decides about the folder before any of them writes to it (the token cache first).
+    checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
+    if checkpoint is None:
+        _check_unclaimed(run_dir)
     text = _text_data(run, task, run_dir)
     tokenizer = text.tokenizer if text is not None else None
     torch.manual_seed(cfg.seed)
@@ -130,10 +134,6 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
     run.spec = model.spec
     _check_fits(run, task)
     run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
-    # Every process decides about the folder before any of them writes to it.
-    checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
-    if checkpoint is None:
-        _check_unclaimed(run_dir)
     params = sum(p.numel() for p in model.parameters())
     model = parallelize(model, _layout_dict(run))
     layout = parallel_state(model)
