@@ -141,6 +141,7 @@ def run_loop(
         bar.update(1)
         state.step = done
     bar.close()
+    log.close()
     return val_loss
 
 

@@ -34,6 +34,10 @@ class MetricsLog:
                     self.events.add_scalar(key, value, record["step"])
             self.events.flush()
 
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
+
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
