@@ -95,7 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         "with the tokenizers library and write it as a tokenizer.json for data.tokenizer.",
     )
     bpe.add_argument("files", nargs="+", metavar="FILES", help="text files to learn from")
-    bpe.add_argument("--vocab-size", type=int, required=True, help="ids in all, at least 257")
+    bpe.add_argument(
+        "--vocab-size",
+        type=int,
+        required=True,
+        help="ids in all, at least 257; fewer when the text has no more pairs seen --min-frequency times",
+    )
     bpe.add_argument("--min-frequency", type=int, default=2, help="merge pairs seen at least this often")
     bpe.add_argument("-o", "--out", default="tokenizer.json", help="file to write (default tokenizer.json)")
     export = commands.add_parser(

@@ -16,8 +16,9 @@ BYTE_ALPHABET = 256
 
 
 def train_bpe(files: list[str], vocab_size: int, out: str | Path, min_frequency: int = 2) -> HFTokenizer:
-    """Learn a byte-level BPE of ``vocab_size`` ids (the 256 bytes, ``<|endoftext|>`` and merges) from
-    the text ``files`` and save it as ``out`` (a tokenizer.json)."""
+    """Learn a byte-level BPE of at most ``vocab_size`` ids (the 256 bytes, ``<|endoftext|>`` and
+    merges) from the text ``files`` and save it as ``out`` (a tokenizer.json). Merges stop early when
+    no pair is left that occurs ``min_frequency`` times."""
     tokenizers = require_tokenizers("--vocab-size")
     if vocab_size < BYTE_ALPHABET + 1:
         raise ConfigError(
