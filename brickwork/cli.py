@@ -159,35 +159,10 @@ def run_train(ns: argparse.Namespace) -> int:
 
 
 def run_sample(ns: argparse.Namespace) -> int:
-    import torch
+    from brickwork.train.trained_model import sample_text
 
-    from brickwork.sampling import sample_ids
-    from brickwork.train.trained_model import describe, load_trained
-
-    for option in ("max_new_tokens", "top_k", "window"):
-        value = getattr(ns, option)
-        if value is not None and value < (0 if option == "max_new_tokens" else 1):
-            raise ConfigError(f"must be a positive integer, got {value}", f"--{option.replace('_', '-')}")
-    if ns.temperature < 0:
-        raise ConfigError(f"must be >= 0, got {ns.temperature}", "--temperature")
-    trained = load_trained(ns.source, ns.tokenizer, "cuda" if torch.cuda.is_available() else "cpu")
-    window = ns.window or trained.window
-    if window is None:
-        raise ConfigError("the model says no training length (no run, no max_seq_len); give one", "--window")
-    prompt = trained.tokenizer.encode(ns.prompt)
-    if prompt.numel() == 0:
-        raise ConfigError("encodes to no tokens; give some text", "--prompt")
-    print(describe(trained), file=sys.stderr)
-    ids = sample_ids(
-        trained.model,
-        prompt,
-        ns.max_new_tokens,
-        window=window,
-        temperature=ns.temperature,
-        top_k=ns.top_k,
-        seed=ns.seed,
-    )
-    print(trained.tokenizer.decode(ids))
+    options = {k: getattr(ns, k) for k in ("max_new_tokens", "temperature", "top_k", "seed", "window")}
+    print(sample_text(ns.source, ns.prompt, tokenizer=ns.tokenizer, **options))
     return 0
 
 
@@ -273,7 +248,8 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``brickwork`` script and of ``python -m brickwork``."""
     ns = build_parser().parse_args(argv)
-    show_messages()
+    # What sample prints on stdout is the text alone, so that it can be piped.
+    show_messages(sys.stderr if ns.command == "sample" else None)
     try:
         return COMMANDS[ns.command](ns)
     except (ConfigError, ValueError, FileNotFoundError) as err:

@@ -9,26 +9,37 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 from tqdm import tqdm
 
 
 class TqdmHandler(logging.Handler):
-    """Writes each record on its own line above any active tqdm bar."""
+    """Writes each record on its own line above any active tqdm bar, on ``stream`` (None: stdout as it
+    is at the time, which is what pytest's capture replaces)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__()
+        self.stream = stream
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            tqdm.write(self.format(record), file=sys.stdout)
+            tqdm.write(self.format(record), file=self.stream or sys.stdout)
         except Exception:  # logging's contract: a failing handler reports, never raises
             self.handleError(record)
 
 
-def show_messages(level: int = logging.INFO) -> None:
-    """Print the ``brickwork`` loggers' messages at ``level`` and above on stdout (idempotent)."""
+def show_messages(stream: TextIO | None = None, level: int = logging.INFO) -> None:
+    """Print the ``brickwork`` loggers' messages at ``level`` and above on ``stream`` (None: stdout);
+    calling it again changes the stream."""
     root = logging.getLogger("brickwork")
     root.setLevel(level)
-    if not any(isinstance(h, TqdmHandler) for h in root.handlers):
-        handler = TqdmHandler()
+    for handler in root.handlers:
+        if isinstance(handler, TqdmHandler):
+            handler.stream = stream
+            break
+    else:
+        handler = TqdmHandler(stream)
         handler.setFormatter(logging.Formatter("%(message)s"))
         root.addHandler(handler)
     # The command line is the application here: its lines are not repeated by a root handler.

@@ -1,4 +1,5 @@
-"""A trained decoder LM to sample from, with its tokenizer and the window it was trained on.
+"""A trained decoder LM to sample from, with its tokenizer and the window it was trained on, and
+``brickwork sample`` on it.
 
 ``load_trained`` takes a run folder (its newest intact checkpoint), one checkpoint folder of a run, or
 the safetensors file ``brickwork export`` writes. Weights load through the checkpoint code
@@ -8,10 +9,12 @@ the safetensors file ``brickwork export`` writes. Weights load through the check
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
@@ -21,10 +24,12 @@ from brickwork.errors import ConfigError
 from brickwork.factory import build_model, load_spec
 from brickwork.parallel import is_complete, load_checkpoint
 from brickwork.parallel.checkpoint import META_FILE
+from brickwork.sampling import sample_ids
 from brickwork.train.checkpoint import latest_checkpoint
 
 OPTION = "RUN_OR_FOLDER"
 TOKENIZER_FILE = "tokenizer.json"  # a run keeps a copy of any tokenizer other than bytes
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -102,6 +107,38 @@ def _kept_tokenizer(run_dir: Path | None, model: nn.Module) -> Tokenizer:
     return TokenIds(model.vocab_size)
 
 
-def describe(trained: Trained) -> str:
+def sample_text(
+    source: str,
+    prompt: str,
+    *,
+    max_new_tokens: int = 200,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    seed: int = 0,
+    window: int | None = None,
+    tokenizer: str | None = None,
+) -> str:
+    """``brickwork sample``: ``prompt`` and its continuation by the model saved at ``source``.
+
+    Options are checked before anything loads; what was loaded is logged. ``window`` defaults to the
+    run's ``train.seq_len``, else the spec's ``max_seq_len``.
+    """
+    limits = (("max-new-tokens", max_new_tokens, 0), ("top-k", top_k, 1), ("window", window, 1))
+    for option, value, least in limits:
+        if value is not None and value < least:
+            raise ConfigError(f"must be an integer >= {least}, got {value}", f"--{option}")
+    if temperature < 0:
+        raise ConfigError(f"must be >= 0, got {temperature}", "--temperature")
+    trained = load_trained(source, tokenizer, "cuda" if torch.cuda.is_available() else "cpu")
+    window = window or trained.window
+    if window is None:
+        raise ConfigError("the model says no training length (no run, no max_seq_len); give one", "--window")
+    ids = trained.tokenizer.encode(prompt)
+    if ids.numel() == 0:
+        raise ConfigError("encodes to no tokens; give some text", "--prompt")
     params = sum(p.numel() for p in trained.model.parameters())
-    return f"{trained.description}: {params:,} parameters, tokenizer {trained.tokenizer.name}"
+    logger.info(f"{trained.description}: {params:,} parameters, tokenizer {trained.tokenizer.name}")
+    out = sample_ids(
+        trained.model, ids, max_new_tokens, window=window, temperature=temperature, top_k=top_k, seed=seed
+    )
+    return trained.tokenizer.decode(out)

@@ -12,7 +12,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,21 +20,22 @@ import torch
 import torch.distributed as dist
 
 from brickwork.data import fixed_windows
-from brickwork.data.sources import TextData, declared_tokenizer, open_text_data
+from brickwork.data.sources import TextData
 from brickwork.data.task_batches import TaskBatches, image_batches, task_vocab_size, text_batches
 from brickwork.data.tokenizer import HFTokenizer, Tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
-from brickwork.parallel import build_mesh, full_state_dict, parallel_state, parallelize
+from brickwork.parallel import full_state_dict, parallel_state, parallelize
 from brickwork.sampling import sample_ids
 from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
-from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist, world_size
+from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
 from brickwork.train.resume_check import check_resume
 from brickwork.train.run_config import RunConfig, resolve_run
+from brickwork.train.run_data import run_text_data
 from brickwork.train.run_lock import RunLock
 from brickwork.train.step import TrainStep
 from brickwork.train.trained_model import TOKENIZER_FILE
@@ -127,7 +128,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
     checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
     if checkpoint is None:
         _check_unclaimed(run_dir)
-    text = _text_data(run, task, run_dir)
+    text = None if task == "image_classification" else run_text_data(run, run_dir)
     tokenizer = text.tokenizer if text is not None else None
     torch.manual_seed(cfg.seed)
     model = build_model(_task_spec(run, task, tokenizer))
@@ -364,42 +365,6 @@ def _sample(model: torch.nn.Module, cfg, text: TextData) -> str:
         seed=cfg.seed,
     )
     return text.tokenizer.decode(out)
-
-
-def _text_data(run: RunConfig, task: str, run_dir: Path) -> TextData | None:
-    """The tokenizer and token streams of a text task, read before the model is built (its vocabulary
-    follows the tokenizer) and before the run folder holds anything, so bad data leaves nothing."""
-    if task == "image_classification":
-        return None
-    tokenizer = declared_tokenizer(run.data.path, run.data.tokenizer, run.spec.get("vocab_size"))
-    if run.train.sample_prompt is not None:
-        try:  # refused now rather than after training
-            tokenizer.encode(run.train.sample_prompt)
-        except ValueError as err:
-            raise ConfigError(str(err), "train.sample_prompt") from None
-    cache = run_dir / "cache"
-    return _on_rank0_first(run.dist, lambda: open_text_data(run.data, tokenizer, cache, run.train.seq_len))
-
-
-def _on_rank0_first(dist_dict: dict, prepare: Callable[[], TextData]) -> TextData:
-    """``prepare()`` on rank 0 (which writes the token cache), then on the others (which find it). An
-    error on rank 0 reaches every rank, so none waits for a rank that has stopped."""
-    if world_size() == 1:
-        return prepare()
-    if not dist.is_initialized():
-        build_mesh(check_world(dist_dict))  # starts the process group that parallelize reuses
-    failure: list[str | None] = [None]
-    if dist.get_rank() == 0:
-        try:
-            result = prepare()
-        except ValueError as err:  # ConfigError included: a problem with the data
-            failure[0] = str(err)
-            dist.broadcast_object_list(failure, src=0)
-            raise
-    dist.broadcast_object_list(failure, src=0)
-    if failure[0] is not None:
-        raise ValueError(failure[0])
-    return result if dist.get_rank() == 0 else prepare()
 
 
 @contextlib.contextmanager

@@ -201,7 +201,7 @@ def test_sample_refuses_what_it_cannot_load(capsys, tmp_path, monkeypatch):
     err = error_line(capsys, ["sample", "nope", "--prompt", "x"])
     assert "RUN_OR_FOLDER: 'nope' is neither a run folder" in err
     err = error_line(capsys, ["sample", "nope", "--prompt", "x", "--top-k", "0"])
-    assert "--top-k: must be a positive integer, got 0" in err
+    assert "--top-k: must be an integer >= 1, got 0" in err
     err = error_line(capsys, ["tokenizer", "train", "nope.txt", "--vocab-size", "300"])
     assert "FILES: 'nope.txt' is not a file" in err
 
