@@ -49,7 +49,9 @@ NOT_TEXT = frozenset(
     | {".h5", ".hdf5", ".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z", ".png", ".jpg", ".jpeg", ".pdf"}
 )
 DECLARATIONS = ("tokenizer.json", "meta.pkl")  # files a data folder declares its tokenizer with
-PIECE_BYTES = 1 << 22  # a large text file is read and tokenised 4 MiB at a time
+# A large text file is read and tokenised 1 MiB at a time: a tokenizer's per-token objects for a piece
+# take about 10x its size while it is encoded.
+PIECE_BYTES = 1 << 20
 
 
 @dataclass
