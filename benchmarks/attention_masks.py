@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from brickwork.components.attention import (
     BlockSparseAttention,
@@ -29,7 +30,6 @@ from brickwork.components.attention import (
 )
 from brickwork.components.attention.sparse import _compiled_flex
 
-from .progress import Progress
 from .timing import time_ms
 
 
@@ -47,8 +47,7 @@ def run(lengths: Sequence[int], batch: int, heads: int, dim_head: int) -> list[d
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows: list[dict[str, object]] = []
     cases = [(name, t) for name in patterns() for t in lengths]
-    progress = Progress(len(cases))
-    for name, t in cases:
+    for name, t in tqdm(cases, unit="case"):
         pattern = patterns()[name].to(device)
         q, k, v = (torch.randn(batch, heads, t, dim_head, device=device, dtype=dtype) for _ in range(3))
         times = {}
@@ -67,7 +66,6 @@ def run(lengths: Sequence[int], batch: int, heads: int, dim_head: int) -> list[d
             "flex_over_dense": round(times["flex"] / times["masked"], 3), "density": round(density, 4),
             "max_abs_difference": difference,
         })  # fmt: skip
-        progress.step(f"{name} T={t}")
     return rows
 
 

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from tqdm import tqdm
 
 from brickwork.factory import build_model
-
-from .progress import Progress
 
 MIB = 2**20
 
@@ -74,20 +73,17 @@ def peak_bytes(model: torch.nn.Module, ids: torch.Tensor) -> int:
 def run(depths: Sequence[int], dim: int, seq_len: int, batch: int) -> list[dict[str, object]]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     rows = []
-    progress = Progress(2 * len(depths))
-    for depth in depths:
-        for reversible in (False, True):
-            torch.manual_seed(0)
-            model = build_model(spec(depth, reversible, dim, seq_len)).to(device)
-            ids = torch.randint(0, 256, (batch, seq_len), device=device)
-            peak = peak_bytes(model, ids)
-            weights = sum(p.numel() * p.element_size() for p in model.parameters())
-            rows.append({
-                "depth": depth, "reversible": reversible, "device": device.type,
-                "peak_mib": round(peak / MIB, 2), "peak_beyond_grads_mib": round((peak - weights) / MIB, 2),
-                "saved_mib": round(saved_bytes(model, ids) / MIB, 2), "weights_mib": round(weights / MIB, 2),
-            })  # fmt: skip
-            progress.step(f"depth {depth} reversible={reversible}")
+    for depth, reversible in tqdm([(d, r) for d in depths for r in (False, True)], unit="model"):
+        torch.manual_seed(0)
+        model = build_model(spec(depth, reversible, dim, seq_len)).to(device)
+        ids = torch.randint(0, 256, (batch, seq_len), device=device)
+        peak = peak_bytes(model, ids)
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        rows.append({
+            "depth": depth, "reversible": reversible, "device": device.type,
+            "peak_mib": round(peak / MIB, 2), "peak_beyond_grads_mib": round((peak - weights) / MIB, 2),
+            "saved_mib": round(saved_bytes(model, ids) / MIB, 2), "weights_mib": round(weights / MIB, 2),
+        })  # fmt: skip
     return rows
 
 

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from .bias_gelu import BENCH as BIAS_GELU
 from .cases import MODES, KernelBench
 from .layer_norm import BENCH as LAYER_NORM
 from .masked_softmax import BENCH as MASKED_SOFTMAX
-from .progress import Progress
 from .report import (
     device_slug,
     merge_rows,
@@ -123,10 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if provider in bench.providers
     ]
     new_rows: list[dict] = []
-    with Progress(len(cases)) as bar:
-        for bench, provider, dtype, width in cases:
+    with tqdm(cases, unit="case", desc="kernels") as bar:
+        for bench, provider, dtype, width in bar:
+            bar.set_postfix_str(f"{bench.name} {dtype} {width} {provider}")
             new_rows += run_case(bench, provider, dtype, rows, width, args.modes, device, copy_gbps)
-            bar.step(f"{bench.name} {dtype} {width} {provider}")
             if gpu:
                 torch.cuda.empty_cache()
     metadata = run_metadata(device, copy_gbps)

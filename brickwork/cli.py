@@ -1,4 +1,5 @@
-"""The ``brickwork`` command: ``train``, ``plan``, ``export``, ``info`` and ``bench``.
+"""The ``brickwork`` command: ``train``, ``sample``, ``tokenizer train``, ``plan``, ``export``, ``info``
+and ``bench``.
 
 A mistake a user can fix (unknown preset, bad override, missing file, world size not matching the
 dist dict, a run folder with nothing to resume) ends in one line naming the fix, not a traceback;
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 import brickwork
 from brickwork.errors import ConfigError, RunFailure
+from brickwork.logs import show_messages
 
 USAGE_ERROR = 2
 
@@ -25,7 +27,10 @@ examples:
   brickwork train t5-small encoder.num_layers=2 decoder.num_layers=2 train.grad_accum_steps=2
   brickwork train vit image_size=32 patch_size=8 encoder.num_layers=2 train.precision=bf16
   brickwork train my_model.yaml data.path=my.txt train.out_dir=runs/mine
+  brickwork train data.path=docs/ data.tokenizer=tokenizer.json      a folder of text files, BPE tokens
+  brickwork train data.path=data/shakespeare_char                    a nanoGPT folder (train.bin, meta.pkl)
   brickwork train --resume runs/mine                continue from the newest complete checkpoint
+  brickwork train --resume runs/mine train.steps=2000               ... for more steps
   brickwork train --resume runs/mine dist.data_parallel_size=1     ... in one process
   brickwork train --init-from saved/ train.steps=100   fine-tune a save_pretrained folder (or an HF one)
   torchrun --nproc_per_node 2 -m brickwork train dist.tensor_parallel_size=2
@@ -62,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         metavar="RUN_DIR",
         help="continue a run from its newest complete checkpoint; dist.* overrides continue it under "
-        "another layout",
+        "another layout, train.steps=N for more steps",
     )
     train.add_argument(
         "--init-from",
@@ -93,6 +98,42 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--precision", default="bf16-mixed", help="the train step's (default bf16-mixed)")
     plan.add_argument("--top", type=int, default=10, help="rows of the table (default 10)")
     plan.add_argument("--out", default="dist.yaml", help="where the best dist dict goes (default dist.yaml)")
+    sample = commands.add_parser(
+        "sample",
+        parents=[common],
+        help="generate text from a trained decoder LM",
+        description="Continue a prompt with a run's newest checkpoint (or one checkpoint folder, or a file "
+        "brickwork export wrote), past the training length: the KV cache slides over the last --window "
+        "tokens. The same seed gives the same text.",
+    )
+    sample.add_argument("source", metavar="RUN_OR_FOLDER", help="a run folder, a checkpoint or an export")
+    sample.add_argument("--prompt", required=True, help="the text to continue")
+    sample.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
+    sample.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")
+    sample.add_argument("--top-k", type=int, help="draw from the K most likely tokens only")
+    sample.add_argument("--seed", type=int, default=0, help="seeds the draw (default 0)")
+    sample.add_argument("--window", type=int, help="tokens the model reads at once (default: train.seq_len)")
+    sample.add_argument("--tokenizer", help="'bytes' or a tokenizer.json (default: the run's own)")
+    tokenizer = commands.add_parser(
+        "tokenizer", parents=[common], help="train a byte-level BPE tokenizer on your text"
+    )
+    tokenizer_commands = tokenizer.add_subparsers(dest="tokenizer_command", metavar="ACTION", required=True)
+    bpe = tokenizer_commands.add_parser(
+        "train",
+        parents=[common],
+        help="learn a byte-level BPE from text files, offline",
+        description="Learn a byte-level BPE (GPT-2's kind: every byte is a symbol, so nothing is unknown) "
+        "with the tokenizers library and write it as a tokenizer.json for data.tokenizer.",
+    )
+    bpe.add_argument("files", nargs="+", metavar="FILES", help="text files to learn from")
+    bpe.add_argument(
+        "--vocab-size",
+        type=int,
+        required=True,
+        help="ids in all, at least 257; fewer when the text has no more pairs seen --min-frequency times",
+    )
+    bpe.add_argument("--min-frequency", type=int, default=2, help="merge pairs seen at least this often")
+    bpe.add_argument("-o", "--out", default="tokenizer.json", help="file to write (default tokenizer.json)")
     export = commands.add_parser(
         "export",
         parents=[common],
@@ -193,6 +234,25 @@ def run_plan(ns: argparse.Namespace) -> int:
     return 0
 
 
+def run_sample(ns: argparse.Namespace) -> int:
+    from brickwork.train.trained_model import sample_text
+
+    options = {k: getattr(ns, k) for k in ("max_new_tokens", "temperature", "top_k", "seed", "window")}
+    print(sample_text(ns.source, ns.prompt, tokenizer=ns.tokenizer, **options))
+    return 0
+
+
+def run_tokenizer(ns: argparse.Namespace) -> int:
+    from brickwork.data.bpe_training import train_bpe
+
+    tokenizer = train_bpe(ns.files, ns.vocab_size, ns.out, ns.min_frequency)
+    print(
+        f"wrote {ns.out}: a byte-level BPE of {tokenizer.vocab_size:,} tokens; train on it with "
+        f"data.tokenizer={ns.out}"
+    )
+    return 0
+
+
 def run_export(ns: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -251,12 +311,22 @@ def run_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": run_train, "plan": run_plan, "export": run_export, "info": run_info, "bench": run_bench}
+COMMANDS = {
+    "train": run_train,
+    "sample": run_sample,
+    "tokenizer": run_tokenizer,
+    "plan": run_plan,
+    "export": run_export,
+    "info": run_info,
+    "bench": run_bench,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``brickwork`` script and of ``python -m brickwork``."""
     ns = build_parser().parse_args(argv)
+    # What sample prints on stdout is the text alone, so that it can be piped.
+    show_messages(sys.stderr if ns.command == "sample" else None)
     try:
         return COMMANDS[ns.command](ns)
     except (ConfigError, ValueError, FileNotFoundError, RunFailure) as err:

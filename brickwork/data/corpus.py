@@ -34,11 +34,12 @@ def read_corpus(path: str | None = None) -> tuple[bytes, str]:
 
 
 def split_tokens(
-    tokens: torch.Tensor, val_fraction: float, seq_len: int
+    tokens: torch.Tensor, val_fraction: float, seq_len: int, unit: str = "bytes"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Split LongTensor[N] into (train, held-out): the last ``val_fraction`` is held out.
 
-    Both parts must hold at least one window of ``seq_len + 1`` tokens (inputs and shifted labels).
+    Both parts must hold at least one window of ``seq_len + 1`` tokens (inputs and shifted labels);
+    ``unit`` names the tokens in the error message.
     """
     if not 0.0 < val_fraction <= 0.5:
         raise ConfigError(f"must be in (0, 0.5], got {val_fraction!r}", "data.val_fraction")
@@ -47,9 +48,9 @@ def split_tokens(
     n_val = max(math.ceil(n * val_fraction), window)
     if n - n_val < window:
         raise ConfigError(
-            f"the text has {n:,} bytes, too short for train.seq_len={seq_len}: the training part and the "
-            f"held-out part (data.val_fraction={val_fraction}) each need {window} bytes, so at least "
-            f"{2 * window:,} bytes in all; give a longer file or a smaller train.seq_len",
+            f"the text has {n:,} {unit}, too short for train.seq_len={seq_len}: the training part and the "
+            f"held-out part (data.val_fraction={val_fraction}) each need {window} {unit}, so at least "
+            f"{2 * window:,} {unit} in all; give a longer file or a smaller train.seq_len",
             "data.path",
         )
     return tokens[: n - n_val], tokens[n - n_val :]
@@ -75,7 +76,7 @@ class RandomWindows:
         starts = torch.randint(
             0, self.tokens.numel() - self.seq_len, (self.batch_size,), generator=self.generator
         )
-        windows = self.tokens[starts[:, None] + torch.arange(self.seq_len + 1)]
+        windows = self.tokens[starts[:, None] + torch.arange(self.seq_len + 1)].long()
         return windows[:, :-1], windows[:, 1:]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -96,5 +97,5 @@ def fixed_windows(tokens: torch.Tensor, count: int, seq_len: int) -> tuple[torch
     # float64: float32 cannot tell starts apart past 2**24 tokens, and rounds the last one out of range.
     count = min(count, last_start + 1)
     starts = torch.linspace(0, last_start, count, dtype=torch.float64).round().long().unique()
-    windows = tokens[starts[:, None] + torch.arange(seq_len + 1)]
+    windows = tokens[starts[:, None] + torch.arange(seq_len + 1)].long()
     return windows[:, :-1], windows[:, 1:]

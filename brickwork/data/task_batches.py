@@ -1,11 +1,17 @@
-"""Batch dicts (HF key names) for every built-in task, from the byte corpus or a generated image set.
+"""Batch dicts (HF key names) for every built-in task, from a token stream or a generated image set.
 
-- ``causal_lm``: windows of bytes; ``labels`` are the inputs themselves (HF's meaning: the model shifts them).
-- ``masked_lm``: BERT's masking: 15% of positions are scored; of those 80% become ``MASK_ID``, 10% a
-  random byte, 10% stay. ``labels`` hold the original byte there and -100 elsewhere.
-- ``seq2seq``: T5's span corruption: spans of ``SPAN_LENGTH`` bytes covering ~15% of a window are cut
-  out, each replaced in ``input_ids`` by its own sentinel; ``labels`` are each sentinel followed by its
-  span, and ``decoder_input_ids`` are the labels shifted right behind ``DECODER_START_ID`` (byte 0).
+The text tasks take a stream of ids below ``base`` (the tokenizer's vocabulary: 256 for bytes) and
+add their own ids above it, so a model's vocabulary is ``task_vocab_size(task, base)``.
+
+- ``causal_lm``: windows of tokens; ``labels`` are the inputs themselves (HF's meaning: the model
+  shifts them).
+- ``masked_lm``: BERT's masking: 15% of positions are scored; of those 80% become the mask id
+  ``base`` (``MASK_ID`` for bytes), 10% a random token, 10% stay. ``labels`` hold the original token
+  there and -100 elsewhere.
+- ``seq2seq``: T5's span corruption: spans of ``SPAN_LENGTH`` tokens covering ~15% of a window are
+  cut out, each replaced in ``input_ids`` by its own sentinel (``base + s``); ``labels`` are each
+  sentinel followed by its span, and ``decoder_input_ids`` are the labels shifted right behind
+  ``DECODER_START_ID`` (id 0).
 - ``image_classification``: generated images, each class a sinusoidal grating of its own orientation
   and frequency under Gaussian noise, at a random phase: learnable, different every draw.
 
@@ -15,6 +21,7 @@ a checkpoint). Validation batches are drawn by a generator of their own, so they
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -29,7 +36,7 @@ DECODER_START_ID = 0
 SPAN_LENGTH = 3
 NOISE_DENSITY = 0.15
 IMAGE_CLASSES = 10  # the generated set uses the first classes of the head
-VOCAB_SIZES = {"causal_lm": BYTES, "masked_lm": BYTES + 1, "seq2seq": BYTES + NUM_SENTINELS}
+EXTRA_IDS = {"causal_lm": 0, "masked_lm": 1, "seq2seq": NUM_SENTINELS}  # ids a task adds to its data's
 
 Batch = dict[str, torch.Tensor]
 
@@ -37,7 +44,12 @@ Batch = dict[str, torch.Tensor]
 def windows(tokens: torch.Tensor, count: int, length: int, generator: torch.Generator) -> torch.Tensor:
     """``count`` windows of ``length`` tokens at random offsets: [count, length]."""
     starts = torch.randint(0, tokens.numel() - length + 1, (count,), generator=generator)
-    return tokens[starts[:, None] + torch.arange(length)]
+    return tokens[starts[:, None] + torch.arange(length)].long()
+
+
+def task_vocab_size(task: str, base: int) -> int:
+    """The vocabulary a model needs for ``task`` on data of ``base`` ids (bytes: 256, 257, 272)."""
+    return base + EXTRA_IDS[task]
 
 
 def causal_lm_batch(tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator) -> Batch:
@@ -45,14 +57,16 @@ def causal_lm_batch(tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Gene
     return {"input_ids": w, "labels": w.clone()}
 
 
-def masked_lm_batch(tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator) -> Batch:
+def masked_lm_batch(
+    tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator, base: int = BYTES
+) -> Batch:
     original = windows(tokens, rows, seq_len, g)
     scored = torch.rand(original.shape, generator=g) < NOISE_DENSITY
     scored[:, 0] |= ~scored.any(dim=1)  # every row scores at least one position
     choice = torch.rand(original.shape, generator=g)
-    random_bytes = torch.randint(0, BYTES, original.shape, generator=g)
-    inputs = torch.where(scored & (choice < 0.8), MASK_ID, original)
-    inputs = torch.where(scored & (choice >= 0.8) & (choice < 0.9), random_bytes, inputs)
+    random_ids = torch.randint(0, base, original.shape, generator=g)
+    inputs = torch.where(scored & (choice < 0.8), base, original)
+    inputs = torch.where(scored & (choice >= 0.8) & (choice < 0.9), random_ids, inputs)
     labels = torch.where(scored, original, IGNORE_INDEX)
     return {"input_ids": inputs, "labels": labels}
 
@@ -62,7 +76,9 @@ def span_count(seq_len: int) -> int:
     return max(1, min(NUM_SENTINELS, round(seq_len * NOISE_DENSITY / SPAN_LENGTH)))
 
 
-def seq2seq_batch(tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator) -> Batch:
+def seq2seq_batch(
+    tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator, base: int = BYTES
+) -> Batch:
     """Inputs [rows, seq_len - spans × (SPAN_LENGTH - 1)], labels [rows, spans × (SPAN_LENGTH + 1)]."""
     original = windows(tokens, rows, seq_len, g)
     spans = span_count(seq_len)
@@ -73,7 +89,7 @@ def seq2seq_batch(tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Genera
         kept, target, cursor = [], [], 0
         for s in range(spans):
             start = s * segment + int(offsets[row, s])
-            sentinel = torch.tensor([BYTES + s])
+            sentinel = torch.tensor([base + s])
             kept += [original[row, cursor:start], sentinel]
             target += [sentinel, original[row, start : start + SPAN_LENGTH]]
             cursor = start + SPAN_LENGTH
@@ -126,9 +142,15 @@ class TaskBatches:
         self.generator.set_state(state["generator"])
 
 
-def text_batches(task: str, tokens: torch.Tensor, rows: int, seq_len: int, seed: int) -> TaskBatches:
-    """Batches of ``task`` (causal_lm, masked_lm or seq2seq) from a byte stream."""
-    draw = {"causal_lm": causal_lm_batch, "masked_lm": masked_lm_batch, "seq2seq": seq2seq_batch}[task]
+def text_batches(
+    task: str, tokens: torch.Tensor, rows: int, seq_len: int, seed: int, base: int = BYTES
+) -> TaskBatches:
+    """Batches of ``task`` (causal_lm, masked_lm or seq2seq) from a stream of ids below ``base``."""
+    draw = {
+        "causal_lm": causal_lm_batch,
+        "masked_lm": functools.partial(masked_lm_batch, base=base),
+        "seq2seq": functools.partial(seq2seq_batch, base=base),
+    }[task]
     need = seq_len + 1
     if tokens.numel() < need:
         raise ValueError(

@@ -11,6 +11,7 @@ learning rate is a function of the step, so the step is the whole schedule state
 from __future__ import annotations
 
 import base64
+import logging
 import math
 import os
 import re
@@ -32,6 +33,7 @@ from brickwork.parallel.manifest import CorruptCheckpointError
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
 TRAINER_FORMAT = 1
+logger = logging.getLogger(__name__)
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -228,4 +230,4 @@ def _rank() -> int:
 def _say(line: str) -> None:
     # Before the process group starts, torchrun's RANK says which process speaks.
     if os.environ.get("RANK", "0") == "0":
-        print(line)
+        logger.info(line)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
 
+from brickwork.data.sources import FORMATS
 from brickwork.errors import ConfigError
 from brickwork.train.precision import PRECISIONS
 
@@ -22,6 +24,7 @@ POSITIVE = (
     "checkpoint_interval",
 )
 NON_NEGATIVE = ("warmup_steps", "sample_tokens", "keep_checkpoints", "seed")
+LOG_TO = ("jsonl", "tensorboard")
 
 
 @dataclass
@@ -31,12 +34,15 @@ class TrainConfig:
     The learning rate warms up linearly over ``warmup_steps`` and then follows ``schedule`` from
     ``lr`` down to ``min_lr`` at ``steps``; ``warmup_steps=None`` means 5% of the steps (config.yaml
     keeps the None, so that a later ``train.steps`` moves the warmup with it). ``grad_clip`` is the
-    max global gradient norm (0 = off). ``sample_tokens=None`` fills ``seq_len`` after the prompt.
+    max global gradient norm (0 = off). The end-of-run sample continues ``sample_prompt`` (None: the
+    first tokens of the held-out data) by ``sample_tokens`` tokens (None: ``seq_len``).
     ``batch_size`` rows make one optimizer step: split over the data-parallel ranks, then into
     ``grad_accum_steps`` micro-batches. ``precision`` is the train step's policy (fp32, bf16,
-    bf16-mixed, fp16; see brickwork/train/precision.py). ``seq_len`` is the window of bytes for text
+    bf16-mixed, fp16; see brickwork/train/precision.py). ``seq_len`` is the window of tokens for text
     tasks; image tasks take the model's image size. ``init_from`` is where a new run takes its
     starting weights (``brickwork train --init-from PATH``: anything ``from_pretrained`` reads).
+    ``log_to=tensorboard`` also writes the metrics as TensorBoard events (``metrics.jsonl`` is always
+    written).
     """
 
     steps: int = 600
@@ -58,19 +64,19 @@ class TrainConfig:
     checkpoint_interval: int = 200
     keep_checkpoints: int = 2
     out_dir: str | None = None
-    sample_prompt: str = "Tale 7: "
+    sample_prompt: str | None = None
     sample_tokens: int | None = None
     sample_temperature: float = 0.8
     device: str = "auto"
     precision: str = "fp32"
     init_from: str | None = None
+    log_to: str = "jsonl"
 
     def __post_init__(self) -> None:
         if self.warmup_steps is None and isinstance(self.steps, int):
             self.warmup_steps = self.steps // 20
-        if self.sample_tokens is None and isinstance(self.seq_len, int):
-            # Fill the positions the model trained on; past them learned positions are untrained.
-            self.sample_tokens = max(0, self.seq_len - len(self.sample_prompt.encode("utf-8")))
+        if self.sample_tokens is None:
+            self.sample_tokens = self.seq_len
         for name in FINITE:
             # 1e400 reads as inf, which every comparison below would let through.
             _check(math.isfinite(getattr(self, name)), name, "must be a finite number", getattr(self, name))
@@ -90,25 +96,39 @@ class TrainConfig:
         _check(0 <= self.momentum < 1, "momentum", "must be in [0, 1)", self.momentum)
         _check(self.sample_temperature >= 0, "sample_temperature", "must be >= 0", self.sample_temperature)
         _check(all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)", self.betas)
-        if self.sample_tokens > 0:
-            _check(
-                bool(self.sample_prompt), "sample_prompt", "must be non-empty to sample", self.sample_prompt
-            )
+        if self.sample_prompt is not None:
+            _check(bool(self.sample_prompt), "sample_prompt", "must be non-empty or null", self.sample_prompt)
         _check_choice(self.schedule, "schedule", SCHEDULES)
         _check_choice(self.optimizer, "optimizer", OPTIMIZERS)
         _check_choice(self.device, "device", DEVICES)
         _check_choice(self.precision, "precision", PRECISIONS)
+        _check_choice(self.log_to, "log_to", LOG_TO)
+        if self.log_to == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError("tensorboard is not installed: pip install tensorboard", "log_to")
 
 
 @dataclass
 class DataConfig:
-    """What to train on: ``path`` to a text file (None = the embedded corpus) and the held-out share."""
+    """What to train on (brickwork/data/sources.py).
+
+    ``path``: a text file, a folder of text files, a .jsonl file or a nanoGPT folder of .bin token
+    files (None = the embedded corpus), its kind detected or set by ``format``; ``text_key``: the
+    jsonl field holding the text; ``tokenizer``: ``bytes`` or a tokenizer.json path (None = what the
+    data folder declares, else bytes); ``val_path``: held-out data of the same kinds, else a nanoGPT
+    folder's val.bin, else the last ``val_fraction`` of the data.
+    """
 
     path: str | None = None
+    format: str = "auto"
+    text_key: str = "text"
+    tokenizer: str | None = None
+    val_path: str | None = None
     val_fraction: float = 0.1
 
     def __post_init__(self) -> None:
         _check(0 < self.val_fraction <= 0.5, "val_fraction", "must be in (0, 0.5]", self.val_fraction)
+        _check_choice(self.format, "format", FORMATS)
+        _check(bool(self.text_key), "text_key", "must be non-empty", self.text_key)
 
 
 def _check(ok: bool, name: str, message: str, got: object) -> None:

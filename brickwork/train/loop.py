@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -22,6 +23,8 @@ from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import learning_rate, set_learning_rate
 from brickwork.train.retention import retain
 from brickwork.train.step import TrainStep, evaluate
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -68,7 +71,8 @@ def run_loop(
     Every rank runs it. Only the main process writes files and prints. Evaluation and checkpointing
     happen after the steps that are multiples of their intervals and after the last step.
     """
-    log = MetricsLog(run_dir / "metrics.jsonl")
+    events = run_dir / "tensorboard" if cfg.log_to == "tensorboard" else None
+    log = MetricsLog(run_dir / "metrics.jsonl", events if is_main else None)
     val_batches = [local_share(b, model) for b in state.val_batches]
     val_loss = state.val_loss
     if state.step == 0:
@@ -77,7 +81,8 @@ def run_loop(
         if not math.isfinite(val_loss):
             _stop_on_validation(val_loss, 0)
         if is_main:
-            print(f"step {0:>{len(str(cfg.steps))}}/{cfg.steps}  val loss {val_loss:.4f} before training")
+            width = len(str(cfg.steps))
+            logger.info(f"step {0:>{width}}/{cfg.steps}  val loss {val_loss:.4f} before training")
     image = task == "image_classification"
     items_per_step = cfg.batch_size if image else cfg.batch_size * cfg.seq_len
     rate_name = "images_per_s" if image else "tokens_per_s"
@@ -114,7 +119,7 @@ def run_loop(
         record.update({k: v for k, v in step.metrics.items() if k != "skipped" or v})
         _record(is_main, log, record)
         if step.metrics.get("skipped") and is_main:
-            bar.write(f"step {done}: fp16 gradients overflowed; the step was skipped", file=sys.stdout)
+            logger.info(f"step {done}: fp16 gradients overflowed; the step was skipped")
         if done % cfg.eval_interval == 0 or done == cfg.steps:
             val_loss = evaluate(model, val_batches, task)
             _record(is_main, log, {"step": done, "val_loss": val_loss})
@@ -123,10 +128,9 @@ def run_loop(
                 _stop_on_validation(val_loss, done)
             if is_main:
                 eta = _clock(sum(recent) / len(recent) * (cfg.steps - done))
-                bar.write(
+                logger.info(
                     f"step {done:>{len(str(cfg.steps))}}/{cfg.steps}  train loss {loss:.4f}  "
-                    f"val loss {val_loss:.4f}  {rate:,.0f} {rate_unit}  ETA {eta}",
-                    file=sys.stdout,
+                    f"val loss {val_loss:.4f}  {rate:,.0f} {rate_unit}  ETA {eta}"
                 )
         if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
             folder = save_run_checkpoint(
@@ -145,6 +149,7 @@ def run_loop(
         bar.update(1)
         state.step = done
     bar.close()
+    log.close()
     return val_loss
 
 

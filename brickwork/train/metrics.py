@@ -1,4 +1,5 @@
-"""``metrics.jsonl`` (one JSON record per line) and the ``loss.png`` plot drawn from it."""
+"""``metrics.jsonl`` (one JSON record per line), TensorBoard events beside it when asked, and the
+``loss.png`` plot drawn from it."""
 
 from __future__ import annotations
 
@@ -15,15 +16,30 @@ class MetricsLog:
 
     Training records carry ``step``, ``loss``, ``lr``, ``tokens_per_s``; evaluation records carry
     ``step`` and ``val_loss``. The file is standard JSON: a non-finite number is written as null. A
-    crash can cut the last line off mid-write; reading leaves it out, and a resume drops it.
+    crash can cut the last line off mid-write; reading leaves it out, and a resume drops it. With
+    ``tensorboard`` (a folder), every number of a record is also a TensorBoard scalar at its step.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, tensorboard: Path | None = None) -> None:
         self.path = path
+        self.events = None
+        if tensorboard is not None:
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+            self.events = SummaryWriter(str(tensorboard))
 
     def append(self, record: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(_finite(record), allow_nan=False) + "\n")
+        if self.events is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
+                    self.events.add_scalar(key, value, record["step"])
+            self.events.flush()
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
 
     def read(self) -> list[dict[str, Any]]:
         """Every record. A last line cut off by a crash mid-write is left out (see :meth:`torn_line`);

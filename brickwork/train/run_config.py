@@ -42,6 +42,9 @@ class RunConfig:
     data: DataConfig
     dist: dict[str, Any]
     derived: tuple[str, ...] = ()  # the DERIVED_TRAIN_KEYS the user left unset
+    # Whether the user chose vocab_size (an override or their spec file) rather than a preset: a
+    # preset's follows the tokenizer, a chosen one is never lowered and may not be too small.
+    vocab_chosen: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         train = config_to_dict(self.train)
@@ -114,6 +117,7 @@ def resolve_run(spec_arg: str | tuple[str, dict[str, Any]] | None, overrides: li
         dist = {"auto": True}
     if not isinstance(dist, Mapping):
         raise ConfigError(f"must be a mapping of parallel options, got {dist!r}", "dist")
+    preset = spec_arg is None or (spec_arg in list_presets() and not Path(spec_arg).exists())
     return RunConfig(
         name=name,
         spec=model_spec,
@@ -121,4 +125,5 @@ def resolve_run(spec_arg: str | tuple[str, dict[str, Any]] | None, overrides: li
         data=to_config(DataConfig, sections["data"], "data"),
         dist=dict(dist),
         derived=tuple(k for k in DERIVED_TRAIN_KEYS if sections["train"].get(k) is None),
+        vocab_chosen=not preset or "vocab_size" in model_overrides,
     )

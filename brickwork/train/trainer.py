@@ -7,8 +7,10 @@ checkpoint and continues, so its loss curve is the one the uninterrupted run wou
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,12 +19,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from brickwork.data import ByteTokenizer, fixed_windows, read_corpus, split_tokens
-from brickwork.data.task_batches import VOCAB_SIZES, TaskBatches, image_batches, text_batches
+from brickwork.data import fixed_windows
+from brickwork.data.sources import TextData
+from brickwork.data.task_batches import TaskBatches, image_batches, task_vocab_size, text_batches
+from brickwork.data.tokenizer import HFTokenizer, Tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import full_state_dict, parallel_state, parallelize
+from brickwork.sampling import sample_ids
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
@@ -33,13 +38,15 @@ from brickwork.train.optim import build_optimizer
 from brickwork.train.peers import peers_watched
 from brickwork.train.resume_check import check_resume
 from brickwork.train.run_config import RunConfig, resolve_run
+from brickwork.train.run_data import run_text_data, run_tokenizer
 from brickwork.train.run_lock import RunLock
 from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.step import TrainStep
 from brickwork.train.threads import apply_cpu_threads
+from brickwork.train.trained_model import TOKENIZER_FILE
 from brickwork.train.triton_backends import check_triton_backends
 
-TOKENIZER = ByteTokenizer()
+logger = logging.getLogger(__name__)
 # The task each model kind trains on, with the embedded data made for it (brickwork/data/task_batches.py).
 TASK_OF_MODEL = {
     "decoder_lm": "causal_lm",
@@ -75,15 +82,22 @@ def train_new(spec_arg: str | None, overrides: list[str], init_from: str | None 
     timeout = layout.timeout_s
     with peers_watched(timeout):
         run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
-    with RunLock(run_dir, "train.out_dir"), peers_watched(timeout, run_dir):
-        return _train(run, run_dir, resume=False)
+    created = not run_dir.exists()
+    try:
+        with RunLock(run_dir, "train.out_dir"), peers_watched(timeout, run_dir):
+            return _train(run, run_dir, resume=False)
+    except BaseException:
+        # A run stopped before it wrote config.yaml (bad data, say) leaves no folder behind.
+        if created and int(os.environ.get("RANK", "0")) == 0 and not (run_dir / "config.yaml").exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
 
 
 def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunResult:
     """Continue the run in ``run_dir`` from its newest complete checkpoint.
 
-    ``dist_overrides`` (``dist.*`` only) continue it under another layout; config.yaml then records
-    the new dist dict.
+    ``dist_overrides`` continue it under another layout (``dist.*``) or for more steps
+    (``train.steps``); config.yaml then records them.
     """
     folder = Path(run_dir)
     config = folder / "config.yaml"
@@ -91,16 +105,22 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
         raise ConfigError(f"{run_dir!r} is not a run folder: it has no config.yaml", "--resume")
     overrides = list(dist_overrides or [])
     for text in overrides:
-        if not text.startswith("dist."):
+        if not text.startswith(("dist.", "train.steps=")):
             raise ConfigError(
                 "a resumed run continues exactly as its config.yaml says; give no SPEC or overrides "
-                f"other than dist.* ones (the layout to continue under), got {text!r}",
+                f"other than dist.* ones (the layout to continue under) and train.steps, got {text!r}",
                 "--resume",
             )
-    latest_checkpoint(folder)
+    step, _ = latest_checkpoint(folder)
     run = resolve_run(str(config), overrides)
     _resolve_auto(run)
-    relayout = run.dist != (load_spec(config).get("dist") or {})
+    saved = load_spec(config)
+    if run.train.steps < step:
+        raise ConfigError(
+            f"{run.train.steps} is below step {step} of the newest checkpoint; a resumed run can only go on",
+            "train.steps",
+        )
+    rewrite_config = run.dist != (saved.get("dist") or {}) or run.train.steps != saved["train"]["steps"]
     try:
         timeout = check_world(run.dist).timeout_s
     except ConfigError as err:
@@ -111,44 +131,48 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
         ) from None
     check_triton_backends(run)
     with RunLock(folder), peers_watched(timeout, folder):
-        return _train(run, folder, resume=True, relayout=relayout)
+        return _train(run, folder, resume=True, rewrite_config=rewrite_config)
 
 
 def _resolve_auto(run: RunConfig) -> None:
     """``dist: auto``: the planner's layout for the launched world, recorded in config.yaml."""
     if wants_auto(run.dist):
-        run.dist = choose_layout(_task_spec(run, _task(run), quiet=True), run.dist, run.train)
+        task = _task(run)
+        tokenizer = None if task == "image_classification" else run_tokenizer(run)
+        run.dist = choose_layout(_task_spec(run, task, tokenizer, quiet=True), run.dist, run.train)
 
 
 def default_out_dir(name: str) -> str:
     return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) -> RunResult:
+def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = False) -> RunResult:
     cfg = run.train
     started = time.perf_counter()
     threads = apply_cpu_threads()
     task = _task(run)
+    # Every process decides about the folder before any of them writes to it (the token cache first).
+    checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
+    if checkpoint is None:
+        _check_unclaimed(run_dir)
+    text = None if task == "image_classification" else run_text_data(run, run_dir)
+    tokenizer = text.tokenizer if text is not None else None
     torch.manual_seed(cfg.seed)
-    model = build_model(_task_spec(run, task))
+    model = build_model(_task_spec(run, task, tokenizer))
     if cfg.init_from is not None and not resume:
         load_initial_weights(model, cfg.init_from)
     run.spec = model.spec
     _check_fits(run, task)
     run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
-    # Every process decides about the folder before any of them writes to it.
-    checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
-    if checkpoint is None:
-        _check_unclaimed(run_dir)
     params = sum(p.numel() for p in model.parameters())
     model = parallelize(model, _layout_dict(run))
     layout = parallel_state(model)
     is_main = dist.get_rank() == 0
-    say = print if is_main else _quiet
+    say = logger.info if is_main else _quiet
     # Every rank has checked the run folder before rank 0 writes into it.
     dist.barrier()
 
-    batches, val_batches, source = _data(run, task)
+    batches, val_batches, source = _data(run, task, text)
     optimizer = build_optimizer(model.parameters(), cfg)
     step = TrainStep(
         model,
@@ -174,13 +198,15 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
             torn = log.truncate_after(state.step)
             if torn is not None:
                 say(f"{log.path}: dropped its last line, cut off by a crash mid-write: {torn[:60]!r}")
-            if relayout:
-                # The run goes on under the new dist dict; a later --resume with no overrides keeps it.
+            if rewrite_config:
+                # The run goes on under the new dist dict or step count; a later --resume keeps them.
                 dump_spec(run.to_dict(), run_dir / "config.yaml")
     else:
         if is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             dump_spec(run.to_dict(), run_dir / "config.yaml")
+            if isinstance(tokenizer, HFTokenizer):
+                tokenizer.save(run_dir / TOKENIZER_FILE)  # brickwork sample reads it
         say(f"run folder {run_dir}")
     say(f"model {run.name}: {params:,} parameters, task {task}; data: {source}")
     cpu = f", {threads.threads} CPU threads per process" if layout.device.type == "cpu" else ""
@@ -199,7 +225,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
     if not plotted:
         say("no loss.png: drawing it needs matplotlib (pip install 'brickwork[bench]')")
     first = next((r["val_loss"] for r in records if r.get("val_loss") is not None), math.nan)
-    sample = _sample(sample_model, cfg) if sample_model is not None else ""
+    sample = _sample(sample_model, cfg, text) if sample_model is not None else ""
     result = RunResult(run_dir, first, final, time.perf_counter() - started, sample)
     written = "metrics, loss.png" if plotted else "metrics"
     say(
@@ -207,7 +233,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, relayout: bool = False) 
         f"({result.seconds:.0f} s); {written} and checkpoints in {run_dir}"
     )
     if sample:
-        say(f"sample ({cfg.sample_tokens} bytes, KV-cache decoding, temperature {cfg.sample_temperature}):")
+        say(f"sample ({cfg.sample_tokens} tokens after the prompt, temperature {cfg.sample_temperature}):")
         say(sample)
     return result
 
@@ -229,17 +255,26 @@ def _task(run: RunConfig) -> str:
     return TASK_OF_MODEL[kind]
 
 
-def _task_spec(run: RunConfig, task: str, quiet: bool = False) -> dict:
-    """The spec with ``vocab_size`` set to the byte-level data's (bytes, plus the mask token or the
-    T5 sentinels), saying so if it changes (unless ``quiet``)."""
+def _task_spec(run: RunConfig, task: str, tokenizer: Tokenizer | None, quiet: bool = False) -> dict:
+    """The spec with ``vocab_size`` set to the tokenizer's (plus the mask id or the T5 sentinels),
+    saying so if it changes (unless ``quiet``). A vocab_size the user chose is kept when larger
+    (padding), and is an error when smaller: the data holds ids it has no row for."""
     spec = dict(run.spec)
-    if task not in VOCAB_SIZES:
+    if tokenizer is None:
         return spec
-    want, vocab = VOCAB_SIZES[task], spec.get("vocab_size")
-    if vocab != want:
-        if vocab is not None and not quiet and int(os.environ.get("RANK", "0")) == 0:
-            print(f"vocab_size {vocab} -> {want}: the training data is byte-level")
-        spec["vocab_size"] = want
+    want, vocab = task_vocab_size(task, tokenizer.vocab_size), spec.get("vocab_size")
+    extra = {"masked_lm": " and the mask id", "seq2seq": " and 16 sentinels"}.get(task, "")
+    if run.vocab_chosen and vocab is not None and vocab > want:
+        return spec
+    if run.vocab_chosen and vocab is not None and vocab < want:
+        raise ConfigError(
+            f"{vocab:,} is smaller than the {want:,} ids of the data: the tokenizer {tokenizer.name}{extra}; "
+            f"raise it to {want} or leave it out",
+            "vocab_size",
+        )
+    if vocab != want and not quiet and int(os.environ.get("RANK", "0")) == 0:
+        logger.info(f"vocab_size {vocab} -> {want}: the vocabulary of {tokenizer.name}{extra}")
+    spec["vocab_size"] = want
     return spec
 
 
@@ -256,7 +291,7 @@ def _layout_dict(run: RunConfig) -> dict:
     return out
 
 
-def _data(run: RunConfig, task: str) -> tuple[TaskBatches, list[dict], str]:
+def _data(run: RunConfig, task: str, text: TextData | None) -> tuple[TaskBatches, list[dict], str]:
     """(training batches, validation batches, where the data comes from) for ``task``."""
     cfg = run.train
     if task == "image_classification":
@@ -265,17 +300,16 @@ def _data(run: RunConfig, task: str) -> tuple[TaskBatches, list[dict], str]:
         train = image_batches(size, channels, run.spec["num_classes"], cfg.batch_size, cfg.seed)
         val = train.validation(cfg.eval_batches)
         return train, val, f"generated {size}x{size} images ({patch}x{patch} patches), 10 classes"
-    data, source = read_corpus(run.data.path)
-    train_tokens, val_tokens = split_tokens(TOKENIZER.encode(data), run.data.val_fraction, cfg.seq_len)
-    train = text_batches(task, train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed)
+    train_tokens, val_tokens, base = text.train, text.val, text.tokenizer.vocab_size
+    train = text_batches(task, train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed, base)
     if task == "causal_lm":
         inputs, _ = fixed_windows(val_tokens, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
         val = [{"input_ids": x, "labels": x} for x in inputs.split(cfg.batch_size)]  # HF's: shifted inside
     else:
-        val = text_batches(task, val_tokens, cfg.batch_size, cfg.seq_len, cfg.seed).validation(
+        val = text_batches(task, val_tokens, cfg.batch_size, cfg.seq_len, cfg.seed, base).validation(
             cfg.eval_batches
         )
-    return train, val, f"{source}, {val_tokens.numel():,} bytes held out"
+    return train, val, text.description
 
 
 def _step_size(run: RunConfig, task: str) -> str:
@@ -320,7 +354,7 @@ def _layout(dist_dict: dict | None) -> str:
 
 
 def _check_fits(run: RunConfig, task: str) -> None:
-    """The model's positions must cover the training and sampling lengths."""
+    """The model's positions must cover the training length."""
     if task == "image_classification":
         return
     limit = run.spec.get("max_seq_len")
@@ -329,16 +363,6 @@ def _check_fits(run: RunConfig, task: str) -> None:
         raise ConfigError(
             f"{cfg.seq_len} is longer than max_seq_len={limit}; lower it or raise max_seq_len",
             "train.seq_len",
-        )
-    if task != "causal_lm":
-        return
-    prompt = len(TOKENIZER.encode(cfg.sample_prompt))
-    room = max(0, cfg.seq_len - prompt)
-    if cfg.sample_tokens > room:
-        raise ConfigError(
-            f"{cfg.sample_tokens} bytes after the {prompt}-byte train.sample_prompt reach past the "
-            f"train.seq_len={cfg.seq_len} positions the model learns; use at most {room}",
-            "train.sample_tokens",
         )
 
 
@@ -352,17 +376,24 @@ def _check_unclaimed(run_dir: Path) -> None:
         )
 
 
-@torch.no_grad()
-def _sample(model: torch.nn.Module, cfg) -> str:
-    """Text generated after ``cfg.sample_prompt`` with the model's KV-cache ``generate``."""
+def _sample(model: torch.nn.Module, cfg, text: TextData) -> str:
+    """Text generated after ``cfg.sample_prompt``, or else after the first tokens of the held-out
+    data (a quarter window), with the KV cache sliding past ``seq_len``."""
     if cfg.sample_tokens == 0:
         return ""
-    model.eval()
-    device = next(model.parameters()).device
-    prompt = TOKENIZER.encode(cfg.sample_prompt)[None].to(device)
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
-    out = model.generate(prompt, cfg.sample_tokens, temperature=cfg.sample_temperature, generator=generator)
-    return TOKENIZER.decode(out[0].cpu())
+    if cfg.sample_prompt is not None:
+        prompt = text.tokenizer.encode(cfg.sample_prompt)
+    else:
+        prompt = text.val[: max(1, cfg.seq_len // 4)].long()
+    out = sample_ids(
+        model,
+        prompt,
+        cfg.sample_tokens,
+        window=cfg.seq_len,
+        temperature=cfg.sample_temperature,
+        seed=cfg.seed,
+    )
+    return text.tokenizer.decode(out)
 
 
 @contextlib.contextmanager

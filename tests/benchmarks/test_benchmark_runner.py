@@ -1,7 +1,6 @@
 """The benchmark runner end to end on a tiny sweep, and the pieces it is made of."""
 
 import csv
-import io
 import json
 import time
 
@@ -9,7 +8,6 @@ import pytest
 import torch
 
 from brickwork.benchmarks.layer_norm import BENCH as LAYER_NORM
-from brickwork.benchmarks.progress import Progress
 from brickwork.benchmarks.report import device_slug, markdown_table, merge_rows
 from brickwork.benchmarks.runner import BENCHES, main
 from brickwork.benchmarks.timing import _sleep_cycles_per_ms, mode_step, time_case, time_ms
@@ -144,20 +142,3 @@ def test_modes_time_what_they_say():
         mode_step(fn, [x, w, b], "sideways")
     median, low, high = time_ms(step, torch.device("cpu"), leaves)
     assert 0 < low <= median <= high
-
-
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_progress_bar_redraws_on_a_terminal_and_logs_twentieths_elsewhere():
-    log, terminal = io.StringIO(), _Terminal()
-    for stream in (log, terminal):
-        with Progress(40, stream=stream) as bar:
-            for i in range(40):
-                bar.step(f"case {i}")
-    lines = log.getvalue().splitlines()
-    assert len(lines) == 21  # the first step, then one line per 5%
-    assert lines[-1].startswith("[" + "#" * 30 + "] 40/40")
-    assert terminal.getvalue().count("\r") == 40 and terminal.getvalue().endswith("\n")

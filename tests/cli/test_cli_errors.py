@@ -36,7 +36,7 @@ def error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
         (["train.steps=many"], "train.steps: expected int, got str 'many'"),
         (["train.lr=-1"], "train.lr: must be > 0"),
         (["gpt-tiny", "oops"], "expected a dotted key=value override after SPEC, got 'oops'"),
-        (["data.path=nope.txt"], "data.path: file 'nope.txt' does not exist"),
+        (["data.path=nope.txt"], "data.path: file or folder 'nope.txt' does not exist"),
         (["dist.data_parallel_size=2"], "asks for 2 processes .* launch it with torchrun --nproc_per_node 2"),
         (["train.seq_len=512"], "train.seq_len: 512 is longer than max_seq_len=256"),
         (["vit", "num_classes=0"], "num_classes: an image encoder trains as a classifier"),
@@ -68,7 +68,7 @@ def test_resume_needs_a_run_folder_with_a_complete_checkpoint(capsys, tmp_path, 
     Path("run/config.yaml").write_text("model: decoder_lm\n")
     err = error_line(capsys, ["train", "--resume", "run"])
     assert "--resume: 'run' has no complete checkpoint" in err
-    err = error_line(capsys, ["train", "--resume", "run", "train.steps=9"])
+    err = error_line(capsys, ["train", "--resume", "run", "train.lr=0.1"])
     assert "give no SPEC or overrides" in err
     # Only the layout may change on resume: dist.* overrides, and they must fit the processes launched.
     Path("run/checkpoints/step_000004/.complete").write_text("complete\n")

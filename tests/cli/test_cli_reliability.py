@@ -57,7 +57,7 @@ def test_config_yaml_keeps_derived_settings_unset_so_it_can_be_rerun_shorter(tmp
     path = tmp_path / "config.yaml"
     dump_spec(run.to_dict(), path)
     again = resolve_run(str(path), ["train.steps=1", "train.seq_len=16"])
-    assert again.train.warmup_steps == 0 and again.train.sample_tokens == 8
+    assert again.train.warmup_steps == 0 and again.train.sample_tokens == 16  # a window past the prompt
     given = resolve_run("gpt-tiny", ["train.warmup_steps=7"])
     assert given.to_dict()["train"]["warmup_steps"] == 7
 

@@ -12,6 +12,7 @@ from brickwork.data.task_batches import (
     SPAN_LENGTH,
     image_batches,
     span_count,
+    task_vocab_size,
     text_batches,
 )
 
@@ -65,3 +66,21 @@ def test_causal_lm_labels_are_the_input_ids_as_in_hf() -> None:
     batch = text_batches("causal_lm", TOKENS, 4, 16, seed=0).next_batch()
     assert batch["input_ids"].shape == (4, 16)
     assert torch.equal(batch["input_ids"], batch["labels"])  # the model shifts them
+
+
+def test_a_larger_vocabulary_puts_the_mask_and_the_sentinels_past_it() -> None:
+    base = 1000
+    ids = (torch.arange(5000) * 7919) % base  # every id of a 1000-token vocabulary, mapped like a file
+    assert task_vocab_size("causal_lm", base) == 1000
+    assert task_vocab_size("masked_lm", base) == 1001 and task_vocab_size("seq2seq", base) == 1016
+    batch = text_batches("masked_lm", ids.to(torch.uint16), 64, 64, seed=0, base=base).next_batch()
+    scored = batch["labels"] != -100
+    assert batch["input_ids"].dtype == torch.long
+    assert 0.7 < (batch["input_ids"][scored] == base).float().mean() < 0.9
+    assert (batch["input_ids"][batch["input_ids"] != base] < base).all()
+    # Random replacements are drawn from the whole vocabulary, not just the bytes.
+    replaced = scored & (batch["input_ids"] != base) & (batch["input_ids"] != batch["labels"])
+    assert replaced.sum() > 20 and (batch["input_ids"][replaced] >= BYTES).float().mean() > 0.5
+    batch = text_batches("seq2seq", ids, 8, 40, seed=1, base=base).next_batch()
+    sentinels = batch["labels"][:, :: SPAN_LENGTH + 1]
+    assert torch.equal(sentinels, torch.arange(base, base + span_count(40)).expand_as(sentinels))

@@ -82,9 +82,12 @@ def test_default_run_writes_a_complete_run_folder(default_run):
     run_dir, out = default_run
     assert "run folder default" in out
     assert "step 0/6  val loss" in out and "step 6/6  train loss" in out
-    assert "sample (24 bytes, KV-cache decoding" in out
+    assert "sample (24 tokens after the prompt, temperature 0.8):" in out
     sample = out.split("temperature 0.8):\n", 1)[1]
-    assert sample.startswith("Tale 7: ")
+    # The prompt is the start of the held-out text: a quarter of the 32-byte window.
+    data, _ = read_corpus(None)
+    _, val = split_tokens(ByteTokenizer().encode(data), 0.1, 32)
+    assert sample.startswith(ByteTokenizer().decode(val[:8]))
     records = read_metrics(run_dir)
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3, 4, 5, 6]
     vals = {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
@@ -140,7 +143,14 @@ def test_config_yaml_is_fully_resolved(default_run):
     assert spec == build_model(get_preset("gpt-tiny")).spec
     assert config["train"]["steps"] == 6 and config["train"]["warmup_steps"] is None  # 5% of steps
     assert config["train"]["lr"] == 3e-3 and config["train"]["schedule"] == "cosine"
-    assert config["data"] == {"path": None, "val_fraction": 0.1}
+    assert config["data"] == {
+        "path": None,
+        "format": "auto",
+        "text_key": "text",
+        "tokenizer": None,
+        "val_path": None,
+        "val_fraction": 0.1,
+    }
     assert config["dist"]["data_parallel_size"] == 1 and config["dist"]["zero_stage"] == 0
 
 

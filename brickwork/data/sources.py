@@ -1,0 +1,282 @@
+"""Where training text comes from: ``data.path`` (and ``data.val_path``), of a kind detected or set
+by ``data.format``, read as token files.
+
+| format   | data.path                                   | read as                                      |
+|----------|---------------------------------------------|----------------------------------------------|
+| text     | a text file                                 | the file itself (bytes), or tokenised once   |
+| folder   | a folder of text files, each one document   | tokenised once into the run's cache          |
+| jsonl    | one JSON object per line, text under text_key | tokenised once into the run's cache        |
+| bin      | a nanoGPT folder (train.bin, val.bin, meta.pkl) or one .bin file | memory-mapped as it is  |
+
+Tokenising streams into ``RUN/cache/tokens-<key>.bin``, named by a hash of the files (path, size,
+modification time), the format, the text key and the tokenizer, so a resumed run reuses it.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from brickwork.data.corpus import read_corpus, split_tokens
+from brickwork.data.meta_pickle import load_plain_pickle
+from brickwork.data.token_file import check_token_ids, map_tokens, token_dtype, write_token_file
+from brickwork.data.tokenizer import (
+    ByteTokenizer,
+    HFTokenizer,
+    TokenIds,
+    Tokenizer,
+    char_tokenizer,
+    load_tokenizer,
+    tokenizer_digest,
+)
+from brickwork.errors import ConfigError
+
+if TYPE_CHECKING:
+    from brickwork.train.config import DataConfig  # which imports FORMATS from here
+
+FORMATS = ("auto", "text", "folder", "jsonl", "bin")
+# Files that are clearly not text: training on their bytes would be silently wrong.
+NOT_TEXT = frozenset(
+    {".parquet", ".arrow", ".feather", ".npy", ".npz", ".pkl", ".pickle", ".pt", ".pth", ".safetensors"}
+    | {".h5", ".hdf5", ".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z", ".png", ".jpg", ".jpeg", ".pdf"}
+)
+DECLARATIONS = ("tokenizer.json", "meta.pkl")  # files a data folder declares its tokenizer with
+# A large text file is read and tokenised 1 MiB at a time: a tokenizer's per-token objects for a piece
+# take about 10x its size while it is encoded.
+PIECE_BYTES = 1 << 20
+
+
+@dataclass
+class TextData:
+    """Token streams (1-D, over memory maps for files) and what they are."""
+
+    train: torch.Tensor
+    val: torch.Tensor
+    tokenizer: Tokenizer
+    description: str
+
+
+def detect_format(path: Path, given: str, option: str) -> str:
+    """The format of ``path``: ``given`` checked against what is there, or detected for ``auto``."""
+    if given not in FORMATS:
+        raise ConfigError(f"unknown format {given!r}", "data.format", choices=FORMATS, got=given)
+    if not path.exists():
+        raise ConfigError(f"file or folder {str(path)!r} does not exist", option)
+    if path.is_dir():
+        found = "bin" if (path / "train.bin").is_file() else "folder"
+        if given == "bin" and found == "folder":
+            raise ConfigError(f"folder {str(path)!r} has no train.bin", option)
+        if given not in ("auto", found):
+            raise ConfigError(f"{str(path)!r} is a folder, not a {given} file", option)
+        return found
+    suffix = path.suffix.lower()
+    if given == "auto":
+        if suffix in NOT_TEXT:
+            raise ConfigError(
+                f"unknown format of {str(path)!r} ({suffix} is not text); give a text file, a folder of "
+                "them, a .jsonl file or a nanoGPT folder of .bin token files, or set data.format",
+                option,
+                choices=FORMATS,
+            )
+        return {".jsonl": "jsonl", ".bin": "bin"}.get(suffix, "text")
+    if given == "folder":
+        raise ConfigError(f"{str(path)!r} is a file, not a folder", option)
+    return given
+
+
+def declared_tokenizer(path: str | None, given: str | None, spec_vocab: int | None) -> Tokenizer:
+    """``data.tokenizer`` when given; else what a data folder (or the folder of a .bin file) declares:
+    its tokenizer.json, or a nanoGPT meta.pkl's characters or vocab_size; else bytes for text and
+    token ids for .bin data."""
+    if given is not None:
+        return load_tokenizer(given)
+    if path is None:
+        return ByteTokenizer()
+    root = Path(path).expanduser()
+    is_bin = root.suffix == ".bin" or (root / "train.bin").is_file()
+    if not (root.is_dir() or is_bin):
+        return ByteTokenizer()
+    folder = root if root.is_dir() else root.parent
+    if (folder / "tokenizer.json").is_file():
+        return HFTokenizer.from_file(folder / "tokenizer.json", "data.path")
+    meta_file = folder / "meta.pkl"
+    if is_bin and meta_file.is_file():
+        meta = load_plain_pickle(meta_file)
+        if not isinstance(meta, dict) or not isinstance(meta.get("vocab_size"), int):
+            raise ConfigError(f"{str(meta_file)!r} holds no integer vocab_size", "data.path")
+        if isinstance(meta.get("stoi"), dict):
+            return char_tokenizer(meta["stoi"], f"characters of {meta_file} ({meta['vocab_size']} tokens)")
+        return TokenIds(meta["vocab_size"])
+    if is_bin:
+        if spec_vocab is None:
+            raise ConfigError(
+                f"{path!r} holds token ids and declares no tokenizer (no tokenizer.json or meta.pkl beside "
+                "it); set vocab_size in the spec or data.tokenizer",
+                "data.tokenizer",
+            )
+        return TokenIds(spec_vocab)
+    return ByteTokenizer()
+
+
+def open_text_data(data: DataConfig, tokenizer: Tokenizer, cache: Path, seq_len: int) -> TextData:
+    """The training and held-out token streams of the ``data:`` section (a DataConfig).
+
+    Held out: ``data.val_path``, else a nanoGPT folder's val.bin, else the last ``val_fraction``.
+    Every id of a token file is checked to be below the tokenizer's ``vocab_size``.
+    """
+    unit = "bytes" if isinstance(tokenizer, ByteTokenizer) else "tokens"
+    if data.path is None:
+        raw, source = read_corpus(None)
+        tokens = tokenizer.encode(raw.decode("utf-8"))
+        train, val = split_tokens(tokens, data.val_fraction, seq_len, unit)
+        return TextData(train, val, tokenizer, f"{source}, {val.numel():,} {unit} held out")
+    train, train_val, source = _read(Path(data.path).expanduser(), data, tokenizer, cache, "data.path")
+    if data.val_path is not None:
+        val, _, val_source = _read(Path(data.val_path).expanduser(), data, tokenizer, cache, "data.val_path")
+        _need_window(val, seq_len, "data.val_path", unit)
+        _need_window(train, seq_len, "data.path", unit)
+        return TextData(train, val, tokenizer, f"{source}; held out: {val_source}")
+    if train_val is not None:
+        _need_window(train, seq_len, "data.path", unit)
+        _need_window(train_val, seq_len, "data.path", unit)
+        return TextData(train, train_val, tokenizer, f"{source}, with its val.bin held out")
+    train, val = split_tokens(train, data.val_fraction, seq_len, unit)
+    return TextData(train, val, tokenizer, f"{source}, {val.numel():,} {unit} held out")
+
+
+def _read(
+    path: Path, data: DataConfig, tokenizer: Tokenizer, cache: Path, option: str
+) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+    """(tokens, a nanoGPT folder's val.bin tokens or None, description) of one source."""
+    vocab_size = tokenizer.vocab_size
+    kind = detect_format(path, data.format, option)
+    if kind == "bin":
+        folder = path if path.is_dir() else None
+        dtype = token_dtype(tokenizer.vocab_size, smallest=np.uint16)
+        train_file = folder / "train.bin" if folder else path
+        train = _map_checked(train_file, dtype, vocab_size, option)
+        val_file = folder / "val.bin" if folder else None
+        val = _map_checked(val_file, dtype, vocab_size, option) if val_file and val_file.is_file() else None
+        return train, val, f"{path} ({train.numel():,} {dtype.name} tokens, {tokenizer.name})"
+    if kind == "text" and isinstance(tokenizer, ByteTokenizer):
+        if path.stat().st_size == 0:
+            raise ConfigError(f"file {str(path)!r} is empty; give a text file to train on", option)
+        return map_tokens(path, np.dtype(np.uint8), option), None, f"{path} ({path.stat().st_size:,} bytes)"
+    files = _text_files(path, option) if kind == "folder" else [path]
+    key = hashlib.sha256(
+        json.dumps(
+            [kind, data.text_key, [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]]
+        ).encode()
+        + tokenizer_digest(tokenizer).encode()
+    ).hexdigest()[:20]
+    out = cache / f"tokens-{key}.bin"
+    if not out.is_file():
+        pieces = (
+            _jsonl_pieces(path, data.text_key, option)
+            if kind == "jsonl"
+            else _file_pieces(files, tokenizer, option)
+        )
+        total = sum(f.stat().st_size for f in files)
+        if write_token_file(pieces, tokenizer, out, total, path.name) == 0:
+            out.unlink()
+            raise ConfigError(f"{str(path)!r} holds no text to train on", option)
+    dtype = token_dtype(tokenizer.vocab_size)
+    tokens = _map_checked(out, dtype, vocab_size, option)
+    what = f"{len(files)} files" if kind == "folder" else kind
+    return tokens, None, f"{path} ({what}, {tokens.numel():,} tokens of {tokenizer.name})"
+
+
+def _map_checked(file: Path, dtype: np.dtype, vocab_size: int, option: str) -> torch.Tensor:
+    tokens = map_tokens(file, dtype, option)
+    check_token_ids(file, dtype, vocab_size, option)
+    return tokens
+
+
+def _need_window(tokens: torch.Tensor, seq_len: int, option: str, unit: str) -> None:
+    if tokens.numel() < seq_len + 1:
+        raise ConfigError(
+            f"holds {tokens.numel():,} {unit}, too short for a window of train.seq_len={seq_len} "
+            f"(needs {seq_len + 1})",
+            option,
+        )
+
+
+def _text_files(folder: Path, option: str) -> list[Path]:
+    """Every non-hidden file under ``folder`` but the tokenizer declarations, in sorted order."""
+    files = sorted(
+        f
+        for f in folder.rglob("*")
+        if f.is_file()
+        and not any(part.startswith(".") for part in f.relative_to(folder).parts)
+        and f.name not in DECLARATIONS
+    )
+    if not any(f.stat().st_size for f in files):
+        raise ConfigError(f"folder {str(folder)!r} holds no text files (or only empty ones)", option)
+    for f in files:
+        if f.suffix.lower() in NOT_TEXT:
+            raise ConfigError(
+                f"unknown format of {str(f)!r} in the folder ({f.suffix} is not text); a folder source "
+                "holds text files only",
+                option,
+            )
+    return files
+
+
+def _file_pieces(files: list[Path], tokenizer: Tokenizer, option: str) -> Iterator[tuple[str | bytes, bool]]:
+    """Each file in pieces of about PIECE_BYTES: raw bytes for the byte tokenizer (any encoding), else
+    UTF-8 text (strictly) cut at line ends, so that a line is never split between two pieces."""
+    as_text = not isinstance(tokenizer, ByteTokenizer)
+    for file in files:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset, rest = 0, ""
+        with open(file, "rb") as handle:
+            while block := handle.read(PIECE_BYTES):
+                if not as_text:
+                    yield block, False
+                    continue
+                try:
+                    text = rest + decoder.decode(block, final=len(block) < PIECE_BYTES)
+                except UnicodeDecodeError as err:
+                    raise ConfigError(
+                        f"{str(file)!r} is not UTF-8 text (byte {offset + err.start:,}); the byte tokenizer "
+                        "(data.tokenizer=bytes) reads any encoding",
+                        option,
+                    ) from None
+                offset += len(block)
+                # A line longer than a piece (a file with no line ends) is cut where the piece ends.
+                cut = text.rfind("\n") + 1 or len(text)
+                text, rest = text[:cut], text[cut:]
+                yield text, False
+        yield (rest if as_text else b""), True
+
+
+def _jsonl_pieces(path: Path, key: str, option: str) -> Iterator[tuple[str, bool]]:
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError as err:  # JSONDecodeError, or UnicodeDecodeError for bytes not in UTF-8
+                raise ConfigError(f"line {number} of {str(path)!r} is not JSON: {err}", option) from None
+            if not isinstance(record, dict) or key not in record:
+                keys = ", ".join(map(str, record)) if isinstance(record, dict) else type(record).__name__
+                raise ConfigError(
+                    f"line {number} of {str(path)!r} has no {key!r} key (it has: {keys}); "
+                    "set data.text_key to the key that holds the text",
+                    "data.text_key",
+                )
+            if not isinstance(record[key], str):
+                raise ConfigError(
+                    f"line {number} of {str(path)!r}: {key!r} holds a {type(record[key]).__name__}, not text",
+                    "data.text_key",
+                )
+            yield record[key], True

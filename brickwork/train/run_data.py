@@ -1,0 +1,58 @@
+"""A run's text data: its tokenizer and token streams, ready before the model is built.
+
+The model's vocabulary follows the tokenizer, so the data comes first; and it comes before the run
+folder holds anything, so bad data stops the run with nothing written. Under torchrun rank 0 reads
+(and tokenises into the run's cache) first, then the others read what it wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch.distributed as dist
+
+from brickwork.data.sources import TextData, declared_tokenizer, open_text_data
+from brickwork.data.tokenizer import Tokenizer
+from brickwork.errors import ConfigError
+from brickwork.parallel import build_mesh
+from brickwork.train.distributed import check_world, world_size
+from brickwork.train.run_config import RunConfig
+
+
+def run_tokenizer(run: RunConfig) -> Tokenizer:
+    """The tokenizer of ``run``'s text data: ``data.tokenizer``, or what the data declares."""
+    return declared_tokenizer(run.data.path, run.data.tokenizer, run.spec.get("vocab_size"))
+
+
+def run_text_data(run: RunConfig, run_dir: Path) -> TextData:
+    """The text data of ``run``; its token files are cached in ``run_dir / "cache"``."""
+    tokenizer = run_tokenizer(run)
+    if run.train.sample_prompt is not None:
+        try:  # refused now rather than after training
+            tokenizer.encode(run.train.sample_prompt)
+        except ValueError as err:
+            raise ConfigError(str(err), "train.sample_prompt") from None
+    cache = run_dir / "cache"
+    return on_rank0_first(run.dist, lambda: open_text_data(run.data, tokenizer, cache, run.train.seq_len))
+
+
+def on_rank0_first(dist_dict: dict, prepare: Callable[[], TextData]) -> TextData:
+    """``prepare()`` on rank 0 (which writes the token cache), then on the others (which find it). An
+    error on rank 0 reaches every rank, so none waits for a rank that has stopped."""
+    if world_size() == 1:
+        return prepare()
+    if not dist.is_initialized():
+        build_mesh(check_world(dist_dict))  # starts the process group that parallelize reuses
+    failure: list[str | None] = [None]
+    if dist.get_rank() == 0:
+        try:
+            result = prepare()
+        except ValueError as err:  # ConfigError included: a problem with the data
+            failure[0] = str(err)
+            dist.broadcast_object_list(failure, src=0)
+            raise
+    dist.broadcast_object_list(failure, src=0)
+    if failure[0] is not None:
+        raise ValueError(failure[0])
+    return result if dist.get_rank() == 0 else prepare()
