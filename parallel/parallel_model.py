@@ -61,7 +61,7 @@ def parallelize(
     of children under different parents), whose entries win over a
     component's entry for the same module: that is how a model brickwork did not build is sharded
     (``divide`` names attributes such as head counts to divide by the TP size). HF GPT-2, Llama,
-    GPT-NeoX and BERT models need neither: their plans come from parallel/plans/ by model type.
+    GPT-NeoX and BERT models need neither: their family modules (brickwork.factory.hf) declare them.
     Every check runs before the first collective, so a bad dist dict raises the same ConfigError on
     every rank. Rank 0
     may pass the real model while the others pass it built on the meta device (parallel/materialize.py),
@@ -77,7 +77,7 @@ def parallelize(
         raise ValueError(f"this {type(model).__name__} is already parallelized; build a fresh model")
     tp = config.tensor_parallel_size
     known = plan_for(model) if plan is None else None
-    if known is not None:  # an unmodified HF model of a family with a plan in parallel/plans/
+    if known is not None:  # an unmodified HF model of a supported family
         known.check(tp)
         plan, divide = known.plan, {**known.divide, **(divide or {})}
     whole = whole_modules(model, dict(config.parts))

@@ -9,8 +9,8 @@ layers, and how that run computes. Recipes exist for
   ImageEncoder, or a user's model with ``embed``, ``layers`` and ``head``);
 - brickwork's EncoderDecoder, as Megatron's T5: encoder stages, then decoder stages, with the
   encoder output travelling beside the decoder's hidden states through every decoder stage;
-- HF GPT-2 (``GPT2LMHeadModel``), Llama (``LlamaForCausalLM``) and GPT-NeoX (``GPTNeoXForCausalLM``),
-  and HF BERT with its masked-LM head (``BertForMaskedLM``), split by their layer list.
+- HF models, by the recipe their family module declares (``brickwork.factory.hf``), found through
+  ``config.model_type``.
 
 A stage registers the model's own modules under their own dotted names (layers keep their indices
 in a ModuleList, parents are empty containers), so every parameter keeps the full model's name and a
@@ -38,6 +38,7 @@ from brickwork.blocks.reversible import ReversibleLayers
 from brickwork.errors import ConfigError
 from brickwork.parallel.balance import layer_costs, module_cost, split_stages
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.plans import model_family
 
 
 class StageRecipe:
@@ -141,136 +142,22 @@ class EncoderDecoderStages(StageRecipe):
         return h if memory is None else (h, memory)
 
 
-class HFCausalLMStages(StageRecipe):
-    """An HF causal LM split by its layer list (``base.layers``): the token embedding (and a learned
-    position table, GPT-2's, and the embedding dropout) on the first stage, the final norm and LM head
-    (``head``) on the last. Every stage builds the causal mask (and, with ``rotary``, the rotary tables
-    from a module without parameters that every stage holds) as the HF model's own forward does."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        base: str,
-        layers: str,
-        embed: str,
-        norm: str,
-        *,
-        position: str | None = None,
-        dropout: str | None = None,
-        rotary: str | None = None,
-        head: str = "lm_head",
-    ) -> None:
-        super().__init__(model)
-        self.stacks = (f"{base}.{layers}",)
-        self.embed = f"{base}.{embed}"
-        self.position = f"{base}.{position}" if position else None
-        self.dropout = f"{base}.{dropout}" if dropout else None
-        self.norm = f"{base}.{norm}"
-        self.rotary = f"{base}.{rotary}" if rotary else None
-        self.head = head
-
-    def head_modules(self) -> list[str]:
-        return [self.norm, self.head]
-
-    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
-        names = [n for n in (self.embed, self.position, self.dropout) if n] if first else []
-        names += [self.rotary] if self.rotary else []
-        return names + (self.head_modules() if last else [])
-
-    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
-        # Imported here: transformers is needed only when an HF model is pipelined.
-        from transformers.masking_utils import create_causal_mask
-
-        h = carried[0]
-        positions = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
-        if stage.is_first:
-            h = stage.get_submodule(self.embed)(h)
-            if self.position is not None:
-                h = h + stage.get_submodule(self.position)(positions)
-            if self.dropout is not None:
-                h = stage.get_submodule(self.dropout)(h)
-        mask = create_causal_mask(
-            config=self.model.config,
-            inputs_embeds=h,
-            attention_mask=extras.get("attention_mask"),
-            past_key_values=None,
-            position_ids=positions,
-        )
-        kwargs: dict[str, Any] = {"attention_mask": mask}
-        if self.rotary is not None:
-            rotary = stage.get_submodule(self.rotary)(h, position_ids=positions)
-            kwargs.update(position_embeddings=rotary, position_ids=positions)
-        h = _run_layers(stage, self.stacks[0], h, kwargs)
-        if not stage.is_last:
-            return h
-        return stage.get_submodule(self.head)(stage.get_submodule(self.norm)(h))
-
-
-class HFBertStages(StageRecipe):
-    """HF BERT with a head on the encoder's output (``BertForMaskedLM``'s ``cls``) split by its layer
-    list: the embeddings module (word, position and segment tables, LayerNorm, dropout) on the first
-    stage, which reads ``token_type_ids``, the head on the last. Every stage builds the bidirectional
-    padding mask from ``attention_mask`` as the HF model's own forward does."""
-
-    stacks = ("bert.encoder.layer",)
-
-    def head_modules(self) -> list[str]:
-        return ["cls"]
-
-    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
-        return (["bert.embeddings"] if first else []) + (self.head_modules() if last else [])
-
-    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
-        from transformers.masking_utils import create_bidirectional_mask
-
-        h = carried[0]
-        if stage.is_first:
-            h = stage.get_submodule("bert.embeddings")(
-                input_ids=h, token_type_ids=extras.get("token_type_ids")
-            )
-        mask = create_bidirectional_mask(
-            config=self.model.config, inputs_embeds=h, attention_mask=extras.get("attention_mask")
-        )
-        h = _run_layers(stage, self.stacks[0], h, {"attention_mask": mask})
-        return stage.get_submodule("cls")(h) if stage.is_last else h
-
-
-def _run_layers(
-    stage: PipelineStageModule, stack: str, h: torch.Tensor, kwargs: dict[str, Any]
-) -> torch.Tensor:
-    for layer in stage.get_submodule(stack):
-        out = layer(h, **kwargs)
-        h = out[0] if isinstance(out, tuple) else out
-    return h
-
-
 def stage_recipe(model: nn.Module) -> StageRecipe:
     """The recipe for ``model``; ConfigError naming what a pipeline needs when none fits."""
     return _check_stacks(model, _recipe_for(model))
 
 
 def _recipe_for(model: nn.Module) -> StageRecipe:
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type == "gpt2" and hasattr(model, "transformer") and hasattr(model, "lm_head"):
-        return HFCausalLMStages(model, "transformer", "h", "wte", "ln_f", position="wpe", dropout="drop")
-    if model_type == "llama" and hasattr(model, "model") and hasattr(model, "lm_head"):
-        return HFCausalLMStages(model, "model", "layers", "embed_tokens", "norm", rotary="rotary_emb")
-    if model_type == "gpt_neox" and hasattr(model, "gpt_neox"):
-        heads = [h for h in ("lm_head", "embed_out") if isinstance(getattr(model, h, None), nn.Module)]
-        if heads:
-            return HFCausalLMStages(
-                model, "gpt_neox", "layers", "embed_in", "final_layer_norm",
-                dropout="emb_dropout", rotary="rotary_emb", head=heads[0],
-            )  # fmt: skip
-    if model_type == "bert" and hasattr(model, "bert") and isinstance(getattr(model, "cls", None), nn.Module):
-        return HFBertStages(model)
+    family = model_family(model)  # an HF model: its family module holds the recipe
+    if family is not None:
+        return family.stage_recipe(model)
     if isinstance(model, EncoderDecoder):
         return EncoderDecoderStages(model)
     if not (callable(getattr(model, "embed", None)) and callable(getattr(model, "head", None))):
         raise ConfigError(
             "pipeline parallel splits a model whose forward is head(layers(embed(x))), brickwork's "
-            "EncoderDecoder, or HF GPT2LMHeadModel, LlamaForCausalLM, GPTNeoXForCausalLM or "
-            f"BertForMaskedLM; {type(model).__name__} is none of them (it lacks embed or head)",
+            "EncoderDecoder, or an HF model of a supported family (brickwork.factory.hf); "
+            f"{type(model).__name__} is none of them (it lacks embed or head)",
             "pipeline_parallel_size",
         )
     if not isinstance(getattr(model, "layers", None), nn.ModuleList):

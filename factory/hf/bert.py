@@ -3,15 +3,30 @@
 The embeddings are summed and then normalised (``embedding_norm``); each layer normalises after its
 residual add. ``BertModel`` may carry the tanh pooler, ``BertForMaskedLM`` carries the MLM head,
 whose decoder bias HF stores under two names (``cls.predictions.bias`` and its alias).
+
+Under tensor parallel each attention's q/k/v sit under ``attention.self`` and their row-wise partner
+under ``attention.output``; the MLP's halves are ``intermediate.dense`` and ``output.dense`` of the
+layer. So the plan is written per layer, each attention and each layer owning its pair: a glob such as
+``layer.*.output.dense`` would also match ``attention.output.dense``, since ``*`` crosses dots. The
+masked-LM decoder is split on the vocabulary like the word embedding it is tied to, and
+``cls.predictions.bias`` (tied to its bias) follows it; the small dense layers of the pooler, the MLM
+transform and classifiers stay whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
+import torch
+from torch import nn
+
+from brickwork.errors import ConfigError
+from brickwork.parallel.pipeline_stages import PipelineStageModule, StageRecipe
+from brickwork.parallel.plans import ModelPlan
+
 from .config import HFConfig
-from .family import Family, Rule, Variant
+from .family import Family, Rule, Variant, prefix
 from .spec import (
     attention_spec,
     block,
@@ -24,30 +39,42 @@ from .spec import (
     spec_norm,
     unsupported,
 )
+from .stages import run_layers
 
-_MLM_TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
-_MLM_BIAS = {"cls.predictions.decoder.bias": "cls.predictions.bias"}
+_MLM = Variant(
+    "BertForMaskedLM",
+    head="mlm",
+    prefix="bert.",
+    tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"},
+    aliases={"cls.predictions.decoder.bias": "cls.predictions.bias"},
+    # A pretraining checkpoint also holds the pooler and the next-sentence head, which HF skips when
+    # it loads BertForMaskedLM.
+    skipped_prefixes=("bert.pooler.", "cls.seq_relationship."),
+    head_prefixes=("cls.",),
+)
+_TP_ATTENTION = {
+    "self.query": "colwise",
+    "self.key": "colwise",
+    "self.value": "colwise",
+    "output.dense": "rowwise",
+}
+_TP_MLP = {"intermediate.dense": "colwise", "output.dense": "rowwise"}
+# Small dense layers on top of the encoder (MLM transform, NSP, task heads): kept whole on every rank.
+_TP_WHOLE = ("cls.predictions.transform.dense", "cls.seq_relationship", "classifier", "qa_outputs")
 
 
 class Bert(Family):
     name = "bert"
     model_type = "bert"
     variants: ClassVar[dict[str, Variant]] = {
-        "BertModel": Variant("BertModel", head="none", prefix=""),
-        "BertModel+pooler": Variant("BertModel", head="none", prefix="", pooler=True),
-        "BertForMaskedLM": Variant(
-            "BertForMaskedLM",
-            head="mlm",
-            prefix="bert.",
-            tied=_MLM_TIED,
-            aliases=_MLM_BIAS,
-            # A pretraining checkpoint also holds the pooler and the next-sentence head, which HF
-            # skips when it loads BertForMaskedLM.
-            skipped_prefixes=("bert.pooler.", "cls.seq_relationship."),
-            head_prefixes=("cls.",),
+        "BertModel": Variant("BertModel", head="none", prefix="", init={"add_pooling_layer": False}),
+        "BertModel+pooler": Variant(
+            "BertModel", head="none", prefix="", pooler=True, init={"add_pooling_layer": True}
         ),
+        _MLM.architecture: _MLM,
     }
     ignored_suffixes = ("embeddings.position_ids",)
+    shape = "a post-norm encoder"
 
     def variant(self, architecture: str, keys: Collection[str]) -> Variant:
         if architecture == "BertModel" and "pooler.dense.weight" in keys:
@@ -106,15 +133,12 @@ class Bert(Family):
         for i in range(spec["encoder"]["num_layers"]):
             h, b = f"{p}encoder.layer.{i}.", f"layers.{i}."
             pairs = [
-                ("attention.self.query", "attention.q_proj"),
-                ("attention.self.key", "attention.k_proj"),
-                ("attention.self.value", "attention.v_proj"),
-                ("attention.output.dense", "attention.out_proj"),
                 ("attention.output.LayerNorm", "attention_norm"),
                 ("intermediate.dense", "feedforward.up_proj"),
                 ("output.dense", "feedforward.down_proj"),
                 ("output.LayerNorm", "feedforward_norm"),
             ]
+            rules += attention_rules(f"{h}attention.", f"{b}attention.")
             rules += [Rule(f"{h}{hf}.{t}", f"{b}{bw}.{t}") for hf, bw in pairs for t in ("weight", "bias")]
         if variant.pooler:
             rules += [Rule(f"{p}pooler.dense.{t}", f"pooler.dense.{t}") for t in ("weight", "bias")]
@@ -158,4 +182,71 @@ class Bert(Family):
             "layer_norm_eps": spec_norm(spec)["eps"],
             "tie_word_embeddings": spec["tie_embeddings"],
         }
-        return ("BertForMaskedLM" if mlm else "BertModel"), config
+        return (
+            "BertForMaskedLM" if mlm else "BertModel+pooler" if spec.get("pooler") else "BertModel"
+        ), config
+
+    def tp_plan(self, model: nn.Module) -> ModelPlan:
+        p = prefix(model, _MLM)
+        plan: dict[str, str | dict[str, str]] = {f"{p}embeddings.word_embeddings": "vocab"}
+        for i, layer in enumerate(model.get_submodule(f"{p}encoder.layer")):
+            here = f"{p}encoder.layer.{i}"
+            plan[f"{here}.attention"] = _TP_ATTENTION
+            if hasattr(layer, "crossattention"):
+                plan[f"{here}.crossattention"] = _TP_ATTENTION
+            plan[here] = _TP_MLP
+        names = {name for name, _ in model.named_modules()}
+        plan.update({name: "replicate" for name in (f"{p}pooler.dense", *_TP_WHOLE) if name in names})
+        if "cls.predictions.decoder" in names:
+            plan["cls.predictions.decoder"] = "colwise"
+        # The attention reshapes with -1 heads, so nothing needs dividing; heads must still split whole.
+        return ModelPlan(plan, {}, {"num_attention_heads": model.config.num_attention_heads})
+
+    def stage_recipe(self, model: nn.Module) -> StageRecipe:
+        if not (prefix(model, _MLM) and isinstance(getattr(model, "cls", None), nn.Module)):
+            raise ConfigError(
+                "pipeline parallel splits HF BERT with a head on the encoder's output (BertForMaskedLM); "
+                f"{type(model).__name__} has none",
+                "pipeline_parallel_size",
+            )
+        return BertStages(model)
+
+
+def attention_rules(hf: str, bw: str) -> list[Rule]:
+    """The tensors of a ``BertAttention`` under ``hf`` and of brickwork's attention under ``bw``."""
+    pairs = [
+        ("self.query", "q_proj"),
+        ("self.key", "k_proj"),
+        ("self.value", "v_proj"),
+        ("output.dense", "out_proj"),
+    ]
+    return [Rule(f"{hf}{a}.{t}", f"{bw}{b}.{t}") for a, b in pairs for t in ("weight", "bias")]
+
+
+class BertStages(StageRecipe):
+    """HF BERT with a head on the encoder's output (``BertForMaskedLM``'s ``cls``) split by its layer
+    list: the embeddings module (word, position and segment tables, LayerNorm, dropout) on the first
+    stage, which reads ``token_type_ids``, the head on the last. Every stage builds the bidirectional
+    padding mask from ``attention_mask`` as the HF model's own forward does."""
+
+    stacks = ("bert.encoder.layer",)
+
+    def head_modules(self) -> list[str]:
+        return ["cls"]
+
+    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
+        return (["bert.embeddings"] if first else []) + (self.head_modules() if last else [])
+
+    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+        from transformers.masking_utils import create_bidirectional_mask
+
+        h = carried[0]
+        if stage.is_first:
+            h = stage.get_submodule("bert.embeddings")(
+                input_ids=h, token_type_ids=extras.get("token_type_ids")
+            )
+        mask = create_bidirectional_mask(
+            config=self.model.config, inputs_embeds=h, attention_mask=extras.get("attention_mask")
+        )
+        h = run_layers(stage, self.stacks[0], h, {"attention_mask": mask})
+        return stage.get_submodule("cls")(h) if stage.is_last else h

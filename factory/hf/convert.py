@@ -93,11 +93,9 @@ def family_of_spec(spec: Mapping[str, Any]) -> Family:
     for family in FAMILIES.values():
         if family.matches(spec):
             return family
+    shapes = "; ".join(f"{family.name}: {family.shape}" for family in FAMILIES.values())
     raise ConfigError(
-        "this model's architecture matches no HF family brickwork can export "
-        "(GPT-2: learned positions; Llama: rotary + RMSNorm + gated MLP; GPT-NeoX: rotary + LayerNorm + MLP; "
-        "BERT: a post-norm encoder)",
-        "spec",
+        f"this model's architecture matches no HF family brickwork can export ({shapes})", "spec"
     )
 
 
@@ -112,18 +110,11 @@ def to_hf(model: nn.Module) -> nn.Module:
     import transformers
 
     family = family_of_spec(spec)
-    architecture, kwargs = family.hf_config(spec)
-    variant = family.variant(architecture, _spec_keys(spec))
-    hf_class = getattr(transformers, architecture)
-    config = hf_class.config_class(**kwargs)
-    init_kwargs = {"add_pooling_layer": variant.pooler} if architecture == "BertModel" else {}
-    hf_model = hf_class(config, **init_kwargs)
+    key, kwargs = family.hf_config(spec)
+    variant = family.variants[key]
+    hf_class = getattr(transformers, variant.architecture)
+    hf_model = hf_class(hf_class.config_class(**kwargs), **variant.init)
     state = to_hf_state(family, variant, spec, model.state_dict())
     hf_model.load_state_dict(state, strict=True)
     reference = next(model.parameters())
     return hf_model.to(device=reference.device, dtype=reference.dtype).train(model.training)
-
-
-def _spec_keys(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The HF keys a variant choice looks at, as implied by the spec (a BertModel's pooler)."""
-    return {"pooler.dense.weight": None} if spec.get("pooler") else {}

@@ -1,9 +1,10 @@
 """brickwork attention inside other codebases: same weights in, the host's calling convention out.
 
 ``*_attention(...)`` builds a :class:`MultiHeadAttention` carrying the weights of an HF GPT-2 or
-BERT attention, or of a ``torch.nn.MultiheadAttention``. The adapters wrap it so that it can take
-the original module's place: they accept the host's arguments and return what the host expects.
-The mechanism can then be swapped like any brickwork attention (``mha.attention = ...``).
+BERT attention (by the weight map of the family's module), or of a ``torch.nn.MultiheadAttention``.
+The adapters wrap it so that it can take the original module's place: they accept the host's
+arguments and return what the host expects. The mechanism can then be swapped like any brickwork
+attention (``mha.attention = ...``).
 """
 
 from __future__ import annotations
@@ -16,35 +17,31 @@ from torch import nn
 from brickwork.components.attention import MultiHeadAttention
 from brickwork.components.attention.masks import causal_keep
 
-from .layout import blocks_to_groups
+from . import bert, gpt2
+from .family import Rule
 
 
-@torch.no_grad()
 def gpt2_attention(hf_attention: nn.Module, **options: Any) -> MultiHeadAttention:
     """A causal MHA with the weights of an HF ``GPT2Attention`` (``options`` go to the constructor)."""
     heads, dim = hf_attention.num_heads, hf_attention.embed_dim
     mha = MultiHeadAttention(dim, heads, causal=True, bias=True, fused_qkv=True, **options)
-    mha.qkv_proj.weight.copy_(blocks_to_groups(hf_attention.c_attn.weight.t(), heads, dim // heads))
-    mha.qkv_proj.bias.copy_(blocks_to_groups(hf_attention.c_attn.bias, heads, dim // heads))
-    mha.out_proj.weight.copy_(hf_attention.c_proj.weight.t())
-    mha.out_proj.bias.copy_(hf_attention.c_proj.bias)
-    return mha
+    return _load(mha, hf_attention, gpt2.attention_rules("", "", heads, dim // heads))
+
+
+def bert_attention(hf_attention: nn.Module, **options: Any) -> MultiHeadAttention:
+    """A bidirectional MHA with the weights of an HF ``BertAttention`` (self-attention + output dense)."""
+    self_attention = hf_attention.self
+    dim = self_attention.query.in_features
+    mha = MultiHeadAttention(dim, self_attention.num_attention_heads, bias=True, fused_qkv=False, **options)
+    return _load(mha, hf_attention, bert.attention_rules("", ""))
 
 
 @torch.no_grad()
-def bert_attention(hf_attention: nn.Module, **options: Any) -> MultiHeadAttention:
-    """A bidirectional MHA with the weights of an HF ``BertAttention`` (self-attention + output dense)."""
-    self_attention, output = hf_attention.self, hf_attention.output
-    dim = self_attention.query.in_features
-    mha = MultiHeadAttention(dim, self_attention.num_attention_heads, bias=True, fused_qkv=False, **options)
-    for ours, theirs in (
-        (mha.q_proj, self_attention.query),
-        (mha.k_proj, self_attention.key),
-        (mha.v_proj, self_attention.value),
-        (mha.out_proj, output.dense),
-    ):
-        ours.weight.copy_(theirs.weight)
-        ours.bias.copy_(theirs.bias)
+def _load(mha: MultiHeadAttention, hf_attention: nn.Module, rules: list[Rule]) -> MultiHeadAttention:
+    """Copy the host's attention weights into ``mha`` by the family's weight map."""
+    state = hf_attention.state_dict()
+    for rule in rules:
+        mha.get_parameter(rule.bw).copy_(rule.to_bw(state[rule.hf]))
     return mha
 
 

@@ -1,5 +1,8 @@
 """The shape of one HF model family's adapter, and the state-dict conversion all families share.
 
+A family module holds every fact about its HF models: the config -> spec map, the weight map, the
+tensor-parallel plan and the pipeline recipe; ``FAMILIES`` (convert.py) finds it by ``model_type``.
+
 Every family maps each HF tensor to exactly one brickwork tensor (and back) through a table of
 :class:`Rule` rows built from the spec. Converting checks both sides: an HF tensor no rule names, a
 rule whose tensor is absent, or a shape that does not fit raises an error naming the key, so the
@@ -14,8 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from brickwork.errors import ConfigError
+from brickwork.parallel.pipeline_stages import StageRecipe
+from brickwork.parallel.plans import ModelPlan
 
 from .config import HFConfig
 
@@ -59,6 +65,8 @@ class Variant:
     skipped_prefixes: tuple[str, ...] = ()
     # Prefixes of head tensors, which sit outside ``prefix``.
     head_prefixes: tuple[str, ...] = ()
+    # Keyword arguments of the HF class besides its config (BertModel's add_pooling_layer).
+    init: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Family(abc.ABC):
@@ -67,6 +75,8 @@ class Family(abc.ABC):
     name: str
     model_type: str
     variants: dict[str, Variant]
+    # The brickwork architecture ``matches`` recognises, for the error when no family does.
+    shape: str
     # HF tensors that HF itself skips when loading (old attention-mask buffers, cached frequencies).
     ignored_suffixes: tuple[str, ...] = ()
     # HF's default for tie_word_embeddings in this family's config class.
@@ -97,7 +107,35 @@ class Family(abc.ABC):
 
     @abc.abstractmethod
     def hf_config(self, spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        """(HF class name, HF config kwargs) for a spec; refuses what HF cannot express."""
+        """(key of the variant, HF config kwargs) for a spec; refuses what HF cannot express."""
+
+    @abc.abstractmethod
+    def tp_plan(self, model: nn.Module) -> ModelPlan:
+        """The tensor-parallel plan of a live HF model of this family, a base model or a task head."""
+
+    @abc.abstractmethod
+    def stage_recipe(self, model: nn.Module) -> StageRecipe:
+        """How a live HF model of this family splits into pipeline stages; ConfigError for a class
+        that cannot."""
+
+
+def prefix(model: nn.Module, variant: Variant) -> str:
+    """``variant.prefix`` when ``model`` (a task-head class) holds its base model there, else ``""``
+    (``model`` is the base model itself)."""
+    base = variant.prefix.removesuffix(".")
+    return variant.prefix if base and isinstance(getattr(model, base, None), nn.Module) else ""
+
+
+def head_of(model: nn.Module, variant: Variant) -> str | None:
+    """The name of ``model``'s LM head, a linear layer under one of ``variant.head_prefixes``, or None."""
+    names = (p.removesuffix(".") for p in variant.head_prefixes)
+    return next((name for name in names if isinstance(getattr(model, name, None), nn.Linear)), None)
+
+
+def with_head(model: nn.Module, variant: Variant, plan: dict[str, str]) -> dict[str, str]:
+    """``plan`` plus a colwise (vocabulary-split) LM head, when ``model`` has one."""
+    head = head_of(model, variant)
+    return {**plan, head: "colwise"} if head else plan
 
 
 def to_brickwork_state(

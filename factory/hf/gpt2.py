@@ -2,7 +2,7 @@
 
 HF's Conv1D stores weights as [in, out], so every projection is transposed; ``c_attn`` holds all
 query rows, then all key rows, then all value rows, and is permuted into brickwork's per-head
-groups.
+groups. Under tensor parallel ``c_attn`` splits as three column blocks (``colwise:3``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,13 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from torch import nn
+
+from brickwork.parallel.pipeline_stages import StageRecipe
+from brickwork.parallel.plans import ModelPlan
+
 from .config import HFConfig
-from .family import Family, Rule, Variant, same, transposed
+from .family import Family, Rule, Variant, prefix, same, transposed, with_head
 from .layout import blocks_to_groups, groups_to_blocks
 from .spec import (
     attention_spec,
@@ -26,20 +31,22 @@ from .spec import (
     spec_norm,
     unsupported,
 )
+from .stages import causal_lm_stages
+
+_LM = Variant(
+    "GPT2LMHeadModel",
+    head="lm",
+    prefix="transformer.",
+    tied={"lm_head.weight": "transformer.wte.weight"},
+    head_prefixes=("lm_head.",),
+)
 
 
 class GPT2(Family):
     name = "gpt2"
     model_type = "gpt2"
-    variants: ClassVar[dict[str, Variant]] = {
-        "GPT2LMHeadModel": Variant(
-            "GPT2LMHeadModel",
-            head="lm",
-            prefix="transformer.",
-            tied={"lm_head.weight": "transformer.wte.weight"},
-            head_prefixes=("lm_head.",),
-        )
-    }
+    variants: ClassVar[dict[str, Variant]] = {_LM.architecture: _LM}
+    shape = "learned positions"
     ignored_suffixes = (".attn.bias", ".attn.masked_bias")
 
     def spec(self, cfg: HFConfig, variant: Variant) -> dict[str, Any]:
@@ -93,17 +100,7 @@ class GPT2(Family):
 
     def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule]:
         p = variant.prefix
-        attn = spec_attention(spec)
-        heads = attn["num_heads"]
-        head_dim = spec["dim_model"] // heads
-
-        def qkv_in(t):
-            return blocks_to_groups(t.t() if t.dim() == 2 else t, heads, head_dim).contiguous()
-
-        def qkv_out(t):
-            t = groups_to_blocks(t, heads, head_dim)
-            return t.t().contiguous() if t.dim() == 2 else t
-
+        heads = spec_attention(spec)["num_heads"]
         rules = [
             Rule(f"{p}wte.weight", "token_embedding.weight"),
             Rule(f"{p}wpe.weight", "position_embedding.weight"),
@@ -113,10 +110,7 @@ class GPT2(Family):
             rules += [
                 Rule(f"{h}ln_1.weight", f"{b}attention_norm.weight"),
                 Rule(f"{h}ln_1.bias", f"{b}attention_norm.bias"),
-                Rule(f"{h}attn.c_attn.weight", f"{b}attention.qkv_proj.weight", qkv_in, qkv_out),
-                Rule(f"{h}attn.c_attn.bias", f"{b}attention.qkv_proj.bias", qkv_in, qkv_out),
-                Rule(f"{h}attn.c_proj.weight", f"{b}attention.out_proj.weight", transposed, transposed),
-                Rule(f"{h}attn.c_proj.bias", f"{b}attention.out_proj.bias"),
+                *attention_rules(f"{h}attn.", f"{b}attention.", heads, spec["dim_model"] // heads),
                 Rule(f"{h}ln_2.weight", f"{b}feedforward_norm.weight"),
                 Rule(f"{h}ln_2.bias", f"{b}feedforward_norm.bias"),
                 Rule(f"{h}mlp.c_fc.weight", f"{b}feedforward.up_proj.weight", transposed, transposed),
@@ -168,6 +162,42 @@ class GPT2(Family):
             "scale_attn_by_inverse_layer_idx": by_layer,
         }
         return "GPT2LMHeadModel", config
+
+    def tp_plan(self, model: nn.Module) -> ModelPlan:
+        p = prefix(model, _LM)
+        plan = {
+            f"{p}wte": "vocab",
+            f"{p}h.*.attn.c_attn": "colwise:3",  # q | k | v: each rank takes its heads of each
+            f"{p}h.*.attn.c_proj": "rowwise",
+            f"{p}h.*.mlp.c_fc": "colwise",
+            f"{p}h.*.mlp.c_proj": "rowwise",
+        }
+        # The attention splits its fused output by split_size and reshapes by the head count.
+        divide = {f"{p}h.*.attn": ["split_size", "num_heads", "embed_dim"]}
+        return ModelPlan(with_head(model, _LM, plan), divide, {"n_head": model.config.n_head})
+
+    def stage_recipe(self, model: nn.Module) -> StageRecipe:
+        return causal_lm_stages(
+            model, _LM, layers="h", embed="wte", norm="ln_f", position="wpe", dropout="drop"
+        )
+
+
+def attention_rules(hf: str, bw: str, heads: int, head_dim: int) -> list[Rule]:
+    """The tensors of a ``GPT2Attention`` under ``hf`` and of brickwork's attention under ``bw``."""
+
+    def qkv_in(t):
+        return blocks_to_groups(t.t() if t.dim() == 2 else t, heads, head_dim).contiguous()
+
+    def qkv_out(t):
+        t = groups_to_blocks(t, heads, head_dim)
+        return t.t().contiguous() if t.dim() == 2 else t
+
+    return [
+        Rule(f"{hf}c_attn.weight", f"{bw}qkv_proj.weight", qkv_in, qkv_out),
+        Rule(f"{hf}c_attn.bias", f"{bw}qkv_proj.bias", qkv_in, qkv_out),
+        Rule(f"{hf}c_proj.weight", f"{bw}out_proj.weight", transposed, transposed),
+        Rule(f"{hf}c_proj.bias", f"{bw}out_proj.bias"),
+    ]
 
 
 def _inverse_layer_scaling(spec: Mapping[str, Any], mechanism: Mapping[str, Any], base: float) -> bool:

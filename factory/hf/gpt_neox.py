@@ -1,7 +1,9 @@
 """GPT-NeoX (``GPTNeoXForCausalLM``): partial rotary, per-head fused qkv, parallel or pre residual.
 
 ``query_key_value`` holds ``[q_h, k_h, v_h]`` for each head in turn, which is brickwork's fused
-per-group layout when every head is its own kv group, so its rows are copied as they are.
+per-group layout when every head is its own kv group, so its rows are copied as they are, and a plain
+column split under tensor parallel keeps whole heads. The LM head is ``lm_head`` in recent
+transformers and ``embed_out`` in older checkpoints and classes.
 """
 
 from __future__ import annotations
@@ -9,8 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from torch import nn
+
+from brickwork.parallel.pipeline_stages import StageRecipe
+from brickwork.parallel.plans import ModelPlan
+
 from .config import HFConfig
-from .family import Family, Rule, Variant
+from .family import Family, Rule, Variant, prefix, with_head
 from .rope import hf_rope, read_rope
 from .spec import (
     attention_spec,
@@ -25,21 +32,23 @@ from .spec import (
     spec_norm,
     unsupported,
 )
+from .stages import causal_lm_stages
+
+_LM = Variant(
+    "GPTNeoXForCausalLM",
+    head="lm",
+    prefix="gpt_neox.",
+    tied={"lm_head.weight": "gpt_neox.embed_in.weight"},
+    renamed={"embed_out.weight": "lm_head.weight"},
+    head_prefixes=("lm_head.", "embed_out."),
+)
 
 
 class GPTNeoX(Family):
     name = "gpt_neox"
     model_type = "gpt_neox"
-    variants: ClassVar[dict[str, Variant]] = {
-        "GPTNeoXForCausalLM": Variant(
-            "GPTNeoXForCausalLM",
-            head="lm",
-            prefix="gpt_neox.",
-            tied={"lm_head.weight": "gpt_neox.embed_in.weight"},
-            renamed={"embed_out.weight": "lm_head.weight"},
-            head_prefixes=("lm_head.", "embed_out."),
-        )
-    }
+    variants: ClassVar[dict[str, Variant]] = {_LM.architecture: _LM}
+    shape = "rotary + LayerNorm + MLP"
     ignored_suffixes = (".attention.bias", ".attention.masked_bias", "rotary_emb.inv_freq")
     tie_default = False
 
@@ -144,3 +153,21 @@ class GPTNeoX(Family):
             "attention_bias": attn["bias"],
         }
         return "GPTNeoXForCausalLM", config
+
+    def tp_plan(self, model: nn.Module) -> ModelPlan:
+        p = prefix(model, _LM)
+        plan = {
+            f"{p}embed_in": "vocab",
+            f"{p}layers.*.attention.query_key_value": "colwise",  # [heads, (q, k, v), head_dim] rows
+            f"{p}layers.*.attention.dense": "rowwise",
+            f"{p}layers.*.mlp.dense_h_to_4h": "colwise",
+            f"{p}layers.*.mlp.dense_4h_to_h": "rowwise",
+        }
+        heads = {"num_attention_heads": model.config.num_attention_heads}
+        return ModelPlan(with_head(model, _LM, plan), {}, heads)
+
+    def stage_recipe(self, model: nn.Module) -> StageRecipe:
+        return causal_lm_stages(
+            model, _LM, layers="layers", embed="embed_in", norm="final_layer_norm",
+            dropout="emb_dropout", rotary="rotary_emb",
+        )  # fmt: skip

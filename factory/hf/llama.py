@@ -1,12 +1,21 @@
-"""Llama (``LlamaForCausalLM``): RMSNorm, SwiGLU, rotary (half-split), GQA, optional biases."""
+"""Llama (``LlamaForCausalLM``): RMSNorm, SwiGLU, rotary (half-split), GQA, optional biases.
+
+Under tensor parallel q/k/v and gate/up split by columns, o/down by rows; HF's attention reshapes with
+-1 heads and keeps the q-per-kv ratio, so no attribute is divided, but both head counts must split.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from torch import nn
+
+from brickwork.parallel.pipeline_stages import StageRecipe
+from brickwork.parallel.plans import ModelPlan
+
 from .config import HFConfig
-from .family import Family, Rule, Variant
+from .family import Family, Rule, Variant, prefix, with_head
 from .rope import hf_rope, read_rope
 from .spec import (
     attention_spec,
@@ -20,20 +29,22 @@ from .spec import (
     spec_norm,
     unsupported,
 )
+from .stages import causal_lm_stages
+
+_LM = Variant(
+    "LlamaForCausalLM",
+    head="lm",
+    prefix="model.",
+    tied={"lm_head.weight": "model.embed_tokens.weight"},
+    head_prefixes=("lm_head.",),
+)
 
 
 class Llama(Family):
     name = "llama"
     model_type = "llama"
-    variants: ClassVar[dict[str, Variant]] = {
-        "LlamaForCausalLM": Variant(
-            "LlamaForCausalLM",
-            head="lm",
-            prefix="model.",
-            tied={"lm_head.weight": "model.embed_tokens.weight"},
-            head_prefixes=("lm_head.",),
-        )
-    }
+    variants: ClassVar[dict[str, Variant]] = {_LM.architecture: _LM}
+    shape = "rotary + RMSNorm + gated MLP"
     ignored_suffixes = ("rotary_emb.inv_freq",)
     tie_default = False
 
@@ -147,3 +158,23 @@ class Llama(Family):
             "mlp_bias": ff["bias"],
         }
         return "LlamaForCausalLM", config
+
+    def tp_plan(self, model: nn.Module) -> ModelPlan:
+        p = prefix(model, _LM)
+        plan = {
+            f"{p}embed_tokens": "vocab",
+            f"{p}layers.*.self_attn.q_proj": "colwise",
+            f"{p}layers.*.self_attn.k_proj": "colwise",
+            f"{p}layers.*.self_attn.v_proj": "colwise",
+            f"{p}layers.*.self_attn.o_proj": "rowwise",
+            f"{p}layers.*.mlp.gate_proj": "colwise",
+            f"{p}layers.*.mlp.up_proj": "colwise",
+            f"{p}layers.*.mlp.down_proj": "rowwise",
+        }
+        heads = {n: getattr(model.config, n) for n in ("num_attention_heads", "num_key_value_heads")}
+        return ModelPlan(with_head(model, _LM, plan), {}, heads)
+
+    def stage_recipe(self, model: nn.Module) -> StageRecipe:
+        return causal_lm_stages(
+            model, _LM, layers="layers", embed="embed_tokens", norm="norm", rotary="rotary_emb"
+        )

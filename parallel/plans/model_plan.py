@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from torch import nn
-
 from brickwork.errors import ConfigError
 from brickwork.parallel.tensor_parallel import PlanValue
 
@@ -33,17 +31,3 @@ class ModelPlan:
                     f"{name}={count} is not divisible by tensor_parallel_size={tp}: a head would be split",
                     "tensor_parallel_size",
                 )
-
-
-def prefix(model: nn.Module, attribute: str) -> str:
-    """``"<attribute>."`` when ``model`` (a task head) holds its base model as ``attribute``, else ``""``."""
-    return f"{attribute}." if isinstance(getattr(model, attribute, None), nn.Module) else ""
-
-
-def with_head(model: nn.Module, plan: dict[str, str], *names: str) -> dict[str, str]:
-    """``plan`` plus a colwise (vocabulary-split) LM head, when the model has one under one of ``names``."""
-    for name in names:
-        if isinstance(getattr(model, name, None), nn.Linear):
-            plan[name] = "colwise"
-            break
-    return plan

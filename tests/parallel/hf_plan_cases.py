@@ -1,4 +1,5 @@
-"""Tiny HF models of each family with a plan in brickwork.parallel.plans, and the rank functions."""
+"""Tiny HF models of each family with a plan (declared in its brickwork.factory.hf module), and the
+rank functions."""
 
 from __future__ import annotations
 

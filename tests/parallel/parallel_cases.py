@@ -155,7 +155,7 @@ def run_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[
                 model = build(kind)
         else:
             model = build(kind)
-        model = parallelize(model, layout)  # an HF GPT-2's plan comes from parallel/plans/
+        model = parallelize(model, layout)  # an HF GPT-2's plan comes from factory/hf/gpt2.py
         initial = full_state_dict(model) if meta else None
         params = list(model.parameters())
         opt = optimizer(params, opt_name)

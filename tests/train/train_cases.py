@@ -270,7 +270,7 @@ def train_layouts(cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any
         try:
             model = build(family, moe=moe)
             with head_calls(model) as calls:  # spied before parallelize, which may move the head
-                model = parallelize(model, layout)  # an HF GPT-2's plan comes from parallel/plans/
+                model = parallelize(model, layout)  # an HF GPT-2's plan comes from factory/hf/gpt2.py
                 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
                 task = TASKS[TASK[family]]
                 step = TrainStep(

@@ -1,0 +1,105 @@
+"""Pipeline stages of an HF causal LM, cut by its layer list (GPT-2, Llama and GPT-NeoX share this).
+
+The HF model runs unmodified: each stage calls the model's own modules, and builds the causal mask
+(and the rotary tables) as the HF model's forward does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from brickwork.errors import ConfigError
+from brickwork.parallel.pipeline_stages import PipelineStageModule, StageRecipe
+
+from .family import Variant, head_of, prefix
+
+
+class HFCausalLMStages(StageRecipe):
+    """An HF causal LM split by its layer list (``base.layers``): the token embedding (and a learned
+    position table, GPT-2's, and the embedding dropout) on the first stage, the final norm and LM head
+    (``head``) on the last. Every stage builds the causal mask (and, with ``rotary``, the rotary tables
+    from a module without parameters that every stage holds) as the HF model's own forward does."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        base: str,
+        layers: str,
+        embed: str,
+        norm: str,
+        *,
+        position: str | None = None,
+        dropout: str | None = None,
+        rotary: str | None = None,
+        head: str = "lm_head",
+    ) -> None:
+        super().__init__(model)
+        self.stacks = (f"{base}.{layers}",)
+        self.embed = f"{base}.{embed}"
+        self.position = f"{base}.{position}" if position else None
+        self.dropout = f"{base}.{dropout}" if dropout else None
+        self.norm = f"{base}.{norm}"
+        self.rotary = f"{base}.{rotary}" if rotary else None
+        self.head = head
+
+    def head_modules(self) -> list[str]:
+        return [self.norm, self.head]
+
+    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
+        names = [n for n in (self.embed, self.position, self.dropout) if n] if first else []
+        names += [self.rotary] if self.rotary else []
+        return names + (self.head_modules() if last else [])
+
+    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+        # Imported here: transformers is needed only when an HF model is pipelined.
+        from transformers.masking_utils import create_causal_mask
+
+        h = carried[0]
+        positions = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+        if stage.is_first:
+            h = stage.get_submodule(self.embed)(h)
+            if self.position is not None:
+                h = h + stage.get_submodule(self.position)(positions)
+            if self.dropout is not None:
+                h = stage.get_submodule(self.dropout)(h)
+        mask = create_causal_mask(
+            config=self.model.config,
+            inputs_embeds=h,
+            attention_mask=extras.get("attention_mask"),
+            past_key_values=None,
+            position_ids=positions,
+        )
+        kwargs: dict[str, Any] = {"attention_mask": mask}
+        if self.rotary is not None:
+            rotary = stage.get_submodule(self.rotary)(h, position_ids=positions)
+            kwargs.update(position_embeddings=rotary, position_ids=positions)
+        h = run_layers(stage, self.stacks[0], h, kwargs)
+        if not stage.is_last:
+            return h
+        return stage.get_submodule(self.head)(stage.get_submodule(self.norm)(h))
+
+
+def causal_lm_stages(model: nn.Module, variant: Variant, **names: str) -> HFCausalLMStages:
+    """The recipe of ``variant``'s LM class, whose base model sits under ``variant.prefix`` and whose
+    head is one of ``variant.head_prefixes``; ``names`` are the base model's module names. Another
+    class of the family (the bare base model, a classifier) is refused by name."""
+    base, head = prefix(model, variant).removesuffix("."), head_of(model, variant)
+    if not base or head is None:
+        raise ConfigError(
+            f"pipeline parallel splits {variant.architecture} (embedding, layers, final norm, LM head); "
+            f"{type(model).__name__} is not one",
+            "pipeline_parallel_size",
+        )
+    return HFCausalLMStages(model, base, head=head, **names)
+
+
+def run_layers(stage: nn.Module, stack: str, h: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+    """Run the stage's layers of ``stack`` in turn; HF layers may return a tuple led by the hidden states."""
+    for layer in stage.get_submodule(stack):
+        out = layer(h, **kwargs)
+        h = out[0] if isinstance(out, tuple) else out
+    return h
