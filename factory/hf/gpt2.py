@@ -31,7 +31,7 @@ from .spec import (
     spec_norm,
     unsupported,
 )
-from .stages import causal_lm_stages
+from .stages import HFCausalLMStages
 
 _LM = Variant(
     "GPT2LMHeadModel",
@@ -177,9 +177,7 @@ class GPT2(Family):
         return ModelPlan(with_head(model, _LM, plan), divide, {"n_head": model.config.n_head})
 
     def stage_recipe(self, model: nn.Module) -> StageRecipe:
-        return causal_lm_stages(
-            model, _LM, layers="h", embed="wte", norm="ln_f", position="wpe", dropout="drop"
-        )
+        return HFCausalLMStages(model, _LM, "h", "wte", "ln_f", position="wpe", dropout="drop")
 
 
 def attention_rules(hf: str, bw: str, heads: int, head_dim: int) -> list[Rule]:

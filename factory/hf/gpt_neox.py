@@ -32,7 +32,7 @@ from .spec import (
     spec_norm,
     unsupported,
 )
-from .stages import causal_lm_stages
+from .stages import HFCausalLMStages
 
 _LM = Variant(
     "GPTNeoXForCausalLM",
@@ -167,7 +167,7 @@ class GPTNeoX(Family):
         return ModelPlan(with_head(model, _LM, plan), {}, heads)
 
     def stage_recipe(self, model: nn.Module) -> StageRecipe:
-        return causal_lm_stages(
-            model, _LM, layers="layers", embed="embed_in", norm="final_layer_norm",
+        return HFCausalLMStages(
+            model, _LM, "layers", "embed_in", "final_layer_norm",
             dropout="emb_dropout", rotary="rotary_emb",
         )  # fmt: skip

@@ -29,7 +29,7 @@ from .spec import (
     spec_norm,
     unsupported,
 )
-from .stages import causal_lm_stages
+from .stages import HFCausalLMStages
 
 _LM = Variant(
     "LlamaForCausalLM",
@@ -175,6 +175,4 @@ class Llama(Family):
         return ModelPlan(with_head(model, _LM, plan), {}, heads)
 
     def stage_recipe(self, model: nn.Module) -> StageRecipe:
-        return causal_lm_stages(
-            model, _LM, layers="layers", embed="embed_tokens", norm="norm", rotary="rotary_emb"
-        )
+        return HFCausalLMStages(model, _LM, "layers", "embed_tokens", "norm", rotary="rotary_emb")

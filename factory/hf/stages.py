@@ -19,15 +19,17 @@ from .family import Variant, head_of, prefix
 
 
 class HFCausalLMStages(StageRecipe):
-    """An HF causal LM split by its layer list (``base.layers``): the token embedding (and a learned
-    position table, GPT-2's, and the embedding dropout) on the first stage, the final norm and LM head
-    (``head``) on the last. Every stage builds the causal mask (and, with ``rotary``, the rotary tables
-    from a module without parameters that every stage holds) as the HF model's own forward does."""
+    """An HF causal LM split by its layer list (``layers``, in the base model under ``variant.prefix``):
+    the token embedding (and a learned position table, GPT-2's, and the embedding dropout) on the first
+    stage, the final norm and LM head (one of ``variant.head_prefixes``) on the last. Every stage builds
+    the causal mask (and, with ``rotary``, the rotary tables from a module without parameters that every
+    stage holds) as the HF model's own forward does. Another class of the family (the bare base model,
+    a classifier) is refused by name."""
 
     def __init__(
         self,
         model: nn.Module,
-        base: str,
+        variant: Variant,
         layers: str,
         embed: str,
         norm: str,
@@ -35,16 +37,18 @@ class HFCausalLMStages(StageRecipe):
         position: str | None = None,
         dropout: str | None = None,
         rotary: str | None = None,
-        head: str = "lm_head",
     ) -> None:
         super().__init__(model)
-        self.stacks = (f"{base}.{layers}",)
-        self.embed = f"{base}.{embed}"
-        self.position = f"{base}.{position}" if position else None
-        self.dropout = f"{base}.{dropout}" if dropout else None
-        self.norm = f"{base}.{norm}"
-        self.rotary = f"{base}.{rotary}" if rotary else None
-        self.head = head
+        p, head = prefix(model, variant), head_of(model, variant)
+        if not p or head is None:
+            raise ConfigError(
+                f"pipeline parallel splits {variant.architecture} (embedding, layers, final norm, LM "
+                f"head); {type(model).__name__} is not one",
+                "pipeline_parallel_size",
+            )
+        self.stacks = (p + layers,)
+        self.embed, self.norm, self.head = p + embed, p + norm, head
+        self.position, self.dropout, self.rotary = (p + n if n else None for n in (position, dropout, rotary))
 
     def head_modules(self) -> list[str]:
         return [self.norm, self.head]
@@ -81,20 +85,6 @@ class HFCausalLMStages(StageRecipe):
         if not stage.is_last:
             return h
         return stage.get_submodule(self.head)(stage.get_submodule(self.norm)(h))
-
-
-def causal_lm_stages(model: nn.Module, variant: Variant, **names: str) -> HFCausalLMStages:
-    """The recipe of ``variant``'s LM class, whose base model sits under ``variant.prefix`` and whose
-    head is one of ``variant.head_prefixes``; ``names`` are the base model's module names. Another
-    class of the family (the bare base model, a classifier) is refused by name."""
-    base, head = prefix(model, variant).removesuffix("."), head_of(model, variant)
-    if not base or head is None:
-        raise ConfigError(
-            f"pipeline parallel splits {variant.architecture} (embedding, layers, final norm, LM head); "
-            f"{type(model).__name__} is not one",
-            "pipeline_parallel_size",
-        )
-    return HFCausalLMStages(model, base, head=head, **names)
 
 
 def run_layers(stage: nn.Module, stack: str, h: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:

@@ -56,9 +56,11 @@ def test_bert_masked_lm_at_pp2_trains_like_one_process(pp2_results: list[dict]) 
         _same(rank["bert"], ref)
 
 
-def test_a_bert_without_a_token_head_is_refused() -> None:
+def test_a_model_without_the_head_its_recipe_needs_is_refused() -> None:
     with pytest.raises(ConfigError, match="BertForMaskedLM"):
         stage_recipe(build("bert", head=False))
+    with pytest.raises(ConfigError, match=r"splits LlamaForCausalLM .*; LlamaModel is not one"):
+        stage_recipe(build("llama", head=False))
 
 
 @pytest.mark.slow
