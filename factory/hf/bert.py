@@ -23,10 +23,9 @@ from torch import nn
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.pipeline_stages import PipelineStageModule, StageRecipe
-from brickwork.parallel.plans import ModelPlan
 
 from .config import HFConfig
-from .family import Family, Rule, Variant, prefix
+from .family import Family, ModelPlan, Rule, Variant, prefix
 from .spec import (
     attention_spec,
     block,

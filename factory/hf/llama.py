@@ -11,11 +11,8 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from brickwork.parallel.pipeline_stages import StageRecipe
-from brickwork.parallel.plans import ModelPlan
-
 from .config import HFConfig
-from .family import Family, Rule, Variant, prefix, with_head
+from .family import Family, ModelPlan, Rule, StageRecipe, Variant, prefix, with_head
 from .rope import hf_rope, read_rope
 from .spec import (
     attention_spec,
