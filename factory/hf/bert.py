@@ -51,15 +51,20 @@ _MLM = Variant(
     skipped_prefixes=("bert.pooler.", "cls.seq_relationship."),
     head_prefixes=("cls.",),
 )
-_TP_ATTENTION = {
-    "self.query": "colwise",
-    "self.key": "colwise",
-    "self.value": "colwise",
-    "output.dense": "rowwise",
+# HF module -> (brickwork module, tensor-parallel style), of an attention and of a layer's MLP: the
+# weight map and the plan read them.
+_ATTENTION = {
+    "self.query": ("q_proj", "colwise"),
+    "self.key": ("k_proj", "colwise"),
+    "self.value": ("v_proj", "colwise"),
+    "output.dense": ("out_proj", "rowwise"),
 }
-_TP_MLP = {"intermediate.dense": "colwise", "output.dense": "rowwise"}
+_MLP = {
+    "intermediate.dense": ("feedforward.up_proj", "colwise"),
+    "output.dense": ("feedforward.down_proj", "rowwise"),
+}
 # Small dense layers on top of the encoder (MLM transform, NSP, task heads): kept whole on every rank.
-_TP_WHOLE = ("cls.predictions.transform.dense", "cls.seq_relationship", "classifier", "qa_outputs")
+_WHOLE = ("cls.predictions.transform.dense", "cls.seq_relationship", "classifier", "qa_outputs")
 
 
 class Bert(Family):
@@ -133,10 +138,9 @@ class Bert(Family):
             h, b = f"{p}encoder.layer.{i}.", f"layers.{i}."
             pairs = [
                 ("attention.output.LayerNorm", "attention_norm"),
-                ("intermediate.dense", "feedforward.up_proj"),
-                ("output.dense", "feedforward.down_proj"),
                 ("output.LayerNorm", "feedforward_norm"),
             ]
+            pairs += [(hf, bw) for hf, (bw, _) in _MLP.items()]
             rules += attention_rules(f"{h}attention.", f"{b}attention.")
             rules += [Rule(f"{h}{hf}.{t}", f"{b}{bw}.{t}") for hf, bw in pairs for t in ("weight", "bias")]
         if variant.pooler:
@@ -187,15 +191,17 @@ class Bert(Family):
 
     def tp_plan(self, model: nn.Module) -> ModelPlan:
         p = prefix(model, _MLM)
+        attention = {hf: style for hf, (_, style) in _ATTENTION.items()}
+        mlp = {hf: style for hf, (_, style) in _MLP.items()}
         plan: dict[str, str | dict[str, str]] = {f"{p}embeddings.word_embeddings": "vocab"}
         for i, layer in enumerate(model.get_submodule(f"{p}encoder.layer")):
             here = f"{p}encoder.layer.{i}"
-            plan[f"{here}.attention"] = _TP_ATTENTION
+            plan[f"{here}.attention"] = attention
             if hasattr(layer, "crossattention"):
-                plan[f"{here}.crossattention"] = _TP_ATTENTION
-            plan[here] = _TP_MLP
+                plan[f"{here}.crossattention"] = attention
+            plan[here] = mlp
         names = {name for name, _ in model.named_modules()}
-        plan.update({name: "replicate" for name in (f"{p}pooler.dense", *_TP_WHOLE) if name in names})
+        plan.update({name: "replicate" for name in (f"{p}pooler.dense", *_WHOLE) if name in names})
         if "cls.predictions.decoder" in names:
             plan["cls.predictions.decoder"] = "colwise"
         # The attention reshapes with -1 heads, so nothing needs dividing; heads must still split whole.
@@ -213,13 +219,9 @@ class Bert(Family):
 
 def attention_rules(hf: str, bw: str) -> list[Rule]:
     """The tensors of a ``BertAttention`` under ``hf`` and of brickwork's attention under ``bw``."""
-    pairs = [
-        ("self.query", "q_proj"),
-        ("self.key", "k_proj"),
-        ("self.value", "v_proj"),
-        ("output.dense", "out_proj"),
+    return [
+        Rule(f"{hf}{a}.{t}", f"{bw}{m}.{t}") for a, (m, _) in _ATTENTION.items() for t in ("weight", "bias")
     ]
-    return [Rule(f"{hf}{a}.{t}", f"{bw}{b}.{t}") for a, b in pairs for t in ("weight", "bias")]
 
 
 class BertStages(StageRecipe):

@@ -39,6 +39,14 @@ _LM = Variant(
     renamed={"embed_out.weight": "lm_head.weight"},
     head_prefixes=("lm_head.", "embed_out."),
 )
+# HF projection of a layer -> (brickwork module, tensor-parallel style): the weight map and the plan.
+# query_key_value's rows are [heads, (q, k, v), head_dim]: a plain column split keeps whole heads.
+_PROJECTIONS = {
+    "attention.query_key_value": ("attention.qkv_proj", "colwise"),
+    "attention.dense": ("attention.out_proj", "rowwise"),
+    "mlp.dense_h_to_4h": ("feedforward.up_proj", "colwise"),
+    "mlp.dense_4h_to_h": ("feedforward.down_proj", "rowwise"),
+}
 
 
 class GPTNeoX(Family):
@@ -92,24 +100,12 @@ class GPTNeoX(Family):
         rules = [Rule(f"{p}embed_in.weight", "token_embedding.weight")]
         for i in range(spec["decoder"]["num_layers"]):
             h, b = f"{p}layers.{i}.", f"layers.{i}."
-            pairs = [
-                ("input_layernorm.weight", "attention_norm.weight"),
-                ("input_layernorm.bias", "attention_norm.bias"),
-                ("post_attention_layernorm.weight", "feedforward_norm.weight"),
-                ("post_attention_layernorm.bias", "feedforward_norm.bias"),
-                ("attention.query_key_value.weight", "attention.qkv_proj.weight"),
-                ("attention.dense.weight", "attention.out_proj.weight"),
-                ("mlp.dense_h_to_4h.weight", "feedforward.up_proj.weight"),
-                ("mlp.dense_h_to_4h.bias", "feedforward.up_proj.bias"),
-                ("mlp.dense_4h_to_h.weight", "feedforward.down_proj.weight"),
-                ("mlp.dense_4h_to_h.bias", "feedforward.down_proj.bias"),
-            ]
-            if bias:
-                pairs += [
-                    ("attention.query_key_value.bias", "attention.qkv_proj.bias"),
-                    ("attention.dense.bias", "attention.out_proj.bias"),
-                ]
-            rules += [Rule(h + hf, b + bw) for hf, bw in pairs]
+            names = {"input_layernorm": "attention_norm", "post_attention_layernorm": "feedforward_norm"}
+            names |= {hf: bw for hf, (bw, _) in _PROJECTIONS.items()}
+            for hf, bw in names.items():
+                rules.append(Rule(f"{h}{hf}.weight", f"{b}{bw}.weight"))
+                if bias or not hf.startswith("attention."):  # the norms and the MLP always have biases
+                    rules.append(Rule(f"{h}{hf}.bias", f"{b}{bw}.bias"))
         rules += [
             Rule(f"{p}final_layer_norm.weight", "final_norm.weight"),
             Rule(f"{p}final_layer_norm.bias", "final_norm.bias"),
@@ -153,15 +149,9 @@ class GPTNeoX(Family):
 
     def tp_plan(self, model: nn.Module) -> ModelPlan:
         p = prefix(model, _LM)
-        plan = {
-            f"{p}embed_in": "vocab",
-            f"{p}layers.*.attention.query_key_value": "colwise",  # [heads, (q, k, v), head_dim] rows
-            f"{p}layers.*.attention.dense": "rowwise",
-            f"{p}layers.*.mlp.dense_h_to_4h": "colwise",
-            f"{p}layers.*.mlp.dense_4h_to_h": "rowwise",
-        }
+        plan = {f"{p}layers.*.{hf}": style for hf, (_, style) in _PROJECTIONS.items()}
         heads = {"num_attention_heads": model.config.num_attention_heads}
-        return ModelPlan(with_head(model, _LM, plan), {}, heads)
+        return ModelPlan(with_head(model, _LM, {f"{p}embed_in": "vocab", **plan}), {}, heads)
 
     def stage_recipe(self, model: nn.Module) -> StageRecipe:
         return HFCausalLMStages(

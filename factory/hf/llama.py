@@ -35,6 +35,16 @@ _LM = Variant(
     tied={"lm_head.weight": "model.embed_tokens.weight"},
     head_prefixes=("lm_head.",),
 )
+# HF projection of a layer -> (brickwork module, tensor-parallel style): the weight map and the plan.
+_PROJECTIONS = {
+    "self_attn.q_proj": ("attention.q_proj", "colwise"),
+    "self_attn.k_proj": ("attention.k_proj", "colwise"),
+    "self_attn.v_proj": ("attention.v_proj", "colwise"),
+    "self_attn.o_proj": ("attention.out_proj", "rowwise"),
+    "mlp.gate_proj": ("feedforward.gate_proj", "colwise"),
+    "mlp.up_proj": ("feedforward.up_proj", "colwise"),
+    "mlp.down_proj": ("feedforward.down_proj", "rowwise"),
+}
 
 
 class Llama(Family):
@@ -106,19 +116,10 @@ class Llama(Family):
                 Rule(f"{h}input_layernorm.weight", f"{b}attention_norm.weight"),
                 Rule(f"{h}post_attention_layernorm.weight", f"{b}feedforward_norm.weight"),
             ]
-            for hf, bw in (
-                ("q_proj", "q_proj"),
-                ("k_proj", "k_proj"),
-                ("v_proj", "v_proj"),
-                ("o_proj", "out_proj"),
-            ):
-                rules.append(Rule(f"{h}self_attn.{hf}.weight", f"{b}attention.{bw}.weight"))
-                if attn["bias"]:
-                    rules.append(Rule(f"{h}self_attn.{hf}.bias", f"{b}attention.{bw}.bias"))
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                rules.append(Rule(f"{h}mlp.{name}.weight", f"{b}feedforward.{name}.weight"))
-                if ff["bias"]:
-                    rules.append(Rule(f"{h}mlp.{name}.bias", f"{b}feedforward.{name}.bias"))
+            for hf, (bw, _) in _PROJECTIONS.items():
+                rules.append(Rule(f"{h}{hf}.weight", f"{b}{bw}.weight"))
+                if attn["bias"] if hf.startswith("self_attn.") else ff["bias"]:
+                    rules.append(Rule(f"{h}{hf}.bias", f"{b}{bw}.bias"))
         rules += [Rule(f"{p}norm.weight", "final_norm.weight"), Rule("lm_head.weight", "lm_head.weight")]
         return rules
 
@@ -158,18 +159,9 @@ class Llama(Family):
 
     def tp_plan(self, model: nn.Module) -> ModelPlan:
         p = prefix(model, _LM)
-        plan = {
-            f"{p}embed_tokens": "vocab",
-            f"{p}layers.*.self_attn.q_proj": "colwise",
-            f"{p}layers.*.self_attn.k_proj": "colwise",
-            f"{p}layers.*.self_attn.v_proj": "colwise",
-            f"{p}layers.*.self_attn.o_proj": "rowwise",
-            f"{p}layers.*.mlp.gate_proj": "colwise",
-            f"{p}layers.*.mlp.up_proj": "colwise",
-            f"{p}layers.*.mlp.down_proj": "rowwise",
-        }
+        plan = {f"{p}layers.*.{hf}": style for hf, (_, style) in _PROJECTIONS.items()}
         heads = {n: getattr(model.config, n) for n in ("num_attention_heads", "num_key_value_heads")}
-        return ModelPlan(with_head(model, _LM, plan), {}, heads)
+        return ModelPlan(with_head(model, _LM, {f"{p}embed_tokens": "vocab", **plan}), {}, heads)
 
     def stage_recipe(self, model: nn.Module) -> StageRecipe:
         return HFCausalLMStages(model, _LM, "layers", "embed_tokens", "norm", rotary="rotary_emb")
