@@ -109,6 +109,7 @@ class Llama(Family):
         p = variant.prefix
         attn = spec_attention(spec)
         ff = spec_feedforward(spec, self.name, names=("swiglu", "glu"))
+        bias = {"self_attn": attn["bias"], "mlp": ff["bias"]}
         rules = [Rule(f"{p}embed_tokens.weight", "token_embedding.weight")]
         for i in range(spec["decoder"]["num_layers"]):
             h, b = f"{p}layers.{i}.", f"layers.{i}."
@@ -118,7 +119,7 @@ class Llama(Family):
             ]
             for hf, (bw, _) in _PROJECTIONS.items():
                 rules.append(Rule(f"{h}{hf}.weight", f"{b}{bw}.weight"))
-                if attn["bias"] if hf.startswith("self_attn.") else ff["bias"]:
+                if bias[hf.split(".")[0]]:
                     rules.append(Rule(f"{h}{hf}.bias", f"{b}{bw}.bias"))
         rules += [Rule(f"{p}norm.weight", "final_norm.weight"), Rule("lm_head.weight", "lm_head.weight")]
         return rules

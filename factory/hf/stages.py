@@ -1,8 +1,4 @@
-"""Pipeline stages of an HF causal LM, cut by its layer list (GPT-2, Llama and GPT-NeoX share this).
-
-The HF model runs unmodified: each stage calls the model's own modules, and builds the causal mask
-(and the rotary tables) as the HF model's forward does.
-"""
+"""Pipeline stages of an HF causal LM, cut by its layer list (GPT-2, Llama and GPT-NeoX share this)."""
 
 from __future__ import annotations
 
