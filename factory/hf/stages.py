@@ -14,6 +14,14 @@ from brickwork.parallel.pipeline_stages import PipelineStageModule, StageRecipe
 from .family import Variant, head_of, prefix
 
 
+def _cache_argument() -> str:
+    import inspect
+
+    from transformers.masking_utils import create_causal_mask
+
+    return "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
+
+
 class HFCausalLMStages(StageRecipe):
     """An HF causal LM split by its layer list (``layers``, in the base model under ``variant.prefix``):
     the token embedding (and a learned position table, GPT-2's, and the embedding dropout) on the first
@@ -66,12 +74,15 @@ class HFCausalLMStages(StageRecipe):
                 h = h + stage.get_submodule(self.position)(positions)
             if self.dropout is not None:
                 h = stage.get_submodule(self.dropout)(h)
+        # No cache here; transformers 5.24 renamed the argument that takes one (past_key_values ->
+        # cache), so it is passed under whichever name this version declares.
+        no_cache = {_cache_argument(): None}
         mask = create_causal_mask(
             config=self.model.config,
             inputs_embeds=h,
             attention_mask=extras.get("attention_mask"),
-            past_key_values=None,
             position_ids=positions,
+            **no_cache,
         )
         kwargs: dict[str, Any] = {"attention_mask": mask}
         if self.rotary is not None:
