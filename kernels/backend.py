@@ -1,0 +1,82 @@
+"""Where a kernel call runs: backend names, whether Triton is installed, and Triton's CPU interpreter.
+
+Triton decides between compiling and interpreting when a function is decorated with ``@triton.jit``,
+and its own library functions (``tl.sum``, ``tl.max``, ``tl.randint``, ...) are decorated when
+``triton`` is first imported. So ``TRITON_INTERPRET=1`` only takes effect if it is set before anything
+imports triton, which ``torch._dynamo``, ``torch.nn.attention`` and ``torch.distributed.pipelining`` do
+as a side effect, and the choice then holds for the whole process. Importing ``brickwork.kernels``
+sets nothing. The interpreter is chosen where a CPU Triton backend is chosen:
+
+- per call: a ``backend="triton"`` call on CPU tensors, while triton is not loaded yet, chooses it;
+- by the program, before it imports anything that loads triton: :func:`use_triton_interpreter`
+  (``brickwork train`` does this for a run on CPU, the test suite's conftest where there is no GPU).
+
+Once triton is loaded compiled, a ``backend="triton"`` call on CPU tensors is refused with an error
+that says how to choose the interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import torch
+
+from brickwork.errors import ConfigError
+
+BACKENDS = ("triton", "torch")
+
+# find_spec locates the package without importing it.
+TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
+def use_triton_interpreter() -> None:
+    """Run this process's Triton kernels through the interpreter, so that ``backend="triton"`` works on
+    CPU tensors. Call it before anything imports triton; once triton is loaded compiled it raises
+    RuntimeError saying how to choose the interpreter instead. A no-op where it is already chosen."""
+    if "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif not triton_interpreted():
+        raise RuntimeError(CPU_TRITON_REFUSED)
+
+
+CPU_TRITON_REFUSED = (
+    "backend='triton' on CPU tensors runs Triton's interpreter, but triton was already imported "
+    "compiled in this process (torch.nn.attention, torch._dynamo and torch.distributed.pipelining import "
+    "it). Call brickwork.kernels.use_triton_interpreter() before importing them, or set "
+    "TRITON_INTERPRET=1 before starting Python"
+)
+
+
+def triton_interpreted() -> bool:
+    """Whether this process runs Triton kernels through the interpreter. Imports triton."""
+    from .fused.launch import INTERPRETED
+
+    return INTERPRETED
+
+
+def check_backend(backend: str | None) -> None:
+    """Raise ConfigError unless ``backend`` is None, "triton" or "torch"."""
+    if backend is not None and backend not in BACKENDS:
+        raise ConfigError(
+            f"unknown kernel backend {backend!r} (None picks triton for CUDA tensors, torch elsewhere)",
+            path="backend",
+            choices=BACKENDS,
+            got=backend,
+        )
+
+
+def use_triton(backend: str | None, x: torch.Tensor) -> bool:
+    """Whether the call runs the Triton kernel: asked for, or ``None`` with a CUDA tensor in eager mode."""
+    check_backend(backend)
+    if backend == "triton":
+        if not TRITON_INSTALLED:
+            raise ImportError("backend='triton' needs the triton package, which is not installed")
+        if not x.is_cuda and "triton" not in sys.modules:
+            use_triton_interpreter()  # this call is the first to choose Triton on CPU: interpret it
+        return True
+    # While torch.compile traces, None takes the twin: Inductor fuses it with its neighbours (the
+    # residual add before a norm, the matmul epilogue before GELU), which an opaque Triton op prevents.
+    # Measured on an H100 (docs/kernels.md): compiled training steps ran faster with the twins.
+    return backend is None and x.is_cuda and TRITON_INSTALLED and not torch.compiler.is_compiling()

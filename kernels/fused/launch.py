@@ -1,0 +1,127 @@
+"""Launch settings shared by the Triton ops: block sizes, warp counts, program counts, device checks.
+
+A launcher takes ``wrap``: :func:`direct` launches the kernel itself, ``wrap_triton`` (passed by the
+``torch.library`` ops, see ``op.py``) lets Dynamo and Inductor see it. Launch parameters that only
+depend on the row width are computed once per width and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+import triton
+
+from ..backend import CPU_TRITON_REFUSED
+
+
+# Triton picks compiled or interpreted when a function is decorated; this probe records which.
+@triton.jit
+def _probe_kernel():
+    pass
+
+
+INTERPRETED = not isinstance(_probe_kernel, triton.runtime.JITFunction)
+
+# Widest row (in elements) one program keeps in registers; wider rows take the looped path.
+DEFAULT_MAX_BLOCK = 16384
+
+
+def direct(kernel: Callable) -> Callable:
+    """The eager launch: the kernel itself (the compiled path passes ``wrap_triton`` in its place)."""
+    return kernel
+
+
+def check_max_block(max_block: int, name: str = "max_block") -> None:
+    """Raise ValueError unless ``max_block`` is a power of two >= 1."""
+    integer = isinstance(max_block, int) and not isinstance(max_block, bool)
+    if not integer or max_block < 1 or max_block & (max_block - 1):
+        raise ValueError(f"{name} must be a power of two >= 1, got {max_block!r}")
+
+
+def needs_autograd(*inputs: object) -> bool:
+    """Whether autograd must record a call on ``inputs`` (tensors and options); if not, the launchers
+    can run without it."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+
+
+class RowLaunch(NamedTuple):
+    """How a row kernel covers rows of one width: the block, whether one block holds a row, the warps."""
+
+    block: int
+    single: bool
+    warps: int
+
+
+@functools.lru_cache(maxsize=1024)
+def row_launch(n_cols: int, max_block: int) -> RowLaunch:
+    """The launch for rows of ``n_cols``: one power-of-two block if it fits ``max_block``, else chunks."""
+    block = triton.next_power_of_2(n_cols)
+    single = block <= max_block
+    block = block if single else max_block
+    return RowLaunch(block, single, warps_for(block))
+
+
+def warps_for(block: int) -> int:
+    """Warps per program for a row block of ``block`` elements (about 8-16 elements per thread)."""
+    if block <= 1024:
+        return 4
+    if block <= 4096:
+        return 8
+    return 16 if block <= 16384 else 32
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def device_programs(device: torch.device, per_sm: int) -> int:
+    """``per_sm`` programs for each SM of a CUDA device; 4 on CPU, where the interpreter runs them in turn."""
+    if device.type != "cuda":
+        return 4
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return per_sm * _sm_count(index)
+
+
+def reduction_programs(device: torch.device, n_rows: int) -> int:
+    """How many programs share the rows of a backward pass that also sums over rows.
+
+    Each writes one row of partial sums, which torch then adds up: a fixed order, so the result is
+    deterministic. Two per SM keeps every SM busy; on CPU a few exercise the same path.
+    """
+    return max(1, min(n_rows, device_programs(device, 2)))
+
+
+def partial_sums(
+    param: torch.Tensor | None, programs: int, n_cols: int, device: torch.device, zeroed: bool = True
+) -> torch.Tensor:
+    """A float32 [programs, n_cols] buffer, one row of ``param``'s gradient per program; [0] without it.
+
+    ``zeroed=False`` is for kernels that store each row once rather than adding into it.
+    """
+    shape = (programs, n_cols) if param is not None else (0,)
+    return (torch.zeros if zeroed else torch.empty)(shape, dtype=torch.float32, device=device)
+
+
+def sum_partials(partials: torch.Tensor, param: torch.Tensor | None) -> torch.Tensor:
+    """``param``'s gradient [N]: the rows of ``partials`` added in a fixed order, in ``param``'s dtype."""
+    return partials.sum(0).to(param.dtype) if param is not None else partials
+
+
+def check_launch(*tensors: torch.Tensor | None) -> None:
+    """All tensors on one device, and a device the kernel can run on in this process.
+
+    Called once where a Triton call enters (the ``*_triton`` functions); the launchers trust it.
+    """
+    present = [t for t in tensors if t is not None]
+    devices = {t.device for t in present}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+    device = present[0].device
+    if device.type == "cpu" and not INTERPRETED:
+        raise RuntimeError(CPU_TRITON_REFUSED)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"the Triton kernels run on CUDA (or CPU through the interpreter), got {device}")
