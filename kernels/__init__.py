@@ -2,7 +2,7 @@
 
 Every function is differentiable and takes ``backend``: ``None`` runs the Triton kernel for CUDA
 tensors and the torch twin elsewhere, ``"torch"`` always runs the twin, and ``"triton"`` always runs
-the kernel (on CPU tensors through Triton's interpreter, see ``_runtime`` and
+the kernel (on CPU tensors through Triton's interpreter, see ``backend`` and
 :func:`use_triton_interpreter`). Importing this package never imports triton and sets nothing; the
 first Triton call imports it.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu, check_norm, check_softmax
-from ._runtime import use_triton, use_triton_interpreter
+from ._checks import check_dropout, check_gelu, check_norm, check_softmax
+from .backend import use_triton, use_triton_interpreter
 from .linear_cross_entropy import check_linear_cross_entropy, linear_cross_entropy
 from .reference import (
     bias_gelu_dropout_ref,
@@ -148,12 +148,7 @@ def fused_linear_cross_entropy(
     """
     check_linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
     if use_triton(backend, hidden):
-        from .fused._launch import check_launch
-        from .fused.cross_entropy import cross_entropy_chunk_triton
+        from .fused.cross_entropy import linear_cross_entropy_triton
 
-        check_float("hidden", hidden, KERNEL_DTYPES)
-        check_launch(hidden, weight, labels, bias)
-        return linear_cross_entropy(
-            hidden, weight, labels, bias, ignore_index, reduction, chunk_size, cross_entropy_chunk_triton
-        )
+        return linear_cross_entropy_triton(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
     return linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)

@@ -8,7 +8,7 @@ from torch import nn
 
 from brickwork import kernels
 from brickwork.checks import Flag, PositiveInt, Probability
-from brickwork.kernels._runtime import use_triton
+from brickwork.kernels.backend import use_triton
 
 from .activations import GELU_APPROXIMATION, Activation, create_activation
 from .base import Feedforward, register_feedforward

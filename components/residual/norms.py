@@ -11,7 +11,7 @@ from torch import nn
 from brickwork import kernels
 from brickwork.checks import Flag, PositiveFloat, PositiveInt
 from brickwork.components.configurable import Configurable
-from brickwork.kernels._runtime import check_backend
+from brickwork.kernels.backend import check_backend
 from brickwork.registry import Registry
 
 NORM_REGISTRY: Registry[nn.Module] = Registry("norm", nn.Module)

@@ -19,18 +19,11 @@ import functools
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
 
 from .._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu
 from ..philox import dropout_threshold
-from ._launch import (
-    check_launch,
-    check_max_block,
-    direct,
-    needs_autograd,
-    partial_sums,
-    sum_partials,
-)
+from .launch import check_launch, check_max_block, direct, partial_sums, sum_partials
+from .op import TritonOp
 
 # Elements per tile: enough work per program to hide memory latency, small enough to stay in registers.
 DEFAULT_TILE = 4096
@@ -185,55 +178,19 @@ def bias_gelu_backward(
     return dx, sum_partials(dbias, bias)
 
 
-class _BiasGeluFunction(torch.autograd.Function):
-    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
-
-    @staticmethod
-    def forward(ctx, x, bias, approximate, p, seed, max_tile):
-        ctx.save_for_backward(x, bias)
-        ctx.options = (approximate, p, seed, max_tile)
-        return bias_gelu_forward(x, bias, approximate, p, seed, max_tile)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, bias = ctx.saved_tensors
-        dx, dbias = bias_gelu_backward(dy, x, bias, *ctx.options)
-        return dx, None if bias is None else dbias, None, None, None, None
-
-
-@triton_op("brickwork::bias_gelu_fwd", mutates_args={})
-def _bias_gelu_fwd_op(
-    x: torch.Tensor, bias: torch.Tensor | None, approximate: str, p: float, seed: int, max_tile: int
-) -> torch.Tensor:
-    return bias_gelu_forward(x, bias, approximate, p, seed, max_tile, wrap_triton)
-
-
-@triton_op("brickwork::bias_gelu_bwd", mutates_args={})
-def _bias_gelu_bwd_op(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    bias: torch.Tensor | None,
-    approximate: str,
-    p: float,
-    seed: int,
-    max_tile: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return bias_gelu_backward(dy, x, bias, approximate, p, seed, max_tile, wrap_triton)
-
-
 def _setup_context(ctx, inputs, output) -> None:
     x, bias, approximate, p, seed, max_tile = inputs
     ctx.save_for_backward(x, bias)
     ctx.options = (approximate, p, seed, max_tile)
 
 
-def _backward(ctx, dy):
+def _gradients(ctx, dy, backward):
     x, bias = ctx.saved_tensors
-    dx, dbias = _bias_gelu_bwd_op(dy, x, bias, *ctx.options)
+    dx, dbias = backward(dy, x, bias, *ctx.options)
     return dx, None if bias is None else dbias, None, None, None, None
 
 
-_bias_gelu_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+_BIAS_GELU = TritonOp("bias_gelu", bias_gelu_forward, bias_gelu_backward, _setup_context, _gradients)
 
 
 def bias_gelu_triton(
@@ -247,17 +204,11 @@ def bias_gelu_triton(
     """Differentiable Triton ``dropout(gelu(x + bias), p)``. x [..., N]; bias [N] or None -> [..., N].
 
     ``p = 0`` is plain bias-GELU. ``max_tile`` caps the elements per program tile (a power of two).
-    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
-    launches the kernels directly (with nothing to differentiate, the launchers alone);
-    under ``torch.compile`` the ``torch.library`` op runs instead.
+    Checks its inputs once; nothing below does. The way in (eager or compiled) is ``op.py``'s.
     """
     check_gelu(x, bias, approximate)
     check_dropout(p, seed)
     check_float("x", x, KERNEL_DTYPES)
     check_max_block(max_tile, "max_tile")
     check_launch(x, bias)
-    if torch.compiler.is_compiling():
-        return _bias_gelu_fwd_op(x, bias, approximate, p, seed, max_tile)
-    if needs_autograd(x, bias):
-        return _BiasGeluFunction.apply(x, bias, approximate, p, seed, max_tile)
-    return bias_gelu_forward(x, bias, approximate, p, seed, max_tile)
+    return _BIAS_GELU(x, bias, approximate, p, seed, max_tile)

@@ -1,4 +1,5 @@
-"""Cross-entropy over one chunk of logits, with its gradient written in place: Triton kernel and launcher.
+"""Cross-entropy over one chunk of logits, with its gradient written in place: Triton kernel, launcher,
+and the Triton entry point of ``fused_linear_cross_entropy``.
 
 This is the per-chunk step of :func:`brickwork.kernels.fused_linear_cross_entropy`. For each row of a
 [C, V] logits chunk (any float dtype) it computes, in float32, ``loss = logsumexp(row) - row[label]``
@@ -17,9 +18,11 @@ bounds. NaN or +inf among a row's logits makes its loss and its gradient NaN, as
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
 
-from ._launch import direct, row_launch
+from .._checks import KERNEL_DTYPES, check_float
+from ..linear_cross_entropy import linear_cross_entropy
+from .launch import check_launch, direct, row_launch
+from .op import TritonOp
 
 # Columns per step of the two passes over a row; vocabulary rows are far wider than this.
 MAX_BLOCK = 4096
@@ -77,17 +80,25 @@ def cross_entropy_chunk_forward(
     return losses
 
 
-@triton_op("brickwork::cross_entropy_chunk", mutates_args={"logits"})
-def _cross_entropy_chunk_op(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, compute_grad: bool
-) -> torch.Tensor:
-    return cross_entropy_chunk_forward(logits, labels, ignore_index, compute_grad, wrap_triton)
+_CROSS_ENTROPY_CHUNK = TritonOp("cross_entropy_chunk", cross_entropy_chunk_forward, mutates_args={"logits"})
 
 
-def cross_entropy_chunk_triton(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, compute_grad: bool
+def linear_cross_entropy_triton(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int | None,
 ) -> torch.Tensor:
-    """The Triton chunk step: a direct launch in eager mode, the ``torch.library`` op while compiling."""
-    if torch.compiler.is_compiling():
-        return _cross_entropy_chunk_op(logits, labels, ignore_index, compute_grad)
-    return cross_entropy_chunk_forward(logits, labels, ignore_index, compute_grad)
+    """``fused_linear_cross_entropy`` with the Triton chunk step, on inputs its checks accepted.
+
+    Adds the Triton path's own checks (dtype, device); the chunk step is a direct launch in eager
+    mode and the ``torch.library`` op while compiling (``op.py``).
+    """
+    check_float("hidden", hidden, KERNEL_DTYPES)
+    check_launch(hidden, weight, labels, bias)
+    return linear_cross_entropy(
+        hidden, weight, labels, bias, ignore_index, reduction, chunk_size, _CROSS_ENTROPY_CHUNK
+    )

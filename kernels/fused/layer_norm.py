@@ -22,20 +22,19 @@ backward's row sums non-finite, and then its whole dx row is NaN.
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
 
 from .._checks import KERNEL_DTYPES, check_float, check_norm
-from ._launch import (
+from .launch import (
     DEFAULT_MAX_BLOCK,
     check_launch,
     check_max_block,
     direct,
-    needs_autograd,
     partial_sums,
     reduction_programs,
     row_launch,
     sum_partials,
 )
+from .op import TritonOp
 
 
 @triton.jit
@@ -242,47 +241,6 @@ def layer_norm_backward(
     return dx, sum_partials(dweight, weight), sum_partials(dbias, bias)
 
 
-def _input_grads(dx, dweight, dbias, weight, bias):
-    return dx, None if weight is None else dweight, None if bias is None else dbias, None, None
-
-
-class _LayerNormFunction(torch.autograd.Function):
-    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps, max_block):
-        y, mean, rstd = layer_norm_forward(x, weight, bias, eps, max_block)
-        ctx.save_for_backward(x, weight, bias, mean, rstd)
-        ctx.max_block = max_block
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, bias, mean, rstd = ctx.saved_tensors
-        grads = layer_norm_backward(dy, x, weight, mean, rstd, bias, ctx.max_block)
-        return _input_grads(*grads, weight, bias)
-
-
-@triton_op("brickwork::layer_norm_fwd", mutates_args={})
-def _layer_norm_fwd_op(
-    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, max_block: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return layer_norm_forward(x, weight, bias, eps, max_block, wrap_triton)
-
-
-@triton_op("brickwork::layer_norm_bwd", mutates_args={})
-def _layer_norm_bwd_op(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    mean: torch.Tensor,
-    rstd: torch.Tensor,
-    bias: torch.Tensor | None,
-    max_block: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return layer_norm_backward(dy, x, weight, mean, rstd, bias, max_block, wrap_triton)
-
-
 def _setup_context(ctx, inputs, output) -> None:
     x, weight, bias, _, max_block = inputs
     _, mean, rstd = output
@@ -290,12 +248,13 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.max_block = max_block
 
 
-def _backward(ctx, dy, _dmean, _drstd):
+def _gradients(ctx, dy, backward):
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    return _input_grads(*_layer_norm_bwd_op(dy, x, weight, mean, rstd, bias, ctx.max_block), weight, bias)
+    dx, dweight, dbias = backward(dy, x, weight, mean, rstd, bias, ctx.max_block)
+    return dx, None if weight is None else dweight, None if bias is None else dbias, None, None
 
 
-_layer_norm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+_LAYER_NORM = TritonOp("layer_norm", layer_norm_forward, layer_norm_backward, _setup_context, _gradients)
 
 
 def layer_norm_triton(
@@ -308,16 +267,10 @@ def layer_norm_triton(
     """Differentiable Triton LayerNorm. x [..., N]; weight, bias [N] or None -> [..., N].
 
     ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
-    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
-    launches the kernels directly (with nothing to differentiate, the launchers alone);
-    under ``torch.compile`` the ``torch.library`` op runs instead.
+    Checks its inputs once; nothing below does. The way in (eager or compiled) is ``op.py``'s.
     """
     check_norm(x, weight, bias, eps)
     check_float("x", x, KERNEL_DTYPES)
     check_max_block(max_block)
     check_launch(x, weight, bias)
-    if torch.compiler.is_compiling():
-        return _layer_norm_fwd_op(x, weight, bias, eps, max_block)[0]
-    if needs_autograd(x, weight, bias):
-        return _LayerNormFunction.apply(x, weight, bias, eps, max_block)
-    return layer_norm_forward(x, weight, bias, eps, max_block)[0]
+    return _LAYER_NORM(x, weight, bias, eps, max_block)

@@ -20,10 +20,10 @@ enforcing when ``sum(y * dy)`` is not finite, so only such rows read the mask in
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
 
 from .._checks import KERNEL_DTYPES, check_float, check_softmax
-from ._launch import DEFAULT_MAX_BLOCK, check_launch, check_max_block, direct, needs_autograd, row_launch
+from .launch import DEFAULT_MAX_BLOCK, check_launch, check_max_block, direct, row_launch
+from .op import TritonOp
 
 _NO_MASK, _BOOL_MASK, _ADDITIVE_MASK = 0, 1, 2
 
@@ -231,61 +231,26 @@ def masked_softmax_backward(
     return dx
 
 
-def _input_grads(dlogits: torch.Tensor, scale: float, mask_shape, mask_needs_grad: bool):
-    if not mask_needs_grad:
-        return dlogits, None, None, None, None
-    # An additive mask that needs a gradient gets d logits summed over its broadcast dims.
-    return dlogits * scale, dlogits.sum_to_size(mask_shape), None, None, None
-
-
-class _MaskedSoftmaxFunction(torch.autograd.Function):
-    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
-
-    @staticmethod
-    def forward(ctx, scores, mask, scale, causal, max_block):
-        y = masked_softmax_forward(scores, mask, scale, causal, max_block)
-        ctx.save_for_backward(y, mask)
-        ctx.options = (scale, causal, max_block)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        y, mask = ctx.saved_tensors
-        scale, causal, max_block = ctx.options
-        mask_grad = ctx.needs_input_grad[1]
-        dlogits = masked_softmax_backward(y, dy, mask, 1.0 if mask_grad else scale, causal, max_block)
-        return _input_grads(dlogits, scale, None if mask is None else mask.shape, mask_grad)
-
-
-@triton_op("brickwork::masked_softmax_fwd", mutates_args={})
-def _masked_softmax_fwd_op(
-    scores: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: bool, max_block: int
-) -> torch.Tensor:
-    return masked_softmax_forward(scores, mask, scale, causal, max_block, wrap_triton)
-
-
-@triton_op("brickwork::masked_softmax_bwd", mutates_args={})
-def _masked_softmax_bwd_op(
-    y: torch.Tensor, dy: torch.Tensor, mask: torch.Tensor | None, scale: float, causal: bool, max_block: int
-) -> torch.Tensor:
-    return masked_softmax_backward(y, dy, mask, scale, causal, max_block, wrap_triton)
-
-
 def _setup_context(ctx, inputs, output) -> None:
     _, mask, scale, causal, max_block = inputs
     ctx.save_for_backward(output, mask)
     ctx.options = (scale, causal, max_block)
 
 
-def _backward(ctx, dy):
+def _gradients(ctx, dy, backward):
     y, mask = ctx.saved_tensors
     scale, causal, max_block = ctx.options
     mask_grad = ctx.needs_input_grad[1]
-    dlogits = _masked_softmax_bwd_op(y, dy, mask, 1.0 if mask_grad else scale, causal, max_block)
-    return _input_grads(dlogits, scale, None if mask is None else mask.shape, mask_grad)
+    dlogits = backward(y, dy, mask, 1.0 if mask_grad else scale, causal, max_block)
+    if not mask_grad:
+        return dlogits, None, None, None, None
+    # An additive mask that needs a gradient gets d logits summed over its broadcast dims.
+    return dlogits * scale, dlogits.sum_to_size(mask.shape), None, None, None
 
 
-_masked_softmax_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+_MASKED_SOFTMAX = TritonOp(
+    "masked_softmax", masked_softmax_forward, masked_softmax_backward, _setup_context, _gradients
+)
 
 
 def masked_softmax_triton(
@@ -298,16 +263,10 @@ def masked_softmax_triton(
     """Differentiable Triton ``softmax(scores * scale + mask)`` over the last dim; see ``masked_softmax``.
 
     ``max_block`` caps the elements one program holds; rows wider than it take the online path.
-    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
-    launches the kernels directly (with nothing to differentiate, the launchers alone);
-    under ``torch.compile`` the ``torch.library`` op runs instead.
+    Checks its inputs once; nothing below does. The way in (eager or compiled) is ``op.py``'s.
     """
     check_softmax(scores, mask, causal)
     check_float("scores", scores, KERNEL_DTYPES)
     check_max_block(max_block)
     check_launch(scores, mask)
-    if torch.compiler.is_compiling():
-        return _masked_softmax_fwd_op(scores, mask, scale, causal, max_block)
-    if needs_autograd(scores, mask):
-        return _MaskedSoftmaxFunction.apply(scores, mask, scale, causal, max_block)
-    return masked_softmax_forward(scores, mask, scale, causal, max_block)
+    return _MASKED_SOFTMAX(scores, mask, scale, causal, max_block)

@@ -13,20 +13,19 @@ identity ``1 - xhat**2 = eps rstd**2`` instead. NaN and infinities propagate as 
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
 
 from .._checks import KERNEL_DTYPES, check_float, check_norm
-from ._launch import (
+from .launch import (
     DEFAULT_MAX_BLOCK,
     check_launch,
     check_max_block,
     direct,
-    needs_autograd,
     partial_sums,
     reduction_programs,
     row_launch,
     sum_partials,
 )
+from .op import TritonOp
 
 
 @triton.jit
@@ -195,55 +194,19 @@ def rms_norm_backward(
     return dx, sum_partials(dweight, weight)
 
 
-class _RMSNormFunction(torch.autograd.Function):
-    """The eager path: launches the kernels directly, with no dispatcher or tracing layer in between."""
-
-    @staticmethod
-    def forward(ctx, x, weight, eps, max_block):
-        y, rstd = rms_norm_forward(x, weight, eps, max_block)
-        ctx.save_for_backward(x, weight, rstd)
-        ctx.options = (eps, max_block)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, rstd = ctx.saved_tensors
-        dx, dweight = rms_norm_backward(dy, x, weight, rstd, *ctx.options)
-        return dx, None if weight is None else dweight, None, None
-
-
-@triton_op("brickwork::rms_norm_fwd", mutates_args={})
-def _rms_norm_fwd_op(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, max_block: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return rms_norm_forward(x, weight, eps, max_block, wrap_triton)
-
-
-@triton_op("brickwork::rms_norm_bwd", mutates_args={})
-def _rms_norm_bwd_op(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    rstd: torch.Tensor,
-    eps: float,
-    max_block: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return rms_norm_backward(dy, x, weight, rstd, eps, max_block, wrap_triton)
-
-
 def _setup_context(ctx, inputs, output) -> None:
     x, weight, eps, max_block = inputs
     ctx.save_for_backward(x, weight, output[1])
     ctx.options = (eps, max_block)
 
 
-def _backward(ctx, dy, _drstd):
+def _gradients(ctx, dy, backward):
     x, weight, rstd = ctx.saved_tensors
-    dx, dweight = _rms_norm_bwd_op(dy, x, weight, rstd, *ctx.options)
+    dx, dweight = backward(dy, x, weight, rstd, *ctx.options)
     return dx, None if weight is None else dweight, None, None
 
 
-_rms_norm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+_RMS_NORM = TritonOp("rms_norm", rms_norm_forward, rms_norm_backward, _setup_context, _gradients)
 
 
 def rms_norm_triton(
@@ -252,16 +215,10 @@ def rms_norm_triton(
     """Differentiable Triton RMSNorm. x [..., N]; weight [N] or None -> [..., N].
 
     ``max_block`` caps the elements one program holds; rows wider than it take the looped path.
-    Checks its inputs once; nothing below does. Eager calls run an ``autograd.Function`` that
-    launches the kernels directly (with nothing to differentiate, the launchers alone);
-    under ``torch.compile`` the ``torch.library`` op runs instead.
+    Checks its inputs once; nothing below does. The way in (eager or compiled) is ``op.py``'s.
     """
     check_norm(x, weight, None, eps)
     check_float("x", x, KERNEL_DTYPES)
     check_max_block(max_block)
     check_launch(x, weight)
-    if torch.compiler.is_compiling():
-        return _rms_norm_fwd_op(x, weight, eps, max_block)[0]
-    if needs_autograd(x, weight):
-        return _RMSNormFunction.apply(x, weight, eps, max_block)
-    return rms_norm_forward(x, weight, eps, max_block)[0]
+    return _RMS_NORM(x, weight, eps, max_block)

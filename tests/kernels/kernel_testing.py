@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from brickwork.kernels._runtime import triton_interpreted
+from brickwork.kernels.backend import triton_interpreted
 
 # True when this process runs Triton kernels through the interpreter (CPU tensors allowed).
 INTERPRETED = triton_interpreted()

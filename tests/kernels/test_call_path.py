@@ -86,7 +86,7 @@ def test_calls_with_nothing_to_differentiate_give_the_same_output_without_a_grap
 
 
 def test_launch_parameters_are_cached_per_width():
-    from brickwork.kernels.fused._launch import row_launch
+    from brickwork.kernels.fused.launch import row_launch
 
     row_launch.cache_clear()
     kernels.layer_norm(torch.randn(3, 100), None, None, backend="triton")
@@ -110,7 +110,7 @@ def test_default_backend_takes_the_twin_while_compiling(monkeypatch):
     # Inductor fuses the twins with their neighbours; an explicit backend="triton" still gets the op.
     from types import SimpleNamespace
 
-    from brickwork.kernels._runtime import TRITON_INSTALLED, use_triton
+    from brickwork.kernels.backend import TRITON_INSTALLED, use_triton
 
     cuda_tensor = SimpleNamespace(is_cuda=True)
     assert use_triton(None, cuda_tensor) is TRITON_INSTALLED

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from brickwork.kernels._runtime import TRITON_INSTALLED
+from brickwork.kernels.backend import TRITON_INSTALLED
 
 pytestmark = pytest.mark.skipif(not TRITON_INSTALLED, reason="needs the triton package")
 

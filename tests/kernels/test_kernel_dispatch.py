@@ -9,7 +9,7 @@ import torch
 
 from brickwork import kernels
 from brickwork.errors import ConfigError
-from brickwork.kernels._runtime import triton_interpreted
+from brickwork.kernels.backend import triton_interpreted
 
 _IMPORT_PROBE = """
 import sys, torch

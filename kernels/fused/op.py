@@ -1,0 +1,110 @@
+"""The ways into one Triton op, built once for every op: a direct launch, an eager autograd.Function,
+and the ``torch.library`` ops that ``torch.compile`` traces.
+
+An op file writes its launchers, ``<op>_forward(*inputs, wrap=direct)`` and ``<op>_backward(...,
+wrap=direct)``, plus two small functions in the form ``register_autograd`` takes:
+``setup_context(ctx, inputs, output)`` saves what the backward needs, and
+``gradients(ctx, dy, backward)`` turns ``dy`` into one gradient per input, launching through
+``backward`` (the backward launcher in eager mode, its library op while compiling). A forward launcher
+returns the result, or a tuple whose first item is the result and whose others are only kept for the
+backward (row statistics). :class:`TritonOp` picks the way in per call:
+
+- ``torch.compiler.is_compiling()``: the ``triton_op`` ``brickwork::<name>_fwd`` (its autograd is
+  ``brickwork::<name>_bwd``), which runs the launchers with ``wrap=wrap_triton`` so that Dynamo and
+  Inductor see the kernels;
+- eager, with an input that autograd records: a plain ``torch.autograd.Function`` whose forward and
+  backward call the launchers, which launch the kernels directly (no dispatcher, no tracing layer);
+- eager, with nothing to differentiate: the forward launcher alone.
+
+An op without a backward (a forward that writes its gradient itself) registers one op,
+``brickwork::<name>``, and has no autograd.
+"""
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.library import triton_op, wrap_triton
+
+from .launch import needs_autograd
+
+SetupContext = Callable[[Any, tuple, Any], None]
+Gradients = Callable[[Any, torch.Tensor, Callable], tuple]
+
+
+def _result(output: Any) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _library_op(name: str, launcher: Callable, mutates_args: Iterable[str]) -> Callable:
+    """``launcher`` with ``wrap=wrap_triton``, registered as the triton_op ``brickwork::<name>``.
+
+    The schema is the launcher's signature without ``wrap`` and without defaults (every call passes
+    every argument).
+    """
+    signature = inspect.signature(launcher, eval_str=True)
+    parameters = [p.replace(default=p.empty) for p in signature.parameters.values() if p.name != "wrap"]
+
+    def launch(*args: Any) -> Any:
+        return launcher(*args, wrap=wrap_triton)
+
+    launch.__signature__ = signature.replace(parameters=parameters)
+    launch.__name__ = launch.__qualname__ = name
+    launch.__module__ = launcher.__module__
+    return triton_op(f"brickwork::{name}", launch, mutates_args=mutates_args)
+
+
+class _EagerFunction(torch.autograd.Function):
+    """The eager autograd path of every op: ``apply(*inputs, op)``; the op rides last, so that
+    ``ctx.needs_input_grad[i]`` is input ``i``'s, as in the registered autograd."""
+
+    @staticmethod
+    def forward(ctx: Any, *args: Any) -> torch.Tensor:
+        *inputs, op = args
+        output = op.forward(*inputs)
+        op.setup_context(ctx, tuple(inputs), output)
+        ctx.triton_op = op
+        return _result(output)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple:
+        op = ctx.triton_op
+        return (*op.gradients(ctx, dy, op.backward), None)
+
+
+class TritonOp:
+    """One Triton op's three ways in (see the module docstring). ``op(*inputs)`` -> the result.
+
+    ``forward`` and ``backward`` are the launchers; ``setup_context`` and ``gradients`` the autograd
+    wiring; ``mutates_args`` names the inputs the forward writes (for its library op).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        forward: Callable,
+        backward: Callable | None = None,
+        setup_context: SetupContext | None = None,
+        gradients: Gradients | None = None,
+        mutates_args: Iterable[str] = (),
+    ) -> None:
+        self.forward, self.backward = forward, backward
+        self.setup_context, self.gradients = setup_context, gradients
+        if backward is None:
+            self.library_op = _library_op(name, forward, mutates_args)
+            return
+        if setup_context is None or gradients is None:
+            raise TypeError(f"op {name!r} has a backward launcher but no setup_context or gradients")
+        self.library_op = _library_op(f"{name}_fwd", forward, mutates_args)
+        backward_op = _library_op(f"{name}_bwd", backward, ())
+        self.library_op.register_autograd(
+            lambda ctx, dy, *_: gradients(ctx, dy, backward_op), setup_context=setup_context
+        )
+
+    def __call__(self, *inputs: Any) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return _result(self.library_op(*inputs))
+        if self.backward is not None and needs_autograd(*inputs):
+            return _EagerFunction.apply(*inputs, self)
+        return _result(self.forward(*inputs))
