@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from typing import Annotated, Any
 
 import torch
 from torch import nn
 
-from brickwork.checks import check_bool, check_optional_positive_int, check_positive_int, check_probability
+from brickwork.checks import Flag, OneOf, PositiveInt, Probability
 from brickwork.errors import ConfigError
 
-from .activations import ActivationSpec, check_activation
+from .activations import Activation
 from .base import FEEDFORWARD_REGISTRY, Feedforward, register_feedforward
 
 EXPERT_KINDS = ("mlp", "glu", "swiglu", "geglu")
+
+
+def check_non_negative(value: object, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(f"must be a number >= 0, got {value!r}", option)
 
 
 @register_feedforward("moe")
@@ -40,73 +45,22 @@ class MixtureOfExperts(Feedforward):
     whatever the routing.
     """
 
-    @dataclass
-    class Config:
-        dim_model: int
-        num_experts: int = 8
-        top_k: int = 2
-        hidden_dim: int | None = None
-        expert: str = "mlp"
-        activation: ActivationSpec | None = None
-        dropout: float = 0.0
-        bias: bool = True
-        normalize_top_k: bool = True
-        aux_loss_weight: float = 0.01
-
-        def __post_init__(self) -> None:
-            check_positive_int(self.dim_model, "dim_model")
-            check_positive_int(self.num_experts, "num_experts")
-            check_positive_int(self.top_k, "top_k")
-            if self.top_k > self.num_experts:
-                raise ConfigError(
-                    f"must be at most num_experts={self.num_experts}, got {self.top_k}", "top_k"
-                )
-            check_optional_positive_int(self.hidden_dim, "hidden_dim")
-            if self.expert not in EXPERT_KINDS:
-                raise ConfigError(f"unknown expert {self.expert!r}", "expert", EXPERT_KINDS, self.expert)
-            if self.activation is not None:
-                if self.expert in ("swiglu", "geglu"):
-                    raise ConfigError(
-                        f"expert {self.expert!r} fixes its activation; use expert 'glu' to choose one",
-                        "activation",
-                    )
-                check_activation(self.activation)
-            check_probability(self.dropout, "dropout")
-            check_bool(self.bias, "bias")
-            check_bool(self.normalize_top_k, "normalize_top_k")
-            if isinstance(self.aux_loss_weight, bool) or not isinstance(self.aux_loss_weight, int | float):
-                raise ConfigError(f"must be a number, got {self.aux_loss_weight!r}", "aux_loss_weight")
-            if self.aux_loss_weight < 0:
-                raise ConfigError(f"must be >= 0, got {self.aux_loss_weight!r}", "aux_loss_weight")
-
     def __init__(
         self,
-        dim_model: int,
-        num_experts: int = 8,
-        top_k: int = 2,
-        hidden_dim: int | None = None,
-        expert: str = "mlp",
-        activation: ActivationSpec | None = None,
-        dropout: float = 0.0,
-        bias: bool = True,
-        normalize_top_k: bool = True,
-        aux_loss_weight: float = 0.01,
+        dim_model: PositiveInt,
+        num_experts: PositiveInt = 8,
+        top_k: PositiveInt = 2,
+        hidden_dim: PositiveInt | None = None,
+        expert: Annotated[str, OneOf(EXPERT_KINDS)] = "mlp",
+        activation: Activation | None = None,
+        dropout: Probability = 0.0,
+        bias: Flag = True,
+        normalize_top_k: Flag = True,
+        aux_loss_weight: Annotated[float, check_non_negative] = 0.01,
     ) -> None:
         """``expert`` is one of mlp, glu, swiglu, geglu, built with ``hidden_dim``, ``dropout``,
         ``bias`` and, where given, ``activation`` (else the expert's default)."""
         super().__init__()
-        self.Config(
-            dim_model,
-            num_experts,
-            top_k,
-            hidden_dim,
-            expert,
-            activation,
-            dropout,
-            bias,
-            normalize_top_k,
-            aux_loss_weight,
-        )
         self.dim_model = dim_model
         self.num_experts = num_experts
         self.top_k = top_k
@@ -124,6 +78,18 @@ class MixtureOfExperts(Feedforward):
         )
         self.aux_loss: torch.Tensor | None = None
         self.expert_counts: torch.Tensor | None = None
+
+    @staticmethod
+    def check_options(options: Any) -> None:
+        if options.top_k > options.num_experts:
+            raise ConfigError(
+                f"must be at most num_experts={options.num_experts}, got {options.top_k}", "top_k"
+            )
+        if options.activation is not None and options.expert in ("swiglu", "geglu"):
+            raise ConfigError(
+                f"expert {options.expert!r} fixes its activation; use expert 'glu' to choose one",
+                "activation",
+            )
 
     def route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens ``[N, d]`` -> (probs ``[N, E]``, weights ``[N, k]``, expert ids ``[N, k]``).
