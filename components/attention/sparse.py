@@ -26,8 +26,9 @@ Backend = Annotated[str, OneOf(BACKENDS)]
 
 
 @functools.cache
-def _compiled_flex() -> Callable[..., torch.Tensor]:
-    # Compiled once per process and only on first CUDA use: eager FlexAttention materializes the scores.
+def compiled_flex_attention() -> Callable[..., torch.Tensor]:
+    """``flex_attention`` under ``torch.compile``, compiled once per process on first use."""
+    # Only on first CUDA use: eager FlexAttention materializes the scores.
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -109,7 +110,7 @@ class PatternAttention(AttentionMechanism):
                     f"{type(self).__name__} backend='flex' takes no attn_mask and no training dropout; "
                     "use backend='auto' or 'masked'"
                 )
-            attend = _compiled_flex() if q.is_cuda else flex_attention
+            attend = compiled_flex_attention() if q.is_cuda else flex_attention
             mask = self.block_mask(tq, tk, q.device)
             return attend(q, k, v, block_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
         keep = self.dense_keep(tq, tk, q.device)
