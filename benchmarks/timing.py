@@ -10,8 +10,6 @@ from typing import NamedTuple
 
 import torch
 
-QUANTILES = (0.5, 0.2, 0.8)
-
 
 def _clear_grads(leaves: Sequence[torch.Tensor]) -> None:
     for t in leaves:

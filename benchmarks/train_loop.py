@@ -87,7 +87,6 @@ def train_plain(text: bytes, iters: int) -> float:
 
 def train_brickwork(text: bytes, iters: int) -> float:
     """``brickwork train`` on ``text`` at the same recipe; returns the final validation loss."""
-    from brickwork.cli import split_spec_and_overrides
     from brickwork.train.trainer import train_new
 
     r = recipe(iters)
@@ -115,7 +114,7 @@ def train_brickwork(text: bytes, iters: int) -> float:
             "train.device=cpu",
         ]
         with contextlib.redirect_stdout(io.StringIO()):
-            result = train_new(*split_spec_and_overrides(["gpt-tiny", *overrides]))
+            result = train_new("gpt-tiny", overrides)
     return result.final_val_loss
 
 

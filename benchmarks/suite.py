@@ -1,0 +1,57 @@
+"""``brickwork bench``'s work: the kernel sweep, then a training step of whole models against HF.
+
+:func:`run` is the one entry point the command line calls; the scripts it drives (``runner`` for the
+kernels, ``model_step`` for the models) stay importable and runnable on their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from brickwork.errors import ConfigError
+
+
+def run(
+    out: str | Path = "benchmarks/results",
+    *,
+    kernels: bool = True,
+    models: bool = True,
+    compile_too: bool = False,
+    layers: int = 12,
+    batch: int | None = None,
+    seq_len: int | None = None,
+    repeats: int = 3,
+) -> list[Path]:
+    """Run the kernel benchmark sweep (``kernels``), then time a training step of GPT-2-small- and
+    Llama-shaped models built by brickwork against the same models in HF transformers (``models``).
+
+    ``layers`` per model, ``batch`` sequences of ``seq_len`` tokens per step (default 8 x 1024 on a
+    GPU, 1 x 128 on CPU), the median of ``repeats`` timed steps; ``compile_too`` also times
+    ``torch.compile`` of each model. Results go under ``out``; returns the model benchmark's files.
+    """
+    for option, value in (("layers", layers), ("batch", batch), ("seq_len", seq_len), ("repeats", repeats)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"must be a positive integer, got {value}", option)
+    if models and importlib.util.find_spec("transformers") is None:
+        raise ConfigError("the model benchmark compares against HF transformers: pip install transformers")
+    if kernels:
+        from .runner import main as kernel_benchmarks
+
+        kernel_benchmarks(["--out", str(out)])
+    if not models:
+        return []
+    from . import model_step
+
+    gpu = torch.cuda.is_available()
+    batch, seq_len = batch or (8 if gpu else 1), seq_len or (1024 if gpu else 128)
+    rows = []
+    for case in model_step.CASES:
+        print(f"timing a training step of {case.name} ({layers} layers, {batch} x {seq_len} tokens) ...")
+        rows += model_step.run_case(case, layers, batch, seq_len, repeats, compile_too)
+    print(model_step.markdown_table(rows), end="")
+    written = model_step.write_results(rows, Path(out))
+    print("wrote " + ", ".join(str(p) for p in written))
+    return written
