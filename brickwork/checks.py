@@ -12,11 +12,6 @@ def check_positive_int(value: object, option: str) -> None:
         raise ConfigError(f"must be a positive integer, got {value!r}", option)
 
 
-def check_optional_positive_int(value: object, option: str) -> None:
-    if value is not None:
-        check_positive_int(value, option)
-
-
 def check_positive_float(value: object, option: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"must be a positive number, got {value!r}", option)

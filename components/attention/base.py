@@ -10,8 +10,6 @@ import torch
 from brickwork.components.configurable import Configurable
 from brickwork.registry import Registry
 
-MASK_SUPPORT = ("full", "key_padding", "none")
-
 
 class AttentionMechanism(Configurable):
     """Base of every mechanism: ``forward(q, k, v, attn_mask=None) -> out``.
