@@ -190,16 +190,19 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 def package_cycles(all_imports: list[Import], modules: set[str]) -> list[dict]:
     """Each group of packages that import one another, with the import lines that tie them."""
     graph: dict[str, set[str]] = defaultdict(set)
-    where: dict[tuple[str, str], list[str]] = defaultdict(list)
+    where: dict[tuple[str, str], set[str]] = defaultdict(set)
     for imp in all_imports:
         a, b = unit_of(imp.source.module), unit_of(resolve(imp.target, modules))
         if a != b:
             graph[a].add(b)
-            where[a, b].append(f"{imp.source.path}:{imp.line}")
+            where[a, b].add(f"{imp.source.path}:{imp.line}")
     cycles = []
     for component in strongly_connected(graph):
         edges = {
-            f"{a} -> {b}": where[a, b] for a in component for b in component if a != b and (a, b) in where
+            f"{a} -> {b}": sorted(where[a, b])
+            for a in component
+            for b in component
+            if a != b and (a, b) in where
         }
         cycles.append({"packages": component, "imports": edges})
     return cycles

@@ -1,0 +1,127 @@
+"""The structural figures of scripts/structure.py: the checker on a small made-up tree, then the
+figures that must hold on this code."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_checker():
+    spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+structure = _load_checker()
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> structure.Figures:
+    """A tree with one cycle, private imports across and within folders, and a long parallel function."""
+    root = tmp_path_factory.mktemp("toy")
+    long_body = "".join(f"    x{i} = {i}\n" for i in range(70))
+    _write(
+        root,
+        {
+            "setup.py": 'FOLDERS = {"brickwork": "brickwork", "brickwork.kernels": "kernels", '
+            '"brickwork.parallel": "parallel", "brickwork.factory": "factory", '
+            '"brickwork.components": "components"}\n',
+            "brickwork/__init__.py": "",
+            "brickwork/registry.py": "REGISTRY = {}\n",
+            "brickwork/train/__init__.py": "from brickwork.data import batches\n",
+            "brickwork/data/__init__.py": "def batches():\n    from brickwork.train import loop\n",
+            "kernels/__init__.py": "from ._runtime import use_triton\nfrom .fused._launch import grid\n",
+            "kernels/_runtime.py": "def use_triton():\n    pass\n",
+            "kernels/fused/__init__.py": "",
+            "kernels/fused/_launch.py": "grid = 1\n",
+            "kernels/fused/op.py": "from ._launch import grid\nfrom .._runtime import use_triton\n",
+            "components/__init__.py": "",
+            "components/mlp.py": "from brickwork.kernels._runtime import use_triton\nKIND = 'decoder_lm'\n",
+            "components/attention/__init__.py": "",
+            "components/attention/sparse.py": "def _flex():\n    pass\n",
+            "components/attention/user.py": "from .sparse import _flex\n",
+            "parallel/__init__.py": "",
+            "parallel/tensor/__init__.py": "",
+            "parallel/tensor/apply.py": (
+                "def long():\n" + long_body + "    return ParallelConfig(dist)\n\n"
+                "def short():\n    return ParallelConfig.from_dict({})\n"
+            ),
+            "factory/__init__.py": "",
+            "factory/schema.py": "MODEL_KINDS = {'decoder_lm': 1, 'encoder': 2}\n",
+            "factory/presets.py": "P = {'model': 'decoder_lm'}\n",
+            "factory/hf/__init__.py": "K = 'encoder'\n",
+        },
+    )
+    return structure.measure(root)
+
+
+def test_a_cycle_between_two_packages_is_found_with_its_import_lines(toy):
+    (cycle,) = toy.package_cycles
+    assert cycle["packages"] == ["brickwork.data", "brickwork.train"]
+    assert cycle["imports"] == {
+        "brickwork.data -> brickwork.train": ["brickwork/data/__init__.py:2"],
+        "brickwork.train -> brickwork.data": ["brickwork/train/__init__.py:1"],
+    }
+
+
+def test_private_names_may_be_imported_within_their_folder_only(toy):
+    found = {(p["file"], p["imports"]) for p in toy.private_imports}
+    assert found == {
+        ("components/mlp.py:1", "brickwork.kernels._runtime.use_triton"),
+        ("kernels/__init__.py:2", "brickwork.kernels.fused._launch.grid"),
+    }
+
+
+def test_parallel_function_lengths_and_dist_config_parse_sites(toy):
+    assert toy.longest_parallel_function["function"] == "long"
+    assert toy.longest_parallel_function["lines"] == 72
+    assert [f["function"] for f in toy.parallel_functions_over_60] == ["long"]
+    assert toy.dist_config_parse_sites == ["parallel/tensor/apply.py:72", "parallel/tensor/apply.py:75"]
+
+
+def test_model_kinds_are_counted_outside_the_adapters_and_presets(toy):
+    assert toy.model_kind_files == {
+        "decoder_lm": ["components/mlp.py", "factory/schema.py"],
+        "encoder": ["factory/schema.py"],
+    }
+
+
+def test_spec_machinery_and_folder_lines(toy):
+    assert toy.spec_machinery_files == {
+        "brickwork/registry.py": 1,
+        "factory/__init__.py": 0,
+        "factory/schema.py": 1,
+    }
+    assert toy.folder_lines["parallel"] == {"files": 3, "lines": 75}
+
+
+def test_json_output_round_trips(capsys):
+    structure.main(["--json", "--root", str(ROOT)])
+    figures = json.loads(capsys.readouterr().out)
+    assert set(figures) == set(structure.Figures.__dataclass_fields__)
+
+
+@pytest.fixture(scope="module")
+def figures() -> structure.Figures:
+    return structure.measure(ROOT)
+
+
+def test_no_private_names_cross_folders(figures):
+    assert figures.private_imports == []
