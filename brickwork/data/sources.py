@@ -20,11 +20,11 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from brickwork.data.config import FORMATS, DataConfig
 from brickwork.data.corpus import read_corpus, split_tokens
 from brickwork.data.meta_pickle import load_plain_pickle
 from brickwork.data.token_file import check_token_ids, map_tokens, token_dtype, write_token_file
@@ -39,10 +39,6 @@ from brickwork.data.tokenizer import (
 )
 from brickwork.errors import ConfigError
 
-if TYPE_CHECKING:
-    from brickwork.train.config import DataConfig  # which imports FORMATS from here
-
-FORMATS = ("auto", "text", "folder", "jsonl", "bin")
 # Files that are clearly not text: training on their bytes would be silently wrong.
 NOT_TEXT = frozenset(
     {".parquet", ".arrow", ".feather", ".npy", ".npz", ".pkl", ".pickle", ".pt", ".pth", ".safetensors"}

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from brickwork.train.losses import IGNORE_INDEX
+from brickwork.blocks import IGNORE_INDEX
 
 BYTES = 256
 MASK_ID = BYTES  # the one token a masked-LM vocabulary adds to the bytes

@@ -1,7 +1,8 @@
 """Training: the one train step and evaluation for every model family and layout, and the
 ``brickwork train`` job (run configs, the loop, run folders, checkpoints and resume)."""
 
-from brickwork.train.config import DataConfig, TrainConfig
+from brickwork.data.config import DataConfig
+from brickwork.train.config import TrainConfig
 from brickwork.train.losses import IGNORE_INDEX, vocab_parallel_cross_entropy
 from brickwork.train.optim import build_optimizer, learning_rate
 from brickwork.train.step import TrainStep, evaluate

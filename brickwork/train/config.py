@@ -1,4 +1,4 @@
-"""The ``train:`` and ``data:`` sections of a run config, as strictly checked dataclasses."""
+"""The ``train:`` section of a run config, a strictly checked dataclass (``data:``: data/config.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.util
 import math
 from dataclasses import dataclass
 
-from brickwork.data.sources import FORMATS
+from brickwork.checks import check_choice
 from brickwork.errors import ConfigError
 from brickwork.train.precision import PRECISIONS
 
@@ -98,44 +98,15 @@ class TrainConfig:
         _check(all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)", self.betas)
         if self.sample_prompt is not None:
             _check(bool(self.sample_prompt), "sample_prompt", "must be non-empty or null", self.sample_prompt)
-        _check_choice(self.schedule, "schedule", SCHEDULES)
-        _check_choice(self.optimizer, "optimizer", OPTIMIZERS)
-        _check_choice(self.device, "device", DEVICES)
-        _check_choice(self.precision, "precision", PRECISIONS)
-        _check_choice(self.log_to, "log_to", LOG_TO)
+        check_choice(self.schedule, "schedule", SCHEDULES)
+        check_choice(self.optimizer, "optimizer", OPTIMIZERS)
+        check_choice(self.device, "device", DEVICES)
+        check_choice(self.precision, "precision", PRECISIONS)
+        check_choice(self.log_to, "log_to", LOG_TO)
         if self.log_to == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
             raise ConfigError("tensorboard is not installed: pip install tensorboard", "log_to")
-
-
-@dataclass
-class DataConfig:
-    """What to train on (brickwork/data/sources.py).
-
-    ``path``: a text file, a folder of text files, a .jsonl file or a nanoGPT folder of .bin token
-    files (None = the embedded corpus), its kind detected or set by ``format``; ``text_key``: the
-    jsonl field holding the text; ``tokenizer``: ``bytes`` or a tokenizer.json path (None = what the
-    data folder declares, else bytes); ``val_path``: held-out data of the same kinds, else a nanoGPT
-    folder's val.bin, else the last ``val_fraction`` of the data.
-    """
-
-    path: str | None = None
-    format: str = "auto"
-    text_key: str = "text"
-    tokenizer: str | None = None
-    val_path: str | None = None
-    val_fraction: float = 0.1
-
-    def __post_init__(self) -> None:
-        _check(0 < self.val_fraction <= 0.5, "val_fraction", "must be in (0, 0.5]", self.val_fraction)
-        _check_choice(self.format, "format", FORMATS)
-        _check(bool(self.text_key), "text_key", "must be non-empty", self.text_key)
 
 
 def _check(ok: bool, name: str, message: str, got: object) -> None:
     if not ok:
         raise ConfigError(f"{message}, got {got!r}", name)
-
-
-def _check_choice(value: str, name: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"unknown value {value!r}", name, choices=choices, got=value)

@@ -55,7 +55,7 @@ def kernel_backends() -> list[tuple[str, str, str]]:
 
     The choice is the kernels' own dispatch rule applied to a tensor on that device.
     """
-    from brickwork.kernels._runtime import use_triton
+    from brickwork.kernels.backend import use_triton
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if use_triton(None, torch.empty(0, device=device)):

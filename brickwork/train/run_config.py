@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brickwork.data.config import DataConfig
 from brickwork.errors import ConfigError
 from brickwork.factory import apply_overrides, get_preset, list_presets, load_spec
 from brickwork.factory.convert import config_to_dict, to_config
 from brickwork.factory.overrides import parse_override, set_dotted
-from brickwork.train.config import DataConfig, TrainConfig
+from brickwork.train.config import TrainConfig
 from brickwork.train.dropout_override import KEY as DROPOUT_KEY
 from brickwork.train.dropout_override import say_spread, spread_dropout
 

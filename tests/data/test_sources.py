@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from brickwork.data import sources
+from brickwork.data.config import DataConfig
 from brickwork.data.sources import declared_tokenizer, detect_format, open_text_data
 from brickwork.data.tokenizer import ByteTokenizer, HFTokenizer, TokenIds
 from brickwork.errors import ConfigError
-from brickwork.train.config import DataConfig
 
 TEXT = "The fox went to the mill.\nThe hare stayed home.\n" * 40
 
