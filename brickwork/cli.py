@@ -9,7 +9,6 @@ dist dict, a run folder with nothing to resume) ends in one line naming the fix,
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -281,33 +280,18 @@ def run_info(_: argparse.Namespace) -> int:
 
 
 def run_bench(ns: argparse.Namespace) -> int:
-    from pathlib import Path
+    from brickwork.benchmarks import run
 
-    import torch
-
-    from brickwork.benchmarks import model_step
-
-    for option in ("layers", "batch", "seq_len", "repeats"):
-        value = getattr(ns, option)
-        if value is not None and value < 1:
-            raise ConfigError(f"must be a positive integer, got {value}", f"--{option.replace('_', '-')}")
-    if not ns.skip_kernels:
-        from brickwork.benchmarks.runner import main as kernel_benchmarks
-
-        kernel_benchmarks(["--out", ns.out])
-    if ns.skip_models:
-        return 0
-    if importlib.util.find_spec("transformers") is None:
-        raise ConfigError("the model benchmark compares against HF transformers: pip install transformers")
-    gpu = torch.cuda.is_available()
-    batch, seq = ns.batch or (8 if gpu else 1), ns.seq_len or (1024 if gpu else 128)
-    rows = []
-    for case in model_step.CASES:
-        print(f"timing a training step of {case.name} ({ns.layers} layers, {batch} x {seq} tokens) ...")
-        rows += model_step.run_case(case, ns.layers, batch, seq, ns.repeats, ns.compile)
-    print(model_step.markdown_table(rows), end="")
-    written = model_step.write_results(rows, Path(ns.out))
-    print("wrote " + ", ".join(str(p) for p in written))
+    run(
+        ns.out,
+        kernels=not ns.skip_kernels,
+        models=not ns.skip_models,
+        compile_too=ns.compile,
+        layers=ns.layers,
+        batch=ns.batch,
+        seq_len=ns.seq_len,
+        repeats=ns.repeats,
+    )
     return 0
 
 

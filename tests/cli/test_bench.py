@@ -24,4 +24,4 @@ def test_bench_command_writes_results(tmp_path, monkeypatch, capsys):
 
 def test_bench_rejects_bad_sizes(capsys):
     assert main(["bench", "--skip-kernels", "--layers", "0"]) == 2
-    assert "--layers: must be a positive integer, got 0" in capsys.readouterr().err
+    assert "layers: must be a positive integer, got 0" in capsys.readouterr().err
