@@ -352,7 +352,9 @@ def table(f: Figures) -> str:
     )
     rows.append(("dist config parse sites", str(len(f.dist_config_parse_sites))))
     rows += [("  at", site) for site in f.dist_config_parse_sites]
-    rows.append(("model-kind names quoted, files", ""))
+    rows.append(
+        ("model-kind names quoted, files", "" if f.model_kind_files else f"(no {KIND_DECLARATIONS} found)")
+    )
     rows += [
         (f"  {kind!r}", f"{len(paths)}: {', '.join(paths)}") for kind, paths in f.model_kind_files.items()
     ]

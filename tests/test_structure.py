@@ -125,3 +125,10 @@ def figures() -> structure.Figures:
 
 def test_no_private_names_cross_folders(figures):
     assert figures.private_imports == []
+
+
+def test_import_cycles_are_left_only_between_factory_parallel_and_train(figures):
+    # factory/pretrained.py reads run folders (train) and sharded checkpoints (parallel), and the
+    # planner reads specs (factory); every other package sits in one layer.
+    for cycle in figures.package_cycles:
+        assert set(cycle["packages"]) <= {"brickwork.factory", "brickwork.parallel", "brickwork.train"}, cycle
