@@ -55,22 +55,21 @@ def _library_op(name: str, launcher: Callable, mutates_args: Iterable[str]) -> C
     return triton_op(f"brickwork::{name}", launch, mutates_args=mutates_args)
 
 
-class _EagerFunction(torch.autograd.Function):
-    """The eager autograd path of every op: ``apply(*inputs, op)``; the op rides last, so that
-    ``ctx.needs_input_grad[i]`` is input ``i``'s, as in the registered autograd."""
+def _eager_function(op: "TritonOp") -> type[torch.autograd.Function]:
+    """The eager autograd path of ``op``: a plain ``autograd.Function`` calling its launchers."""
 
-    @staticmethod
-    def forward(ctx: Any, *args: Any) -> torch.Tensor:
-        *inputs, op = args
-        output = op.forward(*inputs)
-        op.setup_context(ctx, tuple(inputs), output)
-        ctx.triton_op = op
-        return _result(output)
+    class EagerFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *inputs: Any) -> torch.Tensor:
+            output = op.forward(*inputs)
+            op.setup_context(ctx, inputs, output)
+            return _result(output)
 
-    @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple:
-        op = ctx.triton_op
-        return (*op.gradients(ctx, dy, op.backward), None)
+        @staticmethod
+        def backward(ctx: Any, dy: torch.Tensor) -> tuple:
+            return op.gradients(ctx, dy, op.backward)
+
+    return EagerFunction
 
 
 class TritonOp:
@@ -101,10 +100,11 @@ class TritonOp:
         self.library_op.register_autograd(
             lambda ctx, dy, *_: gradients(ctx, dy, backward_op), setup_context=setup_context
         )
+        self.eager_function = _eager_function(self)
 
     def __call__(self, *inputs: Any) -> torch.Tensor:
         if torch.compiler.is_compiling():
             return _result(self.library_op(*inputs))
         if self.backward is not None and needs_autograd(*inputs):
-            return _EagerFunction.apply(*inputs, self)
+            return self.eager_function.apply(*inputs)
         return _result(self.forward(*inputs))
