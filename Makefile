@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 PINS := constraints.txt
 
-.PHONY: demo test test-latest test-oldest pins lint bench
+.PHONY: demo test test-latest test-oldest pins lint bench structure
 
 # A CUDA build of torch names the triton it was built with, so on a GPU machine the pinned triton (that
 # of the CPU suite) is left to torch. torch==X also matches a local CPU build X+cpu where one is offered.
@@ -63,3 +63,7 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks
+
+# Structural figures read from the source: import cycles, private cross-folder imports, sizes.
+structure:
+	python3 scripts/structure.py
