@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -11,6 +13,7 @@ from torch.distributed.tensor import DTensor
 
 from brickwork.blocks.block import DecoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.model_kind import ModelKind, Stack, TokenModelSpec
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, causal_targets, mean_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
@@ -198,3 +201,24 @@ class DecoderLM(nn.Module):
             if step + 1 < max_new_tokens:
                 logits = self(token, cache=cache)
         return torch.cat(out, dim=1)
+
+
+@dataclass(kw_only=True)
+class DecoderLMSpec(TokenModelSpec):
+    decoder: dict[str, Any]
+
+
+def build_decoder_lm(spec: DecoderLMSpec, position: nn.Module | None, stacks: dict[str, Stack]) -> DecoderLM:
+    decoder = stacks["decoder"]
+    return DecoderLM(
+        vocab_size=spec.vocab_size,
+        layers=decoder.layers,
+        position=position,
+        final_norm=decoder.final_norm(spec),
+        tie_embeddings=spec.tie_embeddings,
+        dropout=spec.dropout,
+        max_seq_len=spec.max_seq_len,
+    )
+
+
+DECODER_LM = ModelKind(DecoderLMSpec, ("decoder",), build_decoder_lm, "causal_lm")

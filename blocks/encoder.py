@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -10,9 +12,12 @@ from torch import nn
 from brickwork.blocks.block import EncoderBlock
 from brickwork.blocks.heads import MaskedLMHead, Pooler
 from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.model_kind import ModelKind, Stack, TokenModelSpec
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
+from brickwork.components.feedforward.activations import check_activation
+from brickwork.errors import ConfigError
 
 
 class Encoder(nn.Module):
@@ -103,3 +108,39 @@ class Encoder(nn.Module):
         if labels is None:
             return out
         return logits_loss(out, labels, num_items_in_batch, ignore_index)
+
+
+@dataclass(kw_only=True)
+class EncoderSpec(TokenModelSpec):
+    type_vocab_size: int = 0
+    embedding_norm: bool = False
+    head: Literal["none", "mlm"] = "none"
+    head_activation: str = "gelu"
+    pooler: bool = False
+    encoder: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_activation(self.head_activation, "head_activation")
+        if self.type_vocab_size < 0:
+            raise ConfigError(f"must be >= 0, got {self.type_vocab_size}", "type_vocab_size")
+
+
+def build_encoder(spec: EncoderSpec, position: nn.Module | None, stacks: dict[str, Stack]) -> Encoder:
+    encoder, dim = stacks["encoder"], spec.dim_model
+    mlm_head = MaskedLMHead(dim, spec.vocab_size, encoder.norm(), spec.head_activation)
+    return Encoder(
+        vocab_size=spec.vocab_size,
+        layers=encoder.layers,
+        position=position,
+        type_vocab_size=spec.type_vocab_size,
+        embedding_norm=encoder.norm() if spec.embedding_norm else None,
+        final_norm=encoder.final_norm(spec),
+        mlm_head=mlm_head if spec.head == "mlm" else None,
+        pooler=spec.pooler,
+        dropout=spec.dropout,
+        tie_embeddings=spec.tie_embeddings,
+    )
+
+
+ENCODER = ModelKind(EncoderSpec, ("encoder",), build_encoder, "masked_lm")

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from brickwork.blocks.block import EncoderBlock
+from brickwork.blocks.model_kind import ModelKind, ModelSpec, Stack
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
+from brickwork.checks import check_positive_int
+from brickwork.errors import ConfigError
 
 
 class PatchEmbedding(nn.Module):
@@ -109,3 +114,53 @@ class ImageEncoder(nn.Module):
         if labels is None:
             return out
         return logits_loss(out, labels, num_items_in_batch, ignore_index)
+
+
+@dataclass(kw_only=True)
+class ImageEncoderSpec(ModelSpec):
+    """A ViT: image patches instead of token ids; ``num_classes > 0`` adds a classifier."""
+
+    image_size: int = 224
+    patch_size: int = 16
+    channels: int = 3
+    num_classes: int = 0
+    class_token: bool = True
+    pool: Literal["cls", "mean"] = "cls"
+    encoder: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for option in ("image_size", "patch_size", "channels"):
+            check_positive_int(getattr(self, option), option)
+        if self.num_classes < 0:
+            raise ConfigError(f"must be >= 0 (0: no classifier), got {self.num_classes}", "num_classes")
+        if self.image_size % self.patch_size:
+            raise ConfigError(
+                f"image_size={self.image_size} must be a multiple of patch_size={self.patch_size}",
+                "patch_size",
+            )
+        if self.pool == "cls" and not self.class_token:
+            raise ConfigError("pool 'cls' needs class_token: true", "pool")
+
+    @property
+    def max_seq_len(self) -> int:
+        """The patches, and the class token: what positions are sized by."""
+        return (self.image_size // self.patch_size) ** 2 + int(self.class_token)
+
+
+def build_image_encoder(
+    spec: ImageEncoderSpec, position: nn.Module | None, stacks: dict[str, Stack]
+) -> ImageEncoder:
+    return ImageEncoder(
+        patch_embedding=PatchEmbedding(spec.image_size, spec.patch_size, spec.channels, spec.dim_model),
+        layers=stacks["encoder"].layers,
+        position=position,
+        class_token=spec.class_token,
+        final_norm=stacks["encoder"].final_norm(spec),
+        num_classes=spec.num_classes,
+        pool=spec.pool,
+        dropout=spec.dropout,
+    )
+
+
+IMAGE_ENCODER = ModelKind(ImageEncoderSpec, ("encoder",), build_image_encoder, "image_classification")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 class ConfigError(ValueError):
@@ -20,12 +20,17 @@ class ConfigError(ValueError):
         path: str | None = None,
         choices: Iterable[str] | None = None,
         got: object | None = None,
+        related: Iterable[str] = (),
     ) -> None:
         self.path = path or ""
         self.reason = message
         self.choices = sorted(str(c) for c in choices) if choices is not None else None
         self.got = got
+        # The other options a rule spanning several of them reads, named at their own key paths.
+        self.related = tuple(related)
         text = f"{self.path}: {message}" if self.path else message
+        if self.related:
+            text += f" (with {', '.join(self.related)})"
         if self.choices is not None:
             text += f"; allowed: {', '.join(self.choices) or '(none)'}"
             if got is not None:
@@ -34,9 +39,14 @@ class ConfigError(ValueError):
                     text += f"; did you mean {close[0]!r}?"
         super().__init__(text)
 
-    def at(self, prefix: str) -> ConfigError:
-        """The same error with ``prefix`` put in front of its key path."""
-        return ConfigError(self.reason, join_path(prefix, self.path), self.choices, self.got)
+    def at(self, prefix: str, sources: Mapping[str, str] | None = None) -> ConfigError:
+        """The same error with ``prefix`` put in front of its key paths, or, for a key in ``sources``
+        (an argument the factory passes), the spec key that set it."""
+
+        def place(key: str) -> str:
+            return sources[key] if sources and key in sources else join_path(prefix, key)
+
+        return ConfigError(self.reason, place(self.path), self.choices, self.got, map(place, self.related))
 
 
 def join_path(*parts: str | int | None) -> str:

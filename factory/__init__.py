@@ -1,29 +1,23 @@
 """The factory: specs (dict / YAML / JSON) -> checked typed configs -> blocks and whole models."""
 
-from brickwork.blocks import ImageEncoder, PatchEmbedding
 from brickwork.errors import ConfigError
-from brickwork.factory.build import build_block, build_model
+from brickwork.factory.build import apply_overrides, build_block, build_model, resolve_spec
 from brickwork.factory.hf import from_hf, load_hf_checkpoint, to_hf
 from brickwork.factory.initialization import INIT_REGISTRY, InitScheme, register_init
-from brickwork.factory.overrides import apply_overrides
 from brickwork.factory.presets import get_preset, list_presets
 from brickwork.factory.pretrained import from_pretrained, save_pretrained
-from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
-from brickwork.factory.spec_io import dump_spec, format_spec, load_spec, parse_spec
+from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
 from brickwork.factory.summary import summary
 from brickwork.factory.xformers import from_xformers_config
 
 __all__ = [
     "INIT_REGISTRY",
     "ConfigError",
-    "ImageEncoder",
     "InitScheme",
-    "PatchEmbedding",
     "apply_overrides",
     "build_block",
     "build_model",
     "dump_spec",
-    "format_spec",
     "from_hf",
     "from_pretrained",
     "from_xformers_config",
@@ -33,8 +27,7 @@ __all__ = [
     "load_spec",
     "parse_spec",
     "register_init",
-    "resolve_block_spec",
-    "resolve_model_spec",
+    "resolve_spec",
     "save_pretrained",
     "summary",
     "to_hf",

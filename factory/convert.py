@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, Union
 
 from brickwork.errors import ConfigError, join_path
@@ -71,12 +71,18 @@ def to_config(cls: type[C], data: Any, path: str = "", /, **fixed: Any) -> C:
     return construct(cls, path, **kwargs, **fixed)
 
 
-def construct(cls: type[C], path: str, /, **kwargs: Any) -> C:
-    """``cls(**kwargs)`` with its value checks re-raised as ConfigError under ``path``."""
+def construct(
+    cls: Callable[..., C], path: str, sources: Mapping[str, str] | None = None, /, **kwargs: Any
+) -> C:
+    """``cls(**kwargs)`` with its value checks re-raised as ConfigError under ``path``.
+
+    ``sources`` names the spec key that set an argument the factory passes (``rotary`` is set by
+    ``position``): an error about that argument is filed there.
+    """
     try:
         return cls(**kwargs)
     except ConfigError as err:
-        raise err.at(path) from None
+        raise err.at(path, sources) from None
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err), path) from err
 

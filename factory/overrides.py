@@ -14,7 +14,6 @@ from typing import Any
 import yaml
 
 from brickwork.errors import ConfigError, join_path
-from brickwork.factory.resolve import resolve_block_spec, resolve_model_spec
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -63,31 +62,20 @@ def _existing_key(node: Mapping[Any, Any], part: str) -> Any:
     return number if number in node or str(number) == part else part
 
 
-def apply_overrides(
-    spec: Mapping[str, Any], overrides: Iterable[str] | Mapping[str, Any], validate: bool = True
-) -> dict[str, Any]:
-    """A copy of ``spec`` with dotted ``overrides`` applied; ``spec`` itself is left as it was.
-
-    ``overrides`` is a list of ``"dotted.key=value"`` strings or a mapping ``{"dotted.key": value}``.
-    With ``validate`` the result is checked like ``build_model`` would (a spec with a ``model`` key)
-    or like ``build_block`` (without), so a bad override raises ConfigError naming its path.
-    """
+def with_overrides(spec: Mapping[str, Any], overrides: Iterable[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``spec`` with dotted ``overrides`` (``"dotted.key=value"`` strings, or a mapping
+    ``{"dotted.key": value}``) applied, unchecked: ``apply_overrides`` checks the result."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"a spec must be a mapping, got {type(spec).__name__}")
     out = copy.deepcopy(dict(spec))
-    if isinstance(overrides, Mapping):
-        items = [(str(k).split("."), v) for k, v in overrides.items()]
-    elif isinstance(overrides, str):
+    if isinstance(overrides, str):
         raise ConfigError(
             f"overrides must be a list of 'dotted.key=value' strings, got the string {overrides!r}"
         )
+    if isinstance(overrides, Mapping):
+        items = [(str(k).split("."), v) for k, v in overrides.items()]
     else:
         items = [parse_override(text) for text in overrides]
     for parts, value in items:
         set_dotted(out, parts, value)
-    if validate:
-        if "model" in out:
-            resolve_model_spec(out)
-        else:
-            resolve_block_spec(out)
     return out

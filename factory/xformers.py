@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from brickwork.errors import ConfigError, join_path
-from brickwork.factory.resolve import resolve_model_spec
+from brickwork.factory.build import resolve_spec
 from brickwork.factory.xformers_blocks import (
     BLOCK_KEYS,
     POSITIONS,
@@ -311,7 +311,7 @@ def from_xformers_config(
     except (TypeError, ValueError) as err:
         raise ConfigError(f"malformed xformers config: {err}", prefix) from err
     try:
-        resolve_model_spec(spec)
+        resolve_spec(spec)
     except ConfigError as err:
         raise conv.remap(err) from None
     return spec

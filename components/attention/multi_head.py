@@ -208,7 +208,9 @@ def check_geometry(
     check_positive_int(num_kv_heads, "num_kv_heads")
     if num_heads % num_kv_heads:
         raise ConfigError(
-            f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}", "num_kv_heads"
+            f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}",
+            "num_kv_heads",
+            related=["num_heads"],
         )
     if dim_head is None:
         if dim_model % num_heads:
@@ -241,6 +243,7 @@ def check_mechanism_fits(
             raise ConfigError(
                 f"{name} mixes the input itself: num_heads * dim_head must equal dim_model={dim_model}",
                 "dim_head",
+                related=["num_heads"],
             )
         for option, bad in (("num_kv_heads", num_kv_heads != num_heads), ("rotary", rotary),
                             ("fused_qkv", fused_qkv)):  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -102,22 +103,21 @@ class ModelFacts:
 
 def model_facts(spec: Any) -> ModelFacts:
     """Read ``spec`` (a dict, a .yaml/.json path or a preset name) into :class:`ModelFacts`."""
-    from brickwork.factory.build import instantiate_model, read_spec
+    from brickwork.blocks import DecoderLM
+    from brickwork.factory import build_model
     from brickwork.factory.presets import PRESETS
-    from brickwork.factory.resolve import resolve_model_spec
 
     if isinstance(spec, str) and spec in PRESETS:
         spec = PRESETS[spec]
-    config = resolve_model_spec(read_spec(spec))
-    if config.kind != "decoder_lm":
+    with torch.device("meta"):  # checks the spec and sizes every weight, allocating nothing
+        model = build_model(spec)
+    if not isinstance(model, DecoderLM):
         raise ConfigError(
-            f"the planner covers decoder LMs (model: decoder_lm), got model: {config.kind}", "model"
+            f"the planner covers decoder LMs (model: decoder_lm), got model: {model.spec['model']}", "model"
         )
-    with torch.device("meta"):
-        model = instantiate_model(config)
     if any(isinstance(m, _reversible_types()) for m in model.modules()):
         raise ConfigError("the planner does not cover reversible layers yet", "decoder.reversible")
-    return _read(model, config.fields)
+    return _read(model, SimpleNamespace(**model.spec))
 
 
 def _reversible_types() -> tuple[type, ...]:

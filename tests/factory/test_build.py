@@ -11,7 +11,7 @@ from factory_specs import run, tiny_decoder, tiny_encoder
 from torch import nn
 
 from brickwork.components.attention import LocalAttention, ScaledDotProduct
-from brickwork.factory import ConfigError, build_block, build_model, dump_spec, resolve_model_spec
+from brickwork.factory import ConfigError, build_block, build_model, dump_spec, resolve_spec
 
 
 def shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
@@ -115,13 +115,10 @@ def test_spec_must_be_a_mapping_or_a_spec_file() -> None:
 
 
 def test_resolve_alone_allocates_nothing_and_matches_build() -> None:
-    config = resolve_model_spec(tiny_decoder())
-    assert config.spec == build_model(tiny_decoder()).spec
-    assert [b.attention.mechanism.name for b in config.stacks["decoder"].layers] == [
-        "scaled_dot_product",
-        "local",
-        "scaled_dot_product",
-    ]
+    resolved = resolve_spec(tiny_decoder())
+    assert resolved == build_model(tiny_decoder()).spec
+    assert list(resolved["decoder"]["layers"]) == [1]
+    assert resolved["decoder"]["layers"][1]["attention"]["mechanism"]["name"] == "local"
 
 
 # --- build_block against torch's own Transformer layers --------------------------------------------

@@ -250,9 +250,9 @@ def test_registry_options_are_checked_by_the_components_own_config() -> None:
 
 def test_a_spec_must_be_a_mapping() -> None:
     with pytest.raises(ConfigError, match="a model spec must be a mapping"):
-        from brickwork.factory import resolve_model_spec
+        from brickwork.factory import resolve_spec
 
-        resolve_model_spec(["model"])
+        resolve_spec(["model"])
 
 
 def test_dataclasses_may_have_fields_named_like_the_converter_arguments() -> None:

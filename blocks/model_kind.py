@@ -1,0 +1,80 @@
+"""What makes a model kind: its spec section, its builder and what training needs to know of it.
+
+Each kind (``decoder_lm``, ``encoder``, ...) is declared once, beside its container class, as a
+:class:`ModelKind`; ``brickwork.blocks.MODELS`` maps the names to them. The factory reads a kind's
+top-level keys and stacks from it and calls its ``build``; the trainer, the batch maker and the
+pipeline splitter ask it for the default task, what a batch holds and how the model splits.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from brickwork.checks import check_positive_int, check_probability
+
+ChoiceSpec = dict[str, Any] | str
+PositionSpec = dict[str, Any] | str | list[dict[str, Any] | str] | None
+
+
+@dataclass(kw_only=True)
+class ModelSpec:
+    """Keys shared by every model kind (docs/spec.md lists them)."""
+
+    model: str
+    dim_model: int
+    position: PositionSpec = None
+    dropout: float = 0.0
+    final_norm: bool = True
+    init: ChoiceSpec = field(default_factory=lambda: {"name": "normal"})
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.dim_model, "dim_model")
+        check_probability(self.dropout, "dropout")
+
+
+@dataclass(kw_only=True)
+class TokenModelSpec(ModelSpec):
+    """A model over token ids."""
+
+    vocab_size: int
+    max_seq_len: int | None = None
+    tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int(self.vocab_size, "vocab_size")
+        if self.max_seq_len is not None:
+            check_positive_int(self.max_seq_len, "max_seq_len")
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A built stack: its layers (a list, or one reversible module) and its block norm (a partial
+    taking ``dim``), of which the final and embedding norms are made."""
+
+    layers: Sequence[nn.Module] | nn.Module
+    norm: functools.partial
+
+    def final_norm(self, spec: ModelSpec) -> nn.Module | None:
+        return self.norm() if spec.final_norm else None
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """One model kind.
+
+    - ``spec``: the dataclass of its top-level keys; ``stacks``: its stack keys, in build order
+      (a stack named ``decoder`` is causal, and has cross-attention when an ``encoder`` comes first).
+    - ``build(spec, position, stacks)``: the model from the checked keys and the built parts.
+    - ``task``: the loss ``brickwork train`` uses by default (a ``brickwork.train`` task name).
+    """
+
+    spec: type[ModelSpec]
+    stacks: tuple[str, ...]
+    build: Callable[[Any, nn.Module | None, dict[str, Stack]], nn.Module]
+    task: str

@@ -1,0 +1,58 @@
+"""The spec's ``position``: one choice or a list, split into what is added to the embeddings and what
+each self-attention layer takes (a rotary hook, an attention bias)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from brickwork.components.positional import POSITIONAL_REGISTRY, ALiBi, RotaryEmbedding
+from brickwork.errors import ConfigError, join_path
+from brickwork.factory.choice import lookup
+
+NO_POSITION = "none"
+
+
+def position_kind(cls: type) -> str:
+    """How a positional class is used: "additive" (on embeddings), "rotary" (q/k hook) or "bias".
+
+    A class registered by a user may say so with a ``position_kind`` attribute.
+    """
+    declared = getattr(cls, "position_kind", None)
+    if declared is not None:
+        return declared
+    if issubclass(cls, RotaryEmbedding):
+        return "rotary"
+    return "bias" if issubclass(cls, ALiBi) else "additive"
+
+
+def split_positions(value: Any, path: str = "position") -> tuple[list[tuple[dict[str, Any], str]], ...]:
+    """(additive, attention-side) position choices, each with its key path.
+
+    ``position`` is null, ``none``, one choice, or a list with at most one of each kind (an additive
+    table, a rotary hook, a bias), e.g. ``[{name: learned}, {name: rotary}]``.
+    """
+    named_none = isinstance(value, Mapping) and value.get("name") == NO_POSITION
+    if value is None or value == NO_POSITION or named_none:
+        if named_none and len(value) > 1:
+            raise ConfigError("position 'none' takes no options", path)
+        return [], []
+    items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+    additive, hooks, seen = [], [], {}
+    for index, item in items:
+        item_path = join_path(path, index)
+        cls, spec = lookup(POSITIONAL_REGISTRY, item, item_path)
+        kind = position_kind(cls)
+        if kind in seen:
+            raise ConfigError(f"two {kind} positions ({seen[kind]} and {item_path}); keep one", item_path)
+        seen[kind] = item_path
+        (additive if kind == "additive" else hooks).append((spec, item_path))
+    return additive, hooks
+
+
+def positions_spec(additive: dict[str, Any] | None, hooks: list[dict[str, Any]] | None) -> Any:
+    """The resolved ``position``: ``{name: none}``, one choice, or the list of them."""
+    chosen = ([additive] if additive is not None else []) + list(hooks or [])
+    if not chosen:
+        return {"name": NO_POSITION}
+    return chosen[0] if len(chosen) == 1 else chosen
