@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -143,4 +143,11 @@ def build_encoder(spec: EncoderSpec, position: nn.Module | None, stacks: dict[st
     )
 
 
-ENCODER = ModelKind(EncoderSpec, ("encoder",), build_encoder, "masked_lm")
+def check_trainable(spec: Mapping[str, Any]) -> None:
+    if spec.get("head") != "mlm":
+        raise ConfigError(
+            f"an encoder trains as a masked LM, which needs head: mlm, got {spec.get('head')!r}", "head"
+        )
+
+
+ENCODER = ModelKind(EncoderSpec, ("encoder",), build_encoder, "masked_lm", check_trainable)

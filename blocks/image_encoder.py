@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -163,4 +163,13 @@ def build_image_encoder(
     )
 
 
-IMAGE_ENCODER = ModelKind(ImageEncoderSpec, ("encoder",), build_image_encoder, "image_classification")
+def check_trainable(spec: Mapping[str, Any]) -> None:
+    if not spec.get("num_classes"):
+        raise ConfigError(
+            "an image encoder trains as a classifier, which needs num_classes > 0", "num_classes"
+        )
+
+
+IMAGE_ENCODER = ModelKind(
+    ImageEncoderSpec, ("encoder",), build_image_encoder, "image_classification", check_trainable, "images"
+)

@@ -9,7 +9,7 @@ pipeline splitter ask it for the default task, what a batch holds and how the mo
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,10 +71,15 @@ class ModelKind:
     - ``spec``: the dataclass of its top-level keys; ``stacks``: its stack keys, in build order
       (a stack named ``decoder`` is causal, and has cross-attention when an ``encoder`` comes first).
     - ``build(spec, position, stacks)``: the model from the checked keys and the built parts.
-    - ``task``: the loss ``brickwork train`` uses by default (a ``brickwork.train`` task name).
+    - ``task``: the loss ``brickwork train`` uses by default (a ``brickwork.train`` task name);
+      ``check_trainable(spec)`` raises ConfigError when a spec of the kind cannot train on it.
+    - ``inputs``: what one sample is, ``"tokens"`` (a sequence: rates count its tokens) or
+      ``"images"`` (rates count whole images); the data made for the task follows from it.
     """
 
     spec: type[ModelSpec]
     stacks: tuple[str, ...]
     build: Callable[[Any, nn.Module | None, dict[str, Stack]], nn.Module]
     task: str
+    check_trainable: Callable[[Mapping[str, Any]], None] = lambda spec: None
+    inputs: str = "tokens"

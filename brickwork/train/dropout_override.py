@@ -14,14 +14,14 @@ import os
 from typing import Any
 
 from brickwork.errors import join_path
-from brickwork.factory.resolve import resolve_model_spec
+from brickwork.factory import resolve_spec
 
 KEY = "dropout"
 
 
 def spread_dropout(spec: dict[str, Any], value: float) -> tuple[dict[str, Any], list[str]]:
     """(the resolved ``spec`` with every ``dropout`` key set to ``value``, the dotted paths set)."""
-    resolved = resolve_model_spec(spec).spec
+    resolved = resolve_spec(spec)
     places: list[str] = []
     _set_every(resolved, value, "", places)
     return resolved, places

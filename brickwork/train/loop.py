@@ -65,8 +65,12 @@ def run_loop(
     run_dir: Path,
     title: str,
     is_main: bool,
+    inputs: str = "tokens",
 ) -> float:
     """Train from ``state.step`` to ``cfg.steps``; returns the final validation loss.
+
+    ``inputs`` is what one sample is (the model kind's, ``MODELS[kind].inputs``): the rate counts
+    tokens, or whole images.
 
     Every rank runs it. Only the main process writes files and prints. Evaluation and checkpointing
     happen after the steps that are multiples of their intervals and after the last step.
@@ -83,10 +87,8 @@ def run_loop(
         if is_main:
             width = len(str(cfg.steps))
             logger.info(f"step {0:>{width}}/{cfg.steps}  val loss {val_loss:.4f} before training")
-    image = task == "image_classification"
-    items_per_step = cfg.batch_size if image else cfg.batch_size * cfg.seq_len
-    rate_name = "images_per_s" if image else "tokens_per_s"
-    rate_unit = "img/s" if image else "tok/s"
+    items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
+    rate_name, rate_unit = f"{inputs}_per_s", f"{inputs[:3]}/s"
     recent: deque[float] = deque(maxlen=20)
     bar = tqdm(
         total=cfg.steps,

@@ -19,6 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
+from brickwork.blocks import MODELS
 from brickwork.data.tokenizer import ByteTokenizer, HFTokenizer, TokenIds, Tokenizer, load_tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, load_spec
@@ -92,7 +93,7 @@ def _from_export(file: Path) -> tuple[nn.Module, Path | None, str]:
 
 
 def _decoder(spec: dict[str, Any] | None, source: Path) -> nn.Module:
-    if not spec or spec.get("model") != "decoder_lm":
+    if not spec or spec.get("model") not in MODELS or MODELS[spec["model"]].task != "causal_lm":
         kind = (spec or {}).get("model")
         raise ConfigError(f"{str(source)!r} holds a {kind} model; only decoder LMs generate text", OPTION)
     return build_model(spec)

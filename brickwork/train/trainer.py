@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from brickwork.blocks import MODELS
 from brickwork.data import fixed_windows
 from brickwork.data.sources import TextData
 from brickwork.data.task_batches import TaskBatches, image_batches, task_vocab_size, text_batches
@@ -47,13 +48,6 @@ from brickwork.train.trained_model import TOKENIZER_FILE
 from brickwork.train.triton_backends import check_triton_backends
 
 logger = logging.getLogger(__name__)
-# The task each model kind trains on, with the embedded data made for it (brickwork/data/task_batches.py).
-TASK_OF_MODEL = {
-    "decoder_lm": "causal_lm",
-    "encoder": "masked_lm",
-    "encoder_decoder": "seq2seq",
-    "image_encoder": "image_classification",
-}
 
 
 @dataclass
@@ -214,7 +208,18 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
 
     title = f"{run.name}: {run_dir.name}"
     with _flush_denormals(layout.device.type == "cpu"):
-        final = run_loop(model, step, task, optimizer, cfg, state, run_dir, title, is_main)
+        final = run_loop(
+            model,
+            step,
+            task,
+            optimizer,
+            cfg,
+            state,
+            run_dir,
+            title,
+            is_main,
+            MODELS[run.spec["model"]].inputs,
+        )
     sample_model = _sample_model(run, model) if task == "causal_lm" else None
     dist.barrier()
     dist.destroy_process_group()
@@ -239,20 +244,12 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
 
 
 def _task(run: RunConfig) -> str:
+    """The task the spec's model kind trains on (``MODELS[kind].task``), with the data made for it."""
     kind = run.spec.get("model")
-    if kind not in TASK_OF_MODEL:
-        raise ConfigError(
-            f"brickwork train has no task for model {kind!r}", "model", choices=list(TASK_OF_MODEL)
-        )
-    if kind == "encoder" and run.spec.get("head") != "mlm":
-        raise ConfigError(
-            f"an encoder trains as a masked LM, which needs head: mlm, got {run.spec.get('head')!r}", "head"
-        )
-    if kind == "image_encoder" and not run.spec.get("num_classes"):
-        raise ConfigError(
-            "an image encoder trains as a classifier, which needs num_classes > 0", "num_classes"
-        )
-    return TASK_OF_MODEL[kind]
+    if kind not in MODELS:
+        raise ConfigError(f"brickwork train has no task for model {kind!r}", "model", choices=MODELS)
+    MODELS[kind].check_trainable(run.spec)
+    return MODELS[kind].task
 
 
 def _task_spec(run: RunConfig, task: str, tokenizer: Tokenizer | None, quiet: bool = False) -> dict:
