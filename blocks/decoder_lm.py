@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -13,7 +12,7 @@ from torch.distributed.tensor import DTensor
 
 from brickwork.blocks.block import DecoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
-from brickwork.blocks.model_kind import ModelKind, Stack, TokenModelSpec
+from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenModelSpec
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, causal_targets, mean_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
@@ -205,11 +204,10 @@ class DecoderLM(nn.Module):
 
 @dataclass(kw_only=True)
 class DecoderLMSpec(TokenModelSpec):
-    decoder: dict[str, Any]
+    decoder: StackSection
 
 
-def build_decoder_lm(spec: DecoderLMSpec, position: nn.Module | None, stacks: dict[str, Stack]) -> DecoderLM:
-    decoder = stacks["decoder"]
+def build_decoder_lm(spec: DecoderLMSpec, position: nn.Module | None, decoder: Stack) -> DecoderLM:
     return DecoderLM(
         vocab_size=spec.vocab_size,
         layers=decoder.layers,
@@ -221,4 +219,4 @@ def build_decoder_lm(spec: DecoderLMSpec, position: nn.Module | None, stacks: di
     )
 
 
-DECODER_LM = ModelKind(DecoderLMSpec, ("decoder",), build_decoder_lm, "causal_lm")
+DECODER_LM = ModelKind(DecoderLMSpec, build_decoder_lm, "causal_lm")

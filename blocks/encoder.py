@@ -12,7 +12,7 @@ from torch import nn
 from brickwork.blocks.block import EncoderBlock
 from brickwork.blocks.heads import MaskedLMHead, Pooler
 from brickwork.blocks.inputs import check_token_ids, padding_mask
-from brickwork.blocks.model_kind import ModelKind, Stack, TokenModelSpec
+from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenModelSpec
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
@@ -117,7 +117,7 @@ class EncoderSpec(TokenModelSpec):
     head: Literal["none", "mlm"] = "none"
     head_activation: str = "gelu"
     pooler: bool = False
-    encoder: dict[str, Any]
+    encoder: StackSection
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -126,9 +126,8 @@ class EncoderSpec(TokenModelSpec):
             raise ConfigError(f"must be >= 0, got {self.type_vocab_size}", "type_vocab_size")
 
 
-def build_encoder(spec: EncoderSpec, position: nn.Module | None, stacks: dict[str, Stack]) -> Encoder:
-    encoder, dim = stacks["encoder"], spec.dim_model
-    mlm_head = MaskedLMHead(dim, spec.vocab_size, encoder.norm(), spec.head_activation)
+def build_encoder(spec: EncoderSpec, position: nn.Module | None, encoder: Stack) -> Encoder:
+    mlm_head = MaskedLMHead(spec.dim_model, spec.vocab_size, encoder.norm(), spec.head_activation)
     return Encoder(
         vocab_size=spec.vocab_size,
         layers=encoder.layers,
@@ -150,4 +149,4 @@ def check_trainable(spec: Mapping[str, Any]) -> None:
         )
 
 
-ENCODER = ModelKind(EncoderSpec, ("encoder",), build_encoder, "masked_lm", check_trainable)
+ENCODER = ModelKind(EncoderSpec, build_encoder, "masked_lm", check_trainable)

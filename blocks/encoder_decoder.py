@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
 from brickwork.blocks.block import DecoderBlock, EncoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
-from brickwork.blocks.model_kind import ModelKind, Stack, TokenModelSpec
+from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenModelSpec
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
@@ -99,20 +98,20 @@ class EncoderDecoder(nn.Module):
 
 @dataclass(kw_only=True)
 class EncoderDecoderSpec(TokenModelSpec):
-    encoder: dict[str, Any]
-    decoder: dict[str, Any]
+    encoder: StackSection
+    decoder: StackSection
 
 
 def build_encoder_decoder(
-    spec: EncoderDecoderSpec, position: nn.Module | None, stacks: dict[str, Stack]
+    spec: EncoderDecoderSpec, position: nn.Module | None, encoder: Stack, decoder: Stack
 ) -> EncoderDecoder:
     return EncoderDecoder(
         vocab_size=spec.vocab_size,
-        encoder_layers=stacks["encoder"].layers,
-        decoder_layers=stacks["decoder"].layers,
+        encoder_layers=encoder.layers,
+        decoder_layers=decoder.layers,
         position=position,
-        encoder_final_norm=stacks["encoder"].final_norm(spec),
-        decoder_final_norm=stacks["decoder"].final_norm(spec),
+        encoder_final_norm=encoder.final_norm(spec),
+        decoder_final_norm=decoder.final_norm(spec),
         tie_embeddings=spec.tie_embeddings,
         dropout=spec.dropout,
     )
@@ -120,7 +119,6 @@ def build_encoder_decoder(
 
 ENCODER_DECODER = ModelKind(
     EncoderDecoderSpec,
-    ("encoder", "decoder"),
     build_encoder_decoder,
     "seq2seq",
 )

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from brickwork.blocks.block import EncoderBlock
-from brickwork.blocks.model_kind import ModelKind, ModelSpec, Stack
+from brickwork.blocks.model_kind import ModelKind, ModelSpec, Stack, StackSection
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.checks import check_positive_int
@@ -126,7 +126,7 @@ class ImageEncoderSpec(ModelSpec):
     num_classes: int = 0
     class_token: bool = True
     pool: Literal["cls", "mean"] = "cls"
-    encoder: dict[str, Any]
+    encoder: StackSection
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -148,15 +148,13 @@ class ImageEncoderSpec(ModelSpec):
         return (self.image_size // self.patch_size) ** 2 + int(self.class_token)
 
 
-def build_image_encoder(
-    spec: ImageEncoderSpec, position: nn.Module | None, stacks: dict[str, Stack]
-) -> ImageEncoder:
+def build_image_encoder(spec: ImageEncoderSpec, position: nn.Module | None, encoder: Stack) -> ImageEncoder:
     return ImageEncoder(
         patch_embedding=PatchEmbedding(spec.image_size, spec.patch_size, spec.channels, spec.dim_model),
-        layers=stacks["encoder"].layers,
+        layers=encoder.layers,
         position=position,
         class_token=spec.class_token,
-        final_norm=stacks["encoder"].final_norm(spec),
+        final_norm=encoder.final_norm(spec),
         num_classes=spec.num_classes,
         pool=spec.pool,
         dropout=spec.dropout,
@@ -171,5 +169,5 @@ def check_trainable(spec: Mapping[str, Any]) -> None:
 
 
 IMAGE_ENCODER = ModelKind(
-    ImageEncoderSpec, ("encoder",), build_image_encoder, "image_classification", check_trainable, "images"
+    ImageEncoderSpec, build_image_encoder, "image_classification", check_trainable, "images"
 )

@@ -8,10 +8,12 @@ pipeline splitter ask it for the default task, what a batch holds and how the mo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NewType
 
 from torch import nn
 
@@ -19,6 +21,8 @@ from brickwork.checks import check_positive_int, check_probability
 
 ChoiceSpec = dict[str, Any] | str
 PositionSpec = dict[str, Any] | str | list[dict[str, Any] | str] | None
+# A kind's spec field of this type is a stack (``num_layers``, ``block``, ...; factory/schema.py).
+StackSection = NewType("StackSection", dict)
 
 
 @dataclass(kw_only=True)
@@ -68,9 +72,11 @@ class Stack:
 class ModelKind:
     """One model kind.
 
-    - ``spec``: the dataclass of its top-level keys; ``stacks``: its stack keys, in build order
-      (a stack named ``decoder`` is causal, and has cross-attention when an ``encoder`` comes first).
-    - ``build(spec, position, stacks)``: the model from the checked keys and the built parts.
+    - ``spec``: the dataclass of its top-level keys; its fields of type ``StackSection`` are its
+      stacks, built in their order (one named ``decoder`` is causal, and has cross-attention when
+      another stack comes first).
+    - ``build(spec, position, **stacks)``: the model from the checked keys, the additive position
+      module (or None) and each built :class:`Stack` by its key.
     - ``task``: the loss ``brickwork train`` uses by default (a ``brickwork.train`` task name);
       ``check_trainable(spec)`` raises ConfigError when a spec of the kind cannot train on it.
     - ``inputs``: what one sample is, ``"tokens"`` (a sequence: rates count its tokens) or
@@ -78,8 +84,12 @@ class ModelKind:
     """
 
     spec: type[ModelSpec]
-    stacks: tuple[str, ...]
-    build: Callable[[Any, nn.Module | None, dict[str, Stack]], nn.Module]
+    build: Callable[..., nn.Module]
     task: str
     check_trainable: Callable[[Mapping[str, Any]], None] = lambda spec: None
     inputs: str = "tokens"
+
+    @property
+    def stacks(self) -> tuple[str, ...]:
+        hints = typing.get_type_hints(self.spec)
+        return tuple(f.name for f in dataclasses.fields(self.spec) if hints[f.name] is StackSection)

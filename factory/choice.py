@@ -12,7 +12,7 @@ from typing import Any
 
 from brickwork.components.configurable import options_dataclass
 from brickwork.errors import ConfigError, join_path
-from brickwork.factory.convert import config_fields, config_to_dict, to_config
+from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
 from brickwork.registry import Registry
 
 
@@ -50,6 +50,13 @@ def configure(cls: type, data: Mapping[str, Any], path: str, **fixed: Any) -> tu
     config = to_config(options_dataclass(cls), options, path, **fixed)
     plain = {k: v for k, v in config_to_dict(config).items() if k not in fixed}
     return {k: getattr(config, k) for k in fields}, {"name": data["name"], **plain}
+
+
+def build_choice(registry: Registry[Any], spec: Any, path: str, **fixed: Any) -> tuple[Any, dict[str, Any]]:
+    """(the built component, its resolved spec) of a registry choice; see :func:`configure`."""
+    cls, data = lookup(registry, spec, path)
+    options, resolved = configure(cls, data, path, **fixed)
+    return construct(cls, path, **options), resolved
 
 
 def merge_spec(base: Any, override: Any) -> Any:
