@@ -127,7 +127,9 @@ class EncoderSpec(TokenModelSpec):
 
 
 def build_encoder(spec: EncoderSpec, position: nn.Module | None, encoder: Stack) -> Encoder:
-    mlm_head = MaskedLMHead(spec.dim_model, spec.vocab_size, encoder.norm(), spec.head_activation)
+    mlm_head = None
+    if spec.head == "mlm":
+        mlm_head = MaskedLMHead(spec.dim_model, spec.vocab_size, encoder.norm(), spec.head_activation)
     return Encoder(
         vocab_size=spec.vocab_size,
         layers=encoder.layers,
@@ -135,7 +137,7 @@ def build_encoder(spec: EncoderSpec, position: nn.Module | None, encoder: Stack)
         type_vocab_size=spec.type_vocab_size,
         embedding_norm=encoder.norm() if spec.embedding_norm else None,
         final_norm=encoder.final_norm(spec),
-        mlm_head=mlm_head if spec.head == "mlm" else None,
+        mlm_head=mlm_head,
         pooler=spec.pooler,
         dropout=spec.dropout,
         tie_embeddings=spec.tie_embeddings,

@@ -26,8 +26,14 @@ class PatchEmbedding(nn.Module):
 
     def __init__(self, image_size: int, patch_size: int, channels: int, dim_model: int) -> None:
         super().__init__()
+        for option, value in (("image_size", image_size), ("patch_size", patch_size), ("channels", channels)):
+            check_positive_int(value, option)
         if image_size % patch_size:
-            raise ValueError(f"image_size={image_size} must be a multiple of patch_size={patch_size}")
+            raise ConfigError(
+                f"image_size={image_size} must be a multiple of patch_size={patch_size}",
+                "patch_size",
+                related=["image_size"],
+            )
         self.image_size, self.patch_size, self.channels = image_size, patch_size, channels
         self.num_patches = (image_size // patch_size) ** 2
         self.proj = nn.Conv2d(channels, dim_model, kernel_size=patch_size, stride=patch_size)
@@ -70,7 +76,10 @@ class ImageEncoder(nn.Module):
         if not layers:
             raise ValueError("ImageEncoder needs at least one layer")
         if pool not in ("cls", "mean") or (pool == "cls" and not class_token):
-            raise ValueError(f"pool must be 'mean', or 'cls' with a class token; got {pool!r}")
+            raise ConfigError(f"pool must be 'mean', or 'cls' with a class token; got {pool!r}", "pool",
+                              related=["class_token"])  # fmt: skip
+        if num_classes < 0:
+            raise ConfigError(f"must be >= 0 (0: no classifier), got {num_classes}", "num_classes")
         dim = layers[0].attention.dim_model
         self.patch_embedding = patch_embedding
         self.class_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
@@ -127,20 +136,6 @@ class ImageEncoderSpec(ModelSpec):
     class_token: bool = True
     pool: Literal["cls", "mean"] = "cls"
     encoder: StackSection
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for option in ("image_size", "patch_size", "channels"):
-            check_positive_int(getattr(self, option), option)
-        if self.num_classes < 0:
-            raise ConfigError(f"must be >= 0 (0: no classifier), got {self.num_classes}", "num_classes")
-        if self.image_size % self.patch_size:
-            raise ConfigError(
-                f"image_size={self.image_size} must be a multiple of patch_size={self.patch_size}",
-                "patch_size",
-            )
-        if self.pool == "cls" and not self.class_token:
-            raise ConfigError("pool 'cls' needs class_token: true", "pool")
 
     @property
     def max_seq_len(self) -> int:

@@ -153,9 +153,14 @@ def walk_attention(
     its ``mechanism`` choice. Returns the layer, its resolved spec and its resolved positions."""
     if not isinstance(spec, Mapping):
         raise ConfigError(f"expected a mapping of attention keys, got {spec!r}", path)
+    config_cls = options_dataclass(MultiHeadAttention)
+    keys = [*(k for k in config_fields(config_cls) if k not in SET_BY_BLOCK), "mechanism"]
+    for key in spec:
+        if key not in keys and key != "dim_model":
+            raise ConfigError(f"unknown key {key!r}", join_path(path, str(key)), choices=keys, got=key)
     layer_spec = {k: v for k, v in spec.items() if k != "mechanism"}
     fixed = dict.fromkeys(SET_BY_BLOCK) | {"dim_model": scope.dim_model}
-    layer_config = to_config(options_dataclass(MultiHeadAttention), layer_spec, path, **fixed)
+    layer_config = to_config(config_cls, layer_spec, path, **fixed)
     layer = {k: v for k, v in config_to_dict(layer_config).items() if k not in SET_BY_BLOCK}
     _, dim_head = construct(
         check_geometry,
