@@ -12,6 +12,7 @@ attached as ``model.spec``.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -153,7 +154,7 @@ def walk_model(data: Any, device: torch.device | None) -> tuple[nn.Module, dict[
     spec = to_config(kind.spec, data)
     max_seq_len = getattr(spec, "max_seq_len", None)
     additive, hooks = split_positions(spec.position)
-    position, position_spec = None, None
+    make_position, position_spec = lambda: None, None
     for choice, path in additive:
         cls, choice = lookup(POSITIONAL_REGISTRY, choice, path)
         if "max_seq_len" in config_fields(options_dataclass(cls)) and max_seq_len is None:
@@ -161,7 +162,7 @@ def walk_model(data: Any, device: torch.device | None) -> tuple[nn.Module, dict[
                 f"position {choice['name']!r} ({path}) needs the model's max_seq_len", "max_seq_len"
             )
         options, position_spec = configure(cls, choice, path, **scope_sizes(spec.dim_model, max_seq_len))
-        position = construct(cls, path, **options)
+        make_position = functools.partial(construct, cls, path, **options)  # built after the stacks
     init, init_spec = build_choice(INIT_REGISTRY, spec.init, "init")
     stacks_in = {s: to_config(StackSpec, getattr(spec, s), s) for s in kind.stacks}
     # The stack depths DeepNorm derives alpha and beta from (0 for a stack the kind lacks).
@@ -181,7 +182,7 @@ def walk_model(data: Any, device: torch.device | None) -> tuple[nn.Module, dict[
         )
         stacks[stack_name], resolved[stack_name], found = walk_stack(stack, stack_name, scope)
         hook_specs = found if hook_specs is None else hook_specs
-    model = construct(kind.build, "", spec=spec, position=position, **stacks)
+    model = construct(kind.build, "", spec=spec, position=make_position(), **stacks)
     resolved = {
         **config_to_dict(spec),
         "position": positions_spec(position_spec, hook_specs),

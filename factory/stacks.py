@@ -67,13 +67,14 @@ def walk_stack(
 ) -> tuple[Stack, dict[str, Any], list[dict[str, Any]]]:
     """The built stack, its resolved spec and its blocks' resolved attention-side positions."""
     overrides = layer_overrides(stack.layers, stack.num_layers, join_path(name, "layers"))
-    base, norm, base_spec, hook_specs = walk_block(stack.block, join_path(name, "block"), scope)
+    with torch.device("meta"):  # the stack's block, for its resolved spec and size: allocates nothing
+        base, norm, base_spec, hook_specs = walk_block(stack.block, join_path(name, "block"), scope)
     if stack.num_layers > LAYERS_CHECKED_FIRST and scope.device is not None:
         check_fits(base, scope.device, stack.num_layers, join_path(name, "num_layers"))
     blocks, diffs = [], {}
     for i in range(stack.num_layers):
         if i not in overrides:
-            blocks.append(base if i == 0 else walk_block(stack.block, join_path(name, "block"), scope)[0])
+            blocks.append(walk_block(stack.block, join_path(name, "block"), scope)[0])
             continue
         path = join_path(name, "layers", i)
         if not isinstance(overrides[i], Mapping):
@@ -117,17 +118,19 @@ def layer_overrides(layers: Mapping[Any, Any], num_layers: int, path: str) -> di
 def walk_block(spec: Any, path: str, scope: Scope) -> tuple[Block, functools.partial, dict, list]:
     """(block, its norm as a partial taking ``dim``, resolved spec, resolved attention-side positions)."""
     block = to_config(CrossBlockSpec if scope.cross else BlockSpec, spec, path)
-    attention, attention_spec, hook_specs = walk_attention(
-        block.attention, join_path(path, "attention"), scope
-    )
+    attention_path = join_path(path, "attention")
+    cross = cross_spec = None
+    if scope.cross:  # built first: the order fixes which random draws default-initialised weights take
+        cross_spec = block.cross_attention
+        if cross_spec is None:  # the self-attention's keys, with the separate projections memory needs
+            with torch.device("meta"):
+                cross_spec = walk_attention(block.attention, attention_path, scope)[1] | {"fused_qkv": False}
+        cross_path = join_path(path, "cross_attention")
+        cross, cross_spec, _ = walk_attention(cross_spec, cross_path, scope, cross=True)
+    attention, attention_spec, hook_specs = walk_attention(block.attention, attention_path, scope)
     resolved: dict[str, Any] = {"attention": attention_spec}
-    cross = None
-    if scope.cross:
-        # Defaults to the self-attention's keys, with the separate projections memory needs.
-        cross_spec = block.cross_attention or {**attention_spec, "fused_qkv": False}
-        cross, resolved["cross_attention"], _ = walk_attention(
-            cross_spec, join_path(path, "cross_attention"), scope, cross=True
-        )
+    if cross is not None:
+        resolved["cross_attention"] = cross_spec
     feedforward, resolved["feedforward"] = build_choice(
         FEEDFORWARD_REGISTRY, block.feedforward, join_path(path, "feedforward"), dim_model=scope.dim_model
     )
