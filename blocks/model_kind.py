@@ -2,8 +2,9 @@
 
 Each kind (``decoder_lm``, ``encoder``, ...) is declared once, beside its container class, as a
 :class:`ModelKind`; ``brickwork.blocks.MODELS`` maps the names to them. The factory reads a kind's
-top-level keys and stacks from it and calls its ``build``; the trainer, the batch maker and the
-pipeline splitter ask it for the default task, what a batch holds and how the model splits.
+top-level keys and stacks from it and calls its ``build``; ``brickwork train`` asks it for the
+default task (which fixes the data made for it), whether a spec can train on it, and what one sample
+is.
 """
 
 from __future__ import annotations
