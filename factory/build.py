@@ -70,8 +70,9 @@ def apply_overrides(spec: Mapping[str, Any], overrides: Overrides, validate: boo
 def resolve_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved form of a model spec (one with ``model``) or a block spec, as ``.spec`` of what
     they build, checked on the meta device: nothing is allocated."""
+    device = torch.get_default_device()
     with torch.device("meta"):
-        return walk_model(spec, None)[1] if "model" in spec else build_block(spec).spec
+        return walk_model(spec, device)[1] if "model" in spec else build_block(spec).spec
 
 
 def build_model(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
@@ -91,7 +92,7 @@ def build_model(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
             if "overflow" not in str(err):
                 raise
             raise ConfigError(f"the spec's sizes give a tensor too large for any machine ({err})") from None
-    model, resolved, (scheme, depth) = walk_model(data, None)
+    model, resolved, (scheme, depth) = walk_model(data, device)
     scheme.apply(model, depth)
     for module in model.modules():  # DeepNet's down-scaling of the branches in deepnorm blocks
         residual = getattr(module, "residual", None)
@@ -142,8 +143,9 @@ def build_block(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
     return block
 
 
-def walk_model(data: Any, device: torch.device | None) -> tuple[nn.Module, dict[str, Any], tuple[Any, int]]:
-    """(model, resolved spec, (init scheme, depth of the deepest stack)) of a model spec."""
+def walk_model(data: Any, device: torch.device) -> tuple[nn.Module, dict[str, Any], tuple[Any, int]]:
+    """(model, resolved spec, (init scheme, depth of the deepest stack)) of a model spec; ``device``
+    is where it goes, whose free memory a very deep stack is checked against before it is built."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"a model spec must be a mapping, got {type(data).__name__}")
     name = data.get("model")

@@ -50,7 +50,7 @@ class Scope:
     hooks: tuple[tuple[dict[str, Any], str], ...]  # attention-side positions (spec, path): rotary, bias
     max_seq_len: int | None
     depths: Mapping[str, Any]  # the stack depths DeepNorm takes its alpha/beta from
-    device: torch.device | None  # where the real build goes, for the memory check; None: no check
+    device: torch.device | None  # where the model goes, for the deep-stack memory check
 
     @property
     def sizes(self) -> dict[str, int]:
