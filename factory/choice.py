@@ -16,18 +16,11 @@ from brickwork.factory.convert import config_fields, config_to_dict, construct, 
 from brickwork.registry import Registry
 
 
-def normalize_choice(spec: Any, path: str) -> dict[str, Any]:
-    """A choice as a mapping: the string shorthand ``"rmsnorm"`` becomes ``{"name": "rmsnorm"}``."""
-    if isinstance(spec, str):
-        return {"name": spec}
-    if isinstance(spec, Mapping):
-        return dict(spec)
-    raise ConfigError(f"expected a registered name or a mapping with a 'name' key, got {spec!r}", path)
-
-
 def lookup(registry: Registry[Any], spec: Any, path: str) -> tuple[type, dict[str, Any]]:
-    """The class a choice names, and the choice as a mapping."""
-    data = normalize_choice(spec, path)
+    """The class a choice names, and the choice as a mapping (``"rmsnorm"`` is ``{"name": "rmsnorm"}``)."""
+    if not isinstance(spec, str | Mapping):
+        raise ConfigError(f"expected a registered name or a mapping with a 'name' key, got {spec!r}", path)
+    data = {"name": spec} if isinstance(spec, str) else dict(spec)
     if "name" not in data:
         raise ConfigError(
             f"missing required key 'name' (the {registry.family})",
