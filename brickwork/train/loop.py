@@ -88,7 +88,7 @@ def run_loop(
             width = len(str(cfg.steps))
             logger.info(f"step {0:>{width}}/{cfg.steps}  val loss {val_loss:.4f} before training")
     items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
-    rate_name, rate_unit = f"{inputs}_per_s", f"{inputs[:3]}/s"
+    rate_name, rate_unit = f"{inputs}_per_s", {"tokens": "tok/s", "images": "img/s"}[inputs]
     recent: deque[float] = deque(maxlen=20)
     bar = tqdm(
         total=cfg.steps,
