@@ -72,7 +72,9 @@ def resolve_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     they build, checked on the meta device: nothing is allocated."""
     device = torch.get_default_device()
     with torch.device("meta"):
-        return walk_model(spec, device)[1] if "model" in spec else build_block(spec).spec
+        if isinstance(spec, Mapping) and "model" not in spec:
+            return build_block(spec).spec
+        return walk_model(spec, device)[1]
 
 
 def build_model(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
