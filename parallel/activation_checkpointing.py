@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from brickwork.errors import ConfigError
+from brickwork.parallel.config import ParallelConfig
 
 _aten = torch.ops.aten
 _SAVED_OPS = {
@@ -39,10 +40,12 @@ def layer_stacks(model: nn.Module) -> list[nn.ModuleList]:
     return [child for child in model.children() if isinstance(child, nn.ModuleList)]
 
 
-def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
-    """Checkpoint each layer of every stack of ``model`` in place; ``mode`` is none, full or selective."""
+def apply_activation_checkpointing(model: nn.Module, config: ParallelConfig) -> nn.Module:
+    """Checkpoint each layer of every stack of ``model`` in place, as ``activation_checkpointing``
+    says (none, full or selective); returns ``model``."""
+    mode = config.activation_checkpointing
     if mode == "none":
-        return
+        return model
     stacks = layer_stacks(model)
     if not stacks:
         raise ConfigError(
@@ -52,6 +55,7 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
         )
     for layer in (layer for stack in stacks for layer in stack):
         layer.forward = partial(_checkpointed, layer.forward, mode)
+    return model
 
 
 def _checkpointed(forward, mode: str, *args, **kwargs):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -31,35 +30,21 @@ def _digest(value: Any) -> list[int]:
     return [int.from_bytes(raw[i : i + 8], "little", signed=True) for i in (0, 8)]
 
 
-def _resolved(dist_config: Mapping[str, Any] | ParallelConfig, world_size: int) -> dict[str, Any]:
-    """The dist dict with defaults filled, so that equal layouts spelled differently agree. One this
-    rank cannot resolve is hashed as given: it then differs, and every rank hears of it."""
-    if isinstance(dist_config, ParallelConfig):
-        return dist_config.to_dict()
-    try:
-        return ParallelConfig.from_dict(dist_config, world_size=world_size).to_dict()
-    except ConfigError:
-        return dict(dist_config)
-
-
-def fingerprint(
-    model: nn.Module, dist_config: Mapping[str, Any] | ParallelConfig, world_size: int
-) -> torch.Tensor:
-    """[2 * len(PARTS)] int64: the hashes of the dist dict, the model's ``spec`` and its state's shapes."""
+def fingerprint(model: nn.Module, config: ParallelConfig) -> torch.Tensor:
+    """[2 * len(PARTS)] int64: the hashes of the resolved dist dict (defaults filled, so that equal
+    layouts spelled differently agree), the model's ``spec`` and its state's shapes."""
     shapes = [(name, list(t.shape)) for name, t in model.state_dict().items()]
-    words = (
-        _digest(_resolved(dist_config, world_size)) + _digest(getattr(model, "spec", None)) + _digest(shapes)
-    )
+    words = _digest(config.to_dict()) + _digest(getattr(model, "spec", None)) + _digest(shapes)
     return torch.tensor(words, dtype=torch.int64)
 
 
-def check_agreement(model: nn.Module, dist_config: Mapping[str, Any] | ParallelConfig) -> None:
+def check_agreement(model: nn.Module, config: ParallelConfig) -> None:
     """Raise the same ConfigError on every rank unless every rank passed an identical model layout
     and dist dict. One all_gather of a few words; call it before the first collective of a layout."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
-    local = fingerprint(model, dist_config, dist.get_world_size()).to(device)
+    local = fingerprint(model, config).to(device)
     gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, local)
     table = torch.stack(gathered).cpu().view(len(gathered), len(PARTS), 2)

@@ -16,13 +16,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.parts import check_parts
+from brickwork.parallel.tensor.parts import check_parts
 
 ACTIVATION_CHECKPOINTING = ("none", "full", "selective")
 MIXED_PRECISION = ("fp32", "bf16", "fp16")
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 ZERO_STAGES = (0, 1, 2, 3)
 DEVICE_TYPES = ("cpu", "cuda")
+
+
+class WorldSizeError(ConfigError):
+    """A valid dist dict whose sizes multiply to ``wanted`` processes, launched on ``have``."""
+
+    def __init__(self, message: str, *, wanted: int, have: int) -> None:
+        super().__init__(message)
+        self.wanted, self.have = wanted, have
 
 
 @dataclass(frozen=True)
@@ -194,11 +202,13 @@ class ParallelConfig:
     def check_world_size(self, world_size: int) -> None:
         """Raise ConfigError, naming every number, unless pp × dp × cp × tp equals ``world_size``."""
         if self.world_size != world_size:
-            raise ConfigError(
+            raise WorldSizeError(
                 f"pipeline_parallel_size ({self.pipeline_parallel_size}) × data_parallel_size "
                 f"({self.data_parallel_size}) × context_parallel_size ({self.context_parallel_size}) × "
                 f"tensor_parallel_size ({self.tensor_parallel_size}) = {self.world_size}, but the world "
-                f"size is {world_size}"
+                f"size is {world_size}",
+                wanted=self.world_size,
+                have=world_size,
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -77,9 +77,14 @@ def check_context_parallel(model: nn.Module, config: ParallelConfig) -> None:
             )
 
 
-def apply_context_parallel(model: nn.Module, cp_mesh: DeviceMesh) -> None:
+def apply_context_parallel(model: nn.Module, mesh: DeviceMesh, config: ParallelConfig) -> nn.Module:
     """Hook every attention layer and position module of ``model`` so that it runs on this rank's
-    sequence slice (see the module docstring); in place, after :func:`check_context_parallel`."""
+    slice of the sequence over ``mesh``'s "cp" dim (see the module docstring), in place, after
+    :func:`check_context_parallel`. Returns ``model``; nothing happens at context_parallel_size 1."""
+    check_context_parallel(model, config)
+    if config.context_parallel_size == 1:
+        return model
+    cp_mesh = mesh["cp"]
     rank, group = cp_mesh.get_local_rank(), cp_mesh.get_group()
     if isinstance(model, DecoderLM) and model.max_seq_len is not None:
         # The model checks the length it sees, the slice; the limit is on the whole sequence.
@@ -103,6 +108,7 @@ def apply_context_parallel(model: nn.Module, cp_mesh: DeviceMesh) -> None:
     for module in model.modules():
         if isinstance(module, PositionalEncoding):  # the additive ones: attention's are hooked above
             once(module, _shift_offset(rank, index=1))
+    return model
 
 
 def sequence_shard(tensor: torch.Tensor, cp_mesh: DeviceMesh, name: str, dim: int = 1) -> torch.Tensor:

@@ -21,7 +21,6 @@ exactly as under data parallel without expert parallel, so ep changes nothing nu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Set
 from typing import Any
 
 import torch
@@ -33,6 +32,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from brickwork.components.feedforward.moe import Experts, MixtureOfExperts
 from brickwork.errors import ConfigError
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.state import layout_state
 
 EXPERT_MESH_DIMS = ("pp", "edp", "ep", "tp")
 
@@ -59,6 +59,22 @@ def check_expert_parallel(model: nn.Module, config: ParallelConfig) -> None:
                 f"{name} has {moe.num_experts} experts, which expert_parallel_size={ep} does not divide",
                 "expert_parallel_size",
             )
+
+
+def apply_expert_parallel(model: nn.Module, mesh: DeviceMesh, config: ParallelConfig) -> nn.Module:
+    """Split the experts of every MoE of ``model`` over ``expert_parallel_size`` data-parallel ranks, in
+    place, after :func:`check_expert_parallel`; the split is recorded in the model's ParallelState,
+    for data parallel and training. Returns ``model``; nothing happens at expert_parallel_size 1."""
+    check_expert_parallel(model, config)
+    if config.expert_parallel_size == 1:
+        return model
+    if any(p.is_meta for p in model.parameters()):
+        raise ConfigError(
+            "expert parallel needs the real model on every rank (no meta-device init yet)",
+            "expert_parallel_size",
+        )
+    layout_state(model, mesh, config).experts = ExpertParallel(model, config, mesh)
+    return model
 
 
 def expert_module_paths(model: nn.Module) -> set[str]:
@@ -163,61 +179,3 @@ class ExpertParallel:
         for part in parts:
             merged.update(part or {})
         return {k: merged[k] for k in self.key_order if k in merged}
-
-
-class ZeroBesideExperts:
-    """ZeRO-1 under expert parallel: the ZeroRedundancyOptimizer ``zero`` steps the parameters every dp
-    rank shares (each rank keeping the state of its 1/dp of them), and a plain optimizer of the
-    user's class, with the user's param groups and hyperparameters, steps this rank's experts (their
-    state is already split ep ways). ``options``: the user's constructor options. ``optim`` is the
-    local view checkpoints read and fill."""
-
-    def __init__(
-        self,
-        zero: torch.optim.Optimizer,
-        user: torch.optim.Optimizer,
-        experts: Set[int],
-        options: dict[str, Any],
-    ) -> None:
-        groups = [
-            {**group, "params": [p for p in group["params"] if id(p) in experts]}
-            for group in user.param_groups
-        ]
-        self.zero = zero
-        self.experts = type(user)(groups, **options)
-        self.parts = [zero, self.experts]
-        self.optim = _LocalOptimizers(
-            lambda p: self.experts if id(p) in experts else zero.optim,
-            zero.optim.param_groups + self.experts.param_groups,
-        )
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        """The groups as the user's optimizer has them (the ZeRO optimizer's, one per user group)."""
-        return self.zero.param_groups
-
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = self.zero.step(closure)
-        self.experts.step()
-        return loss
-
-
-class _LocalOptimizers:
-    """This rank's two local optimizers seen as one: ``state[param]`` is the state of whichever steps
-    ``param`` (created on first use, as a torch optimizer's is), ``param_groups`` both lists."""
-
-    def __init__(self, owner: Callable[[torch.Tensor], torch.optim.Optimizer], groups: list[dict]) -> None:
-        self.state = _RoutedState(owner)
-        self.param_groups = groups
-
-
-class _RoutedState:
-    def __init__(self, owner: Callable[[torch.Tensor], torch.optim.Optimizer]) -> None:
-        self._owner = owner
-
-    def __getitem__(self, param: torch.Tensor) -> dict[str, Any]:
-        return self._owner(param).state[param]
-
-    def get(self, param: torch.Tensor, default: Any = None) -> Any:
-        state = self._owner(param).state
-        return state.get(param, default)

@@ -89,6 +89,31 @@ def _worker(
             dist.destroy_process_group()
 
 
+def _collect(
+    results: multiprocessing.Queue, processes: list, timeout: float, error_grace: float
+) -> dict[int, Any]:
+    """Each rank's result or :class:`RankError`, by rank, as they arrive; stops at the deadline, or
+    ``error_grace`` seconds after the first error (the others may wait in a collective it never joins)."""
+    outcomes: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    while len(outcomes) < len(processes):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            rank, status, payload = results.get(timeout=min(remaining, 1.0))
+        except queue.Empty:
+            if all(not p.is_alive() for p in processes) and results.empty():
+                break
+            continue
+        if status == "ok":
+            outcomes[rank] = torch.load(io.BytesIO(payload), weights_only=True)
+        else:
+            outcomes[rank] = RankError(rank, *payload)
+            deadline = min(deadline, time.monotonic() + error_grace)
+    return outcomes
+
+
 def spawn(
     fn: Callable[..., Any],
     world_size: int,
@@ -123,25 +148,8 @@ def spawn(
     ]
     for process in processes:
         process.start()
-    outcomes: dict[int, Any] = {}
-    deadline = time.monotonic() + timeout
     try:
-        while len(outcomes) < world_size:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                rank, status, payload = results.get(timeout=min(remaining, 1.0))
-            except queue.Empty:
-                if all(not p.is_alive() for p in processes) and results.empty():
-                    break
-                continue
-            if status == "ok":
-                outcomes[rank] = torch.load(io.BytesIO(payload), weights_only=True)
-            else:
-                outcomes[rank] = RankError(rank, *payload)
-                # The other ranks may be blocked in a collective the failed rank will never join.
-                deadline = min(deadline, time.monotonic() + error_grace)
+        outcomes = _collect(results, processes, timeout, error_grace)
     finally:
         for process in processes:
             process.join(timeout=5.0)

@@ -9,13 +9,42 @@ same full weights as a single-process build, exactly.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.device_mesh import DeviceMesh
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.styles import PACKED_ATTR
+from brickwork.parallel.mesh import mesh_device
+from brickwork.parallel.tensor.styles import PACKED_ATTR
+from brickwork.parallel.tensor.vocab_padding import pad_source
+
+
+@dataclass(frozen=True)
+class MetaSource:
+    """Rank 0's full weights (empty on the other ranks) for a model that some rank built on the meta
+    device, and the device this rank's shards go to once the layout is applied."""
+
+    state: dict[str, torch.Tensor]
+    device: torch.device
+
+    def fill(self, model: nn.Module) -> None:
+        """Allocate ``model``'s local shards and fill them from rank 0 (a padded vocabulary padded)."""
+        materialize(model, pad_source(model, self.state) if self.state else {}, self.device)
+
+
+def place_on_device(model: nn.Module, mesh: DeviceMesh) -> MetaSource | None:
+    """Move ``model`` to this rank's device; or, where some rank passed it on the meta device, leave
+    every rank's parameters on meta and return what :meth:`MetaSource.fill` needs after the layout.
+    Collective; every rank raises if rank 0 passed a meta model."""
+    device = mesh_device(mesh)
+    if not uses_meta_init(model, device):
+        model.to(device)
+        return None
+    return MetaSource(take_source(model, device), device)
 
 
 def uses_meta_init(model: nn.Module, device: torch.device) -> bool:

@@ -33,8 +33,8 @@ def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
     Starts the default process group from the torchrun environment if it is not up yet; a plain
     ``python`` process (no ``RANK`` in the environment) is a world of one.
     """
-    start_process_group(dist_config)
-    config = ParallelConfig.from_dict(dist_config, world_size=dist.get_world_size())
+    config = launched_config(dist_config)
+    start_process_group(config)
     device_type = mesh_device_type(config)
     if device_type == "cuda":
         torch.cuda.set_device(local_device_index())
@@ -47,6 +47,27 @@ def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
     return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
 
 
+def launched_world_size() -> int:
+    """The number of processes of this run: the process group's size once it is up, before that
+    torchrun's ``WORLD_SIZE``; 1 for a plain ``python`` process (no ``RANK`` in the environment)."""
+    if dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else 1
+
+
+def launched_config(dist_config: Mapping[str, Any] | ParallelConfig) -> ParallelConfig:
+    """The dist dict validated for this run's world size (:func:`launched_world_size`): the one place
+    a dist dict becomes the :class:`ParallelConfig` that ``parallelize`` and its steps pass on. A
+    ParallelConfig is only checked against the world size."""
+    return ParallelConfig.from_dict(dist_config, world_size=launched_world_size())
+
+
+def mesh_device(mesh: DeviceMesh) -> torch.device:
+    """The device this rank computes on."""
+    index = torch.cuda.current_device() if mesh.device_type == "cuda" else None
+    return torch.device(mesh.device_type, index)
+
+
 def data_mesh(mesh: DeviceMesh) -> DeviceMesh:
     """The ranks holding the same parameters on different tokens, over which gradients are reduced:
     "dp", flattened with "cp" when context parallel is on (each cp rank sees other positions)."""
@@ -55,13 +76,12 @@ def data_mesh(mesh: DeviceMesh) -> DeviceMesh:
     return mesh["dp", "cp"]._flatten("dp_cp")
 
 
-def start_process_group(dist_config: Mapping[str, Any] | ParallelConfig) -> None:
+def start_process_group(config: ParallelConfig) -> None:
     """Start the default process group if it is not up: from the torchrun environment, or, in a plain
     ``python`` process (no ``RANK`` in the environment), as a world of one. The dist dict's
     ``timeout_s`` bounds how long the start, and every collective after it, waits for a peer."""
     if dist.is_initialized():
         return
-    config = ParallelConfig.from_dict(dist_config)
     backend = "nccl" if mesh_device_type(config) == "cuda" else "gloo"
     timeout = timedelta(seconds=config.timeout_s)
     if "RANK" in os.environ:

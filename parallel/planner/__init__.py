@@ -14,7 +14,7 @@ from brickwork.errors import ConfigError
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import DEVICE_PRESETS, Cluster, Device, device_from, parse_cluster
 from brickwork.parallel.planner.estimate import Plan, estimate_layout
-from brickwork.parallel.planner.layout import Layout
+from brickwork.parallel.planner.layout import Layout, check_step_options
 from brickwork.parallel.planner.model_facts import ModelFacts, model_facts
 from brickwork.parallel.planner.search import divisors, search
 
@@ -52,7 +52,7 @@ def plan(
     _check_sizes(global_batch, seq_len)
     facts, machines = _facts(spec), parse_cluster(cluster)
     options = {"precision": precision, "optimizer": optimizer, "grad_accum_steps": grad_accum_steps}
-    Layout(ParallelConfig(), 1, precision=precision, optimizer=optimizer)  # checks both names
+    check_step_options(precision, optimizer)
     feasible, infeasible = search(facts, machines, global_batch, seq_len, options)
     if feasible:
         return feasible

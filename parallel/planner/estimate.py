@@ -22,6 +22,7 @@ from brickwork.parallel.planner.memory import MemoryBreakdown, rank_memory, stag
 from brickwork.parallel.planner.model_facts import ModelFacts
 from brickwork.parallel.planner.step_time import (
     Links,
+    StageCost,
     TimeBreakdown,
     data_parallel_seconds,
     offload_seconds,
@@ -82,12 +83,11 @@ class Plan:
 
 def compact_dist(config: ParallelConfig) -> dict[str, Any]:
     """The dist dict with the four sizes and every key that differs from its default."""
-    defaults = ParallelConfig()
     sizes = ("data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size")
     out = {}
     for field in dataclasses.fields(ParallelConfig):
         value = getattr(config, field.name)
-        if field.name in sizes or value != getattr(defaults, field.name):
+        if field.name in sizes or value != field.default:
             out[field.name] = list(value) if isinstance(value, tuple) else value
     return out
 
@@ -162,6 +162,46 @@ def estimate_layout(
             f"data_parallel_size {c.data_parallel_size} = {layout.rows_per_step} rows, not the global batch "
             f"{global_batch}"
         )
+    p = c.pipeline_parallel_size
+    weights = list(c.device_weights) if c.device_weights and p > 1 else None
+    placement = stage_placement(facts, c, _layer_costs(facts, seq_len), weights)
+    ranks = representative_ranks(facts, placement) if cluster.uniform else list(range(p))
+    groups = _device_groups(cluster, layout)
+    memory, fits, capacity = _memory(facts, layout, placement, ranks, seq_len, groups)
+    links = _links(cluster, c)
+    costs = _stage_costs(facts, layout, placement, ranks, seq_len, groups, links)
+    time = _step_time(facts, layout, placement, ranks, costs, links)
+    tokens = global_batch * seq_len
+    peak = sum(dev.rate(layout.precision) / dev.achievable_fraction for dev in cluster.devices)
+    executed = step_flops(facts, tokens, seq_len, c.activation_checkpointing)
+    return Plan(
+        dist=compact_dist(c),
+        memory_bytes=memory.total,
+        step_time_s=time.step,
+        tokens_per_s=tokens / time.step,
+        tflops_per_device=executed / time.step / cluster.world_size / 1e12,
+        mfu=step_flops(facts, tokens, seq_len, "none") / time.step / peak,
+        micro_batch_size=layout.micro_batch_size,
+        grad_accum_steps=layout.grad_accum_steps,
+        fits=fits,
+        device_memory_bytes=capacity,
+        memory=memory,
+        time=time,
+    )
+
+
+@dataclass(frozen=True)
+class _DeviceGroups:
+    """Where a layout's work runs: the devices of each pipeline stage, and without a pipeline the
+    rows and devices of each data-parallel rank (one of them, when all are alike)."""
+
+    stages: list[list[Device]]
+    rows: list[int]
+    data_ranks: list[list[Device]]
+
+
+def _device_groups(cluster: Cluster, layout: Layout) -> _DeviceGroups:
+    c = layout.config
     t, cp, d, p = (
         c.tensor_parallel_size,
         c.context_parallel_size,
@@ -170,54 +210,73 @@ def estimate_layout(
     )
     per_stage = t * cp * d
     if cluster.uniform:
-        stage_devices = [[cluster.devices[0]]] * p
+        stages = [[cluster.devices[0]]] * p
     else:
-        stage_devices = [list(cluster.devices[s * per_stage : (s + 1) * per_stage]) for s in range(p)]
-    weights = list(c.device_weights) if c.device_weights and p > 1 else None
-    placement = stage_placement(facts, c, _layer_costs(facts, seq_len), weights)
-    ranks = representative_ranks(facts, placement) if cluster.uniform else list(range(p))
-    links = _links(cluster, c)
+        stages = [list(cluster.devices[s * per_stage : (s + 1) * per_stage]) for s in range(p)]
     # Rows per data-parallel rank: split by device_weights (pipeline-free layouts) or equal.
     rows = [layout.micro_batch_size] * d
     if c.device_weights and p == 1 and d > 1:
         rows = list(split_rows(layout.micro_batch_size * d, c.device_weights, d))
-    dp_groups: list[list[Device]] = []
+    data_ranks: list[list[Device]] = []
     if p == 1:
-        dp_groups = (
+        data_ranks = (
             [[cluster.devices[0]]] * d
             if cluster.uniform
             else [list(cluster.devices[r * t * cp : (r + 1) * t * cp]) for r in range(d)]
         )
         if cluster.uniform and len(set(rows)) == 1:
-            rows, dp_groups = rows[:1], dp_groups[:1]
-    memory, fits, capacity = _memory(facts, layout, placement, ranks, seq_len, rows, stage_devices, dp_groups)
-    # Time: each pipeline rank's seconds per micro-batch (without a pipeline: the slowest dp rank).
+            rows, data_ranks = rows[:1], data_ranks[:1]
+    return _DeviceGroups(stages, rows, data_ranks)
+
+
+def _stage_costs(
+    facts: ModelFacts,
+    layout: Layout,
+    placement: StagePlacement,
+    ranks: list[int],
+    seq_len: int,
+    groups: _DeviceGroups,
+    links: Links,
+) -> dict[int, StageCost]:
+    """Each pipeline rank's seconds per micro-batch (without a pipeline: the slowest dp rank's)."""
     costs = {}
     for s in ranks:
-        if p == 1:
+        if layout.config.pipeline_parallel_size == 1:
             candidates = [
                 stage_cost(
-                    facts, layout, placement, 0, seq_len, rows[r], _slowest(g, layout.precision), links
+                    facts, layout, placement, 0, seq_len, groups.rows[r], _slowest(g, layout.precision), links
                 )
-                for r, g in enumerate(dp_groups)
+                for r, g in enumerate(groups.data_ranks)
             ]
             costs[s] = max(candidates, key=lambda x: x.total)
         else:
-            device = _slowest(stage_devices[s], layout.precision)
-            costs[s] = stage_cost(facts, layout, placement, s, seq_len, rows[0], device, links)
+            device = _slowest(groups.stages[s], layout.precision)
+            costs[s] = stage_cost(facts, layout, placement, s, seq_len, groups.rows[0], device, links)
+    return costs
+
+
+def _step_time(
+    facts: ModelFacts,
+    layout: Layout,
+    placement: StagePlacement,
+    ranks: list[int],
+    costs: dict[int, StageCost],
+    links: Links,
+) -> TimeBreakdown:
+    """The step: the pipeline over the stages' costs, then the data-parallel reduction, the
+    parameter gathers and the offload traffic."""
+    c = layout.config
+    p = c.pipeline_parallel_size
     signature = {s: _signature(facts, placement, s) for s in range(p)}
     by_signature = {signature[s]: costs[s] for s in ranks}
     stage_seconds = [by_signature[signature[s]].total if s not in costs else costs[s].total for s in range(p)]
     pipeline, bubble = pipeline_step(stage_seconds, layout.microbatches, c.virtual_pipeline_size)
     local = max(state_bytes(facts, stage_groups(facts, placement, s), layout).local_parameters for s in ranks)
-    costs_list = list(costs.values())
-    slowest = max(costs_list, key=lambda x: x.total)
+    slowest = max(costs.values(), key=lambda x: x.total)
     dp_time, gather_time = data_parallel_seconds(layout, local, slowest.compute, links)
     offload = offload_seconds(layout, local)
-    step = pipeline + dp_time + gather_time + offload
     m = layout.microbatches
-    tokens = global_batch * seq_len
-    time = TimeBreakdown(
+    return TimeBreakdown(
         compute=slowest.compute * m,
         recompute=slowest.recompute * m,
         bubble=bubble,
@@ -227,26 +286,7 @@ def estimate_layout(
         pipeline=slowest.pipeline * m,
         data_parallel=dp_time + gather_time,
         offload=offload,
-        step=step,
-    )
-    world = cluster.world_size
-    peak = sum(dev.rate(layout.precision) / dev.achievable_fraction for dev in cluster.devices)
-    return Plan(
-        dist=compact_dist(c),
-        memory_bytes=memory.total,
-        step_time_s=step,
-        tokens_per_s=tokens / step,
-        tflops_per_device=step_flops(facts, tokens, seq_len, c.activation_checkpointing)
-        / step
-        / world
-        / 1e12,
-        mfu=step_flops(facts, tokens, seq_len, "none") / step / peak,
-        micro_batch_size=layout.micro_batch_size,
-        grad_accum_steps=layout.grad_accum_steps,
-        fits=fits,
-        device_memory_bytes=capacity,
-        memory=memory,
-        time=time,
+        step=pipeline + dp_time + gather_time + offload,
     )
 
 
@@ -280,18 +320,16 @@ def _memory(
     placement: StagePlacement,
     ranks: list[int],
     seq_len: int,
-    rows: list[int],
-    stage_devices: list[list[Device]],
-    dp_groups: list[list[Device]],
+    groups: _DeviceGroups,
 ) -> tuple[MemoryBreakdown, bool, int]:
     """(the fullest device's breakdown, whether every device fits, that device's memory)."""
     p = layout.config.pipeline_parallel_size
     fullest: tuple[MemoryBreakdown, int] | None = None
     fits = True
     for s in ranks:
-        for r, row in enumerate(rows if p == 1 else rows[:1]):
+        for r, row in enumerate(groups.rows if p == 1 else groups.rows[:1]):
             memory = rank_memory(facts, layout, placement, s, seq_len, row)
-            devices = dp_groups[r] if p == 1 else stage_devices[s]
+            devices = groups.data_ranks[r] if p == 1 else groups.stages[s]
             capacity = min(dev.memory_bytes for dev in devices)
             reserved = max(dev.reserved_bytes for dev in devices)
             memory = dataclasses.replace(memory, reserved=reserved)

@@ -15,6 +15,14 @@ PRECISIONS = ("fp32", "bf16-mixed", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "sgd")
 
 
+def check_step_options(precision: str, optimizer: str) -> None:
+    """ConfigError for a precision or optimizer the cost model does not know."""
+    if precision not in PRECISIONS:
+        raise ConfigError("unknown precision", "precision", choices=PRECISIONS, got=precision)
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError("unknown optimizer", "optimizer", choices=OPTIMIZERS, got=optimizer)
+
+
 @dataclass(frozen=True)
 class Layout:
     """``config`` is the dist dict; ``micro_batch_size`` rows go through the model at once on each
@@ -31,10 +39,7 @@ class Layout:
     fused_norms: bool = True
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ConfigError("unknown precision", "precision", choices=PRECISIONS, got=self.precision)
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError("unknown optimizer", "optimizer", choices=OPTIMIZERS, got=self.optimizer)
+        check_step_options(self.precision, self.optimizer)
 
     @property
     def microbatches(self) -> int:

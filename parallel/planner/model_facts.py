@@ -127,7 +127,7 @@ def _reversible_types() -> tuple[type, ...]:
 
 
 def _read(model: nn.Module, fields: Any) -> ModelFacts:
-    from brickwork.parallel.tensor_parallel import component_plan
+    from brickwork.parallel.tensor.plan import component_plan
 
     styles = {entry.path: (entry.style, entry.segments) for entry in component_plan(model)}
     weights = []

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from parallel_cases import SEQ, VOCAB, build, full_logits, lm_batch, next_token_loss
 
-import brickwork.parallel.checkpoint as checkpoint_module
+import brickwork.parallel.checkpoint.save_load as checkpoint_module
 from brickwork.parallel import load_checkpoint, parallelize, save_checkpoint
 from brickwork.train import TrainStep
 

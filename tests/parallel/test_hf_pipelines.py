@@ -11,7 +11,7 @@ from hf_plan_cases import build, mlm_reference
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import spawn
-from brickwork.parallel.pipeline_stages import stage_recipe
+from brickwork.parallel.pipeline.stages import stage_recipe
 
 pytest.importorskip("transformers")
 

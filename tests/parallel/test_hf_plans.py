@@ -22,7 +22,8 @@ from torch import nn
 from brickwork.errors import ConfigError
 from brickwork.parallel import spawn
 from brickwork.parallel.plans import plan_for
-from brickwork.parallel.tensor_parallel import check_tensor_parallel, name_plan
+from brickwork.parallel.tensor.checks import check_tensor_parallel
+from brickwork.parallel.tensor.plan import name_plan
 
 pytest.importorskip("transformers")
 

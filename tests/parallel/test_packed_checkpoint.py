@@ -12,7 +12,7 @@ from packed_checkpoint_cases import batches, build, four_rank, load_run, logits,
 from safetensors.torch import load_file
 
 from brickwork.parallel import export, spawn
-from brickwork.parallel.safe_reader import read_metadata
+from brickwork.parallel.checkpoint.safe_reader import read_metadata
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.distributed

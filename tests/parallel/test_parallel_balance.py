@@ -12,7 +12,7 @@ from parallel_cases import build
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, split_rows, split_stages
 from brickwork.parallel.balance import module_cost
-from brickwork.parallel.pipeline_stages import stage_layer_counts
+from brickwork.parallel.pipeline.stages import stage_layer_counts
 
 
 def slowest(costs, counts, weights, first_extra=0.0, last_extra=0.0) -> float:

@@ -8,8 +8,9 @@ from parallel_cases import build, tiny_spec
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
 from brickwork.parallel import ParallelConfig
-from brickwork.parallel.styles import packed_order, parse_style, unpack_full
-from brickwork.parallel.tensor_parallel import check_tensor_parallel, component_plan, name_plan
+from brickwork.parallel.tensor.checks import check_tensor_parallel
+from brickwork.parallel.tensor.plan import component_plan, name_plan
+from brickwork.parallel.tensor.styles import packed_order, parse_style, unpack_full
 
 
 def test_defaults_and_world_size() -> None:
@@ -96,7 +97,7 @@ def test_vocab_that_does_not_split_is_padded_not_refused() -> None:
     spec["vocab_size"] = 66
     model = build_model(spec)
     entries = component_plan(model)  # the model declares its own vocab-parallel embedding and head
-    check_tensor_parallel(model, entries, 4)  # padded inside the model (parallel/vocab_padding.py)
+    check_tensor_parallel(model, entries, 4)  # padded inside the model (parallel/tensor/vocab_padding.py)
     with pytest.raises(ConfigError, match=r"vocab style needs an nn.Embedding, got Linear"):
         check_tensor_parallel(model, name_plan(model, {"lm_head": "vocab"}), 2)
 

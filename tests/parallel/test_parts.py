@@ -9,7 +9,7 @@ from torch import nn
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, part, spawn
-from brickwork.parallel.parts import annotated_parts, whole_modules
+from brickwork.parallel.tensor.parts import annotated_parts, whole_modules
 
 
 def test_the_innermost_named_module_decides_and_a_later_pattern_wins() -> None:

@@ -9,7 +9,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from brickwork.parallel import full_state_dict, spawn
-from brickwork.parallel.tensor_parallel_layers import (
+from brickwork.parallel.tensor.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,

@@ -24,7 +24,7 @@ from vocab_padding_cases import (
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, export, spawn
-from brickwork.parallel.vocab_padding import VocabPadding
+from brickwork.parallel.tensor.vocab_padding import VocabPadding
 
 pytest.importorskip("transformers")
 

@@ -12,7 +12,7 @@ from train_cases import build, forward, global_batches, logits_of, spec
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
 from brickwork.parallel.config import ParallelConfig
-from brickwork.parallel.pipeline_stages import build_stage_modules, shared_parameters, stage_layer_counts
+from brickwork.parallel.pipeline.stages import build_stage_modules, shared_parameters, stage_layer_counts
 
 FIRST_INPUT = {"vit": "pixel_values"}
 

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from brickwork.components.attention import FourierMix, MultiHeadAttention, Pooling
 from brickwork.errors import ConfigError
-from brickwork.parallel.tensor_parallel import check_tensor_parallel, component_plan
+from brickwork.parallel.tensor.checks import check_tensor_parallel
+from brickwork.parallel.tensor.plan import component_plan
 
 
 def _dft(n: int) -> torch.Tensor:

@@ -33,7 +33,7 @@ from torch.nn.modules.module import register_module_module_registration_hook
 from torch.utils.hooks import RemovableHandle
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.tensor_parallel import PlanEntry
+from brickwork.parallel.tensor.plan import PlanEntry
 
 PART_STRATEGIES = ("replicate", "split")
 PART_ATTR = "_brickwork_part"

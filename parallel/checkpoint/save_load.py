@@ -7,7 +7,7 @@ A checkpoint is a folder:
   tensors are saved as DTensors, so DCP records their global shape and each rank's chunk; loading
   under another layout reads exactly the chunks each rank now holds (resharding). A packed
   ``colwise:N`` parameter, whose columns are reordered for one TP size, is saved in the
-  single-process order, one chunk per piece (parallel/packed_shards.py);
+  single-process order, one chunk per piece (parallel/checkpoint/packed_shards.py);
 - ``rng/rank<r>.pt``: each rank's RNG state;
 - ``meta.json``: the step, the resolved spec, the dist dict, the world size, the optimizer's
   hyperparameters (param groups without their tensors) and the caller's ``extra``;
@@ -35,12 +35,16 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
+from brickwork.parallel.checkpoint.packed_shards import natural_order_view
+from brickwork.parallel.checkpoint.safe_reader import (
+    SafeFileSystemReader,
+    SafeLoadPlanner,
+    UnsafeCheckpointError,
+)
 from brickwork.parallel.manifest import CorruptCheckpointError, verify_manifest, write_manifest
-from brickwork.parallel.packed_shards import natural_order_view
-from brickwork.parallel.parallel_model import parallel_state
-from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner, UnsafeCheckpointError
-from brickwork.parallel.styles import packed_names
-from brickwork.parallel.vocab_padding import VocabPadding, padded_names
+from brickwork.parallel.state import parallel_state
+from brickwork.parallel.tensor.styles import packed_names
+from brickwork.parallel.tensor.vocab_padding import VocabPadding, padded_names
 
 COMPLETE_MARKER = ".complete"
 META_FILE = "meta.json"
@@ -226,7 +230,7 @@ def reading(path: Path) -> Iterator[None]:
 def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's state dict, by single-process names: DTensors where sharded, sharing storage with
     the parameters (so DCP loads in place); a padded vocabulary as the view of its real rows, a packed
-    ``colwise:N`` parameter in the single-process column order (parallel/packed_shards.py)."""
+    ``colwise:N`` parameter in the single-process column order (parallel/checkpoint/packed_shards.py)."""
     state = parallel_state(model)
     local = model.state_dict() if state is None else state.local_state_dict()
     padded = padded_names(state.modules) if state is not None else {}

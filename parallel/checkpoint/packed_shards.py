@@ -1,7 +1,7 @@
 """A packed ``colwise:N`` parameter as a checkpoint sees it: in the single-process column order.
 
 A ``colwise:N`` split (HF GPT-2's fused q|k|v) reorders the packed dim before sharding, so that each
-rank's contiguous shard holds its part of every segment (parallel/styles.py). That order depends on
+rank's contiguous shard holds its part of every segment (parallel/tensor/styles.py). That order depends on
 the TP size, so a checkpoint cannot store the DTensor as it is. :class:`NaturalOrderShards` shows
 DCP the parameter in the model's own order: the global shape of the single-process tensor, and this
 rank's local shard as one chunk per run of columns that stay consecutive there (N runs under plain

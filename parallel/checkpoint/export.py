@@ -18,7 +18,8 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from brickwork.parallel.checkpoint import (
+from brickwork.parallel.checkpoint.safe_reader import SafeFileSystemReader, SafeLoadPlanner
+from brickwork.parallel.checkpoint.save_load import (
     COMPLETE_MARKER,
     is_complete,
     quiet_single_process,
@@ -26,7 +27,6 @@ from brickwork.parallel.checkpoint import (
     reading,
     verify_checkpoint,
 )
-from brickwork.parallel.safe_reader import SafeFileSystemReader, SafeLoadPlanner
 
 
 def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:

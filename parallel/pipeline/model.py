@@ -1,20 +1,16 @@
-"""Pipeline parallel (× data × tensor parallel) with torch.distributed.pipelining, under DESIGN.md's contract.
+"""What ``parallelize`` returns under a pipeline: this rank's stages and their schedule.
 
-Each rank builds its stages (parallel/pipeline_stages.py): pipeline rank r holds stages r, r + pp, ...
-(v of them under ``interleaved_1f1b``). Every stage is laid out like a whole model would be (tensor
-parallel from the plans, activation checkpointing, then DDP or FSDP2 over "dp"), wrapped in a
-``PipelineStage`` over the "pp" process group and driven by ``ScheduleGPipe``, ``Schedule1F1B`` or
-``ScheduleInterleaved1F1B``. :class:`PipelinedModel` holds this rank's stages and builds the schedule
-for the loss function a train step gives it; it knows no loss itself. A weight held by two stages (a
-tied embedding and LM head, on the first and the last stage) has its gradient summed across them
-before clipping and the optimizer step.
+:class:`PipelinedModel` holds this rank's stages (pipeline rank r holds stages r, r + pp, ...) and
+builds the schedule (``ScheduleGPipe``, ``Schedule1F1B`` or ``ScheduleInterleaved1F1B`` over the
+"pp" process group) for the loss function a train step gives it; it knows no loss itself. A weight
+held by two stages (a tied embedding and LM head, on the first and the last stage) has its gradient
+summed across them before clipping and the optimizer step (:class:`PipelineState`).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -30,100 +26,10 @@ from torch.distributed.pipelining.schedules import (
 )
 from torch.distributed.tensor import DTensor
 
-from brickwork.errors import ConfigError
-from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
 from brickwork.parallel.config import ParallelConfig
-from brickwork.parallel.data_parallel import apply_fsdp
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
-from brickwork.parallel.materialize import uses_meta_init
-from brickwork.parallel.mesh import data_mesh
-from brickwork.parallel.parallel_model import STATE_ATTR, ParallelState, attach_ddp, mesh_device
-from brickwork.parallel.parts import whole_modules
-from brickwork.parallel.pipeline_stages import (
-    PipelineStageModule,
-    build_stage_modules,
-    shared_parameters,
-    stage_layer_counts,
-)
-from brickwork.parallel.tensor_parallel import (
-    PlanValue,
-    apply_tensor_parallel,
-    component_plan,
-    merge_plans,
-    name_plan,
-)
-
-
-def parallelize_pipeline(
-    model: nn.Module,
-    config: ParallelConfig,
-    mesh: DeviceMesh,
-    plan: Mapping[str, PlanValue] | None,
-    divide: Mapping[str, Sequence[str]] | None,
-) -> PipelinedModel:
-    """The pipeline path of ``parallelize`` (checks on the dist dict and plans are done by then).
-
-    The meta-device check comes first and is collective, so a rank that passed a meta model does
-    not fail alone; the stage checks after it give the same answer on every rank.
-    """
-    device = mesh_device(mesh)
-    annotated = whole_modules(model, {})
-    if annotated:  # the dist dict's parts are refused by ParallelConfig already
-        raise ConfigError(
-            f"{sorted(annotated)[0]} is kept whole by a part annotation; per-part strategies are not "
-            "supported under a pipeline yet",
-            "pipeline_parallel_size",
-        )
-    if uses_meta_init(model, device):
-        raise ConfigError(
-            "a model on the meta device is not supported with pipeline_parallel_size > 1: every rank builds "
-            "the real model and keeps only its stages",
-            "pipeline_parallel_size",
-        )
-    counts = stage_layer_counts(model, config)
-    shared = shared_parameters(model, counts)
-    pp, pp_rank = config.pipeline_parallel_size, mesh["pp"].get_local_rank()
-    stage_ids = [pp_rank + k * pp for k in range(config.virtual_pipeline_size)]
-    stages = build_stage_modules(model, counts, stage_ids)
-    roots = [_lay_out(stage, config, mesh, device, plan, divide) for stage in stages]
-    state = PipelineState(config, mesh, stages, roots, shared)
-    return PipelinedModel(stages, roots, state, list(model.state_dict()), getattr(model, "spec", None))
-
-
-def _lay_out(
-    stage: PipelineStageModule,
-    config: ParallelConfig,
-    mesh: DeviceMesh,
-    device: torch.device,
-    plan: Mapping[str, PlanValue] | None,
-    divide: Mapping[str, Sequence[str]] | None,
-) -> nn.Module:
-    """Tensor parallel, activation checkpointing and data parallel on one stage; returns what the
-    ``PipelineStage`` drives (the DDP object under DDP, else the stage)."""
-    stage.to(device)
-    if config.tensor_parallel_size > 1:
-        names = [name for name, _ in stage.named_modules()]
-        # Patterns were checked against the whole model; a stage takes those that match its modules.
-        own_plan = {p: s for p, s in (plan or {}).items() if fnmatch.filter(names, p)}
-        own_divide = {p: a for p, a in (divide or {}).items() if fnmatch.filter(names, p)}
-        entries = merge_plans(component_plan(stage), name_plan(stage, own_plan))
-        apply_tensor_parallel(
-            stage,
-            entries,
-            mesh["tp"],
-            sequence_parallel=config.sequence_parallel,
-            divide=own_divide,
-            split_input=stage.is_first,
-            vocab_multiple=config.vocab_multiple,
-        )
-    apply_activation_checkpointing(stage, config.activation_checkpointing)
-    replicas = data_mesh(mesh)
-    if config.zero_stage >= 2:
-        apply_fsdp(stage, config, replicas)
-        return stage
-    if replicas.size() > 1:
-        return attach_ddp(stage, replicas, accumulates=True)
-    return stage
+from brickwork.parallel.pipeline.stages import PipelineStageModule
+from brickwork.parallel.state import STATE_ATTR, ParallelState
 
 
 class PipelineState(ParallelState):
