@@ -25,8 +25,7 @@ from torch.distributed.tensor import DTensor
 from brickwork.factory.build import build_model
 from brickwork.factory.hf import load_hf_checkpoint
 from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
-from brickwork.parallel.checkpoint import is_complete
-from brickwork.parallel.export import read_checkpoint_weights
+from brickwork.parallel.checkpoint import is_complete, read_checkpoint_weights
 
 SPEC_FILE = "spec.yaml"
 WEIGHTS_FILE = "model.safetensors"
