@@ -18,7 +18,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     DTensors are gathered, packed columns put back, pipeline stages merged, a padded vocabulary's
     padding dropped (parallel/tensor/vocab_padding.py). Collective: every rank calls it. A module that
     ``parallelize`` did not lay out gives its own, its DTensors (Megatron-style layers, a module sharded
-    by ``parallelize_module_by_plan``) gathered.
+    by ``apply_tensor_parallel`` alone) gathered.
     """
     state = parallel_state(model)
     if state is None:

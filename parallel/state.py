@@ -80,7 +80,7 @@ class ParallelState:
 
     def trainable(self) -> dict[str, torch.Tensor]:
         """Each parameter name (tied names too) -> the tensor the optimizer holds for it: the
-        parameter, or under DDP + TP its local shard (data_parallel.LocalShards)."""
+        parameter, or under DDP + TP its local shard (data/ddp.py, LocalShards)."""
         out: dict[str, torch.Tensor] = {}
         shards = {id(d.module._model[0]): d.module for d in self.ddps if isinstance(d.module, LocalShards)}
         for module in self.modules:

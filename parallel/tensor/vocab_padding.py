@@ -143,7 +143,7 @@ def remap_ids_hook(padding: VocabPadding) -> Callable[[nn.Module, tuple], tuple]
     """A forward pre-hook for the embedding: token ids -> padded rows.
 
     An id outside the vocabulary never reaches it: the range check that ``apply_tensor_parallel``
-    registers first raises (tensor_parallel_layers.check_token_ids)."""
+    registers first raises (tensor/layers.py, check_token_ids)."""
 
     def hook(module: nn.Module, args: tuple) -> tuple:
         return (padding.padded_ids(args[0]), *args[1:])
