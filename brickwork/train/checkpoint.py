@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from brickwork.errors import ConfigError, RunFailure
 from brickwork.parallel import export, is_complete, load_checkpoint, save_checkpoint
 from brickwork.parallel.checkpoint import META_FILE, read_meta, verify_checkpoint
-from brickwork.parallel.manifest import CorruptCheckpointError
+from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.

@@ -8,6 +8,8 @@ import torch.distributed as dist
 
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, build_mesh
+from brickwork.parallel.config import WorldSizeError
+from brickwork.parallel.mesh import launched_config
 
 
 def world_size() -> int:
@@ -15,24 +17,19 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def check_world(dist_dict: dict) -> ParallelConfig:
+def check_world(dist_dict: dict | ParallelConfig) -> ParallelConfig:
     """The dist dict validated by ``brickwork.parallel`` for the processes that were launched.
 
     A missing ``data_parallel_size`` takes up the processes the other sizes leave (as in LiBai), so
     a bare ``torchrun`` run is data parallel. Sizes that do not multiply to the world size get a
     one-line ConfigError saying how to launch; any other problem names its ``dist.<key>``.
     """
-    have = world_size()
     try:
-        return ParallelConfig.from_dict(dist_dict, world_size=have)
-    except ConfigError as err:
-        mismatch = err
-    try:
-        wanted = ParallelConfig.from_dict(dist_dict).world_size
+        return launched_config(dist_dict)
+    except WorldSizeError as err:
+        wanted, have = err.wanted, err.have
     except ConfigError as err:
         raise err.at("dist") from None
-    if wanted == have:
-        raise mismatch.at("dist") from None
     if have == 1:
         raise ConfigError(
             f"the dist dict asks for {wanted} processes (data x context x tensor x pipeline parallel "

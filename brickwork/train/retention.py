@@ -17,7 +17,7 @@ from pathlib import Path
 
 from brickwork.parallel import is_complete
 from brickwork.parallel.checkpoint import read_meta, verify_checkpoint
-from brickwork.parallel.manifest import CorruptCheckpointError
+from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError
 from brickwork.train.checkpoint import complete_checkpoints, remove_path
 
 BEST_DIR = "best"

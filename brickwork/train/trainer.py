@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -27,7 +27,7 @@ from brickwork.data.tokenizer import HFTokenizer, Tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
-from brickwork.parallel import full_state_dict, parallel_state, parallelize
+from brickwork.parallel import ParallelConfig, full_state_dict, parallel_state, parallelize
 from brickwork.sampling import sample_ids
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
@@ -159,7 +159,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
     _check_fits(run, task)
     run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
     params = sum(p.numel() for p in model.parameters())
-    model = parallelize(model, _layout_dict(run))
+    model = parallelize(model, _layout_config(run))
     layout = parallel_state(model)
     is_main = dist.get_rank() == 0
     say = logger.info if is_main else _quiet
@@ -275,17 +275,17 @@ def _task_spec(run: RunConfig, task: str, tokenizer: Tokenizer | None, quiet: bo
     return spec
 
 
-def _layout_dict(run: RunConfig) -> dict:
-    """The dist dict for ``parallelize``: the device from ``train.device``, and FSDP's bf16 policy
+def _layout_config(run: RunConfig) -> ParallelConfig:
+    """The run's layout for ``parallelize``: the device from ``train.device``, and FSDP's bf16 policy
     for ``train.precision=bf16-mixed`` under ZeRO-2/3."""
-    out = dict(run.dist)
+    config = check_world(run.dist)
     if run.train.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("cuda, but no CUDA device is usable here; use train.device=cpu", "train.device")
     if run.train.device != "auto":
-        out["device_type"] = run.train.device
-    if run.train.precision == "bf16-mixed" and out.get("zero_stage", 0) >= 2:
-        out["mixed_precision"] = "bf16"
-    return out
+        config = replace(config, device_type=run.train.device)
+    if run.train.precision == "bf16-mixed" and config.zero_stage >= 2:
+        config = replace(config, mixed_precision="bf16")
+    return config
 
 
 def _data(run: RunConfig, task: str, text: TextData | None) -> tuple[TaskBatches, list[dict], str]:

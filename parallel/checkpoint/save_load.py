@@ -11,7 +11,7 @@ A checkpoint is a folder:
 - ``rng/rank<r>.pt``: each rank's RNG state;
 - ``meta.json``: the step, the resolved spec, the dist dict, the world size, the optimizer's
   hyperparameters (param groups without their tensors) and the caller's ``extra``;
-- ``manifest.json``: the size and CRC-32 of every file above (``brickwork.parallel.manifest``),
+- ``manifest.json``: the size and CRC-32 of every file above (parallel/checkpoint/manifest.py),
   checked before anything is loaded;
 - ``.complete``, written last, by rank 0, after every rank has finished. A folder without it is an
   interrupted save and is never loaded.
@@ -35,13 +35,13 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
+from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError, verify_manifest, write_manifest
 from brickwork.parallel.checkpoint.packed_shards import natural_order_view
 from brickwork.parallel.checkpoint.safe_reader import (
     SafeFileSystemReader,
     SafeLoadPlanner,
     UnsafeCheckpointError,
 )
-from brickwork.parallel.manifest import CorruptCheckpointError, verify_manifest, write_manifest
 from brickwork.parallel.state import parallel_state
 from brickwork.parallel.tensor.styles import packed_names
 from brickwork.parallel.tensor.vocab_padding import VocabPadding, padded_names
@@ -127,8 +127,8 @@ def save_checkpoint(
 
 
 def verify_checkpoint(directory: str | os.PathLike) -> None:
-    """Check a checkpoint's files against its manifest (``brickwork.parallel.manifest``), which must
-    list every file the folder holds; CorruptCheckpointError names the first one that fails."""
+    """Check a checkpoint's files against its manifest (manifest.py), which must list every file the
+    folder holds; CorruptCheckpointError names the first one that fails."""
     verify_manifest(directory, unlisted=UNLISTED, required=REQUIRED)
 
 

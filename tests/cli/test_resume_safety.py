@@ -17,7 +17,7 @@ from cli_runs import SMALL, check_ok, curve, run_cli
 
 from brickwork.cli import main
 from brickwork.factory import load_spec
-from brickwork.parallel.manifest import write_manifest
+from brickwork.parallel.checkpoint.manifest import write_manifest
 
 pytestmark = pytest.mark.slow
 

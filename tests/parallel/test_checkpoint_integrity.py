@@ -9,7 +9,7 @@ import pytest
 from small_checkpoint import save_small_checkpoint, small_model
 
 from brickwork.parallel import export, load_checkpoint
-from brickwork.parallel.manifest import MANIFEST_FILE, CorruptCheckpointError, file_crc32
+from brickwork.parallel.checkpoint.manifest import MANIFEST_FILE, CorruptCheckpointError, file_crc32
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
 from brickwork.parallel import export, load_checkpoint, save_checkpoint
+from brickwork.parallel.checkpoint.manifest import write_manifest
 from brickwork.parallel.checkpoint.safe_reader import UnsafeCheckpointError, read_metadata
-from brickwork.parallel.manifest import write_manifest
 
 
 def _model() -> nn.Module:

@@ -13,8 +13,8 @@ from small_checkpoint import save_small_checkpoint, small_model
 
 from brickwork.parallel import export, load_checkpoint
 from brickwork.parallel.checkpoint import UNLISTED
+from brickwork.parallel.checkpoint.manifest import MANIFEST_FILE, CorruptCheckpointError, write_manifest
 from brickwork.parallel.checkpoint.safe_reader import UnsafeCheckpointError
-from brickwork.parallel.manifest import MANIFEST_FILE, CorruptCheckpointError, write_manifest
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from torch import nn
 from brickwork.errors import ConfigError
 from brickwork.parallel import load_checkpoint
 from brickwork.parallel.checkpoint import UNLISTED, read_meta, verify_checkpoint
-from brickwork.parallel.manifest import CorruptCheckpointError, write_manifest
+from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError, write_manifest
 from brickwork.train.checkpoint import (
     checkpoint_dir,
     complete_checkpoints,
