@@ -211,18 +211,3 @@ def in_flight_chunks(layout: Layout, rank: int) -> int:
     if c.pipeline_schedule == "1f1b":
         return min(m, p - rank)
     return min(m * v, 2 * (p - rank - 1) + (v - 1) * p + 1)
-
-
-def peak_memory(
-    facts: ModelFacts, layout: Layout, placement: StagePlacement, seq_len: int, rows: list[int] | None = None
-) -> tuple[MemoryBreakdown, int]:
-    """(the largest per-device breakdown, the pipeline rank it is on); ``rows`` per pipeline rank."""
-    p = layout.config.pipeline_parallel_size
-    rows = rows or [layout.micro_batch_size] * p
-    best = None
-    for rank in range(p):
-        memory = rank_memory(facts, layout, placement, rank, seq_len, rows[rank])
-        if best is None or memory.total > best[0].total:
-            best = (memory, rank)
-    assert best is not None
-    return best
