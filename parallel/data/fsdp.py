@@ -1,13 +1,5 @@
-"""ZeRO-2/3 on FSDP2: ``fully_shard`` per layer and then the whole model, over the data-parallel mesh.
-
-| zero_stage | engine                                                      |
-|------------|-------------------------------------------------------------|
-| 2          | FSDP2 ``fully_shard(reshard_after_forward=False)``          |
-| 3          | FSDP2 ``fully_shard`` (parameters resharded after forward)  |
-
-With tensor parallel the model's parameters are already DTensors on the "tp" mesh dim; FSDP2 shards
-them over "dp", giving a 2-D layout.
-"""
+"""ZeRO-2/3 on FSDP2: ``fully_shard`` per layer, then the whole model, over the data-parallel ranks.
+With tensor parallel the parameters are already DTensors on "tp"; FSDP2 shards them over "dp" (2-D)."""
 
 from __future__ import annotations
 
