@@ -8,7 +8,7 @@ handed to it as :class:`LocalShards`: its parameters' local shards, which the mo
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import MethodType
 from typing import Any
 
@@ -112,6 +112,19 @@ class LocalShards(nn.Module):
         return self._model[0](*args, **kwargs)
 
 
+def named_trainable(
+    by_name: Mapping[str, torch.Tensor], prefix: str = "", remove_duplicate: bool = True
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """``named_parameters()`` over ``by_name`` (name -> the tensor the optimizer steps), tied tensors
+    once unless ``remove_duplicate`` is False."""
+    seen: set[int] = set()
+    for name, tensor in by_name.items():
+        if remove_duplicate and id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        yield (f"{prefix}.{name}" if prefix else name), tensor
+
+
 def train_local_shards(module: nn.Module, shards: LocalShards) -> None:
     """Make ``module.named_parameters()`` (and ``parameters()``) yield the tensors the optimizer must
     step, ``shards.by_name``, under the single-process names, instead of the DTensor views the
@@ -120,11 +133,6 @@ def train_local_shards(module: nn.Module, shards: LocalShards) -> None:
     def named_parameters(
         self: nn.Module, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        seen: set[int] = set()
-        for name, tensor in shards.by_name.items():
-            if remove_duplicate and id(tensor) in seen:
-                continue
-            seen.add(id(tensor))
-            yield (f"{prefix}.{name}" if prefix else name), tensor
+        return named_trainable(shards.by_name, prefix, remove_duplicate)
 
     module.named_parameters = MethodType(named_parameters, module)

@@ -27,6 +27,7 @@ from torch.distributed.pipelining.schedules import (
 from torch.distributed.tensor import DTensor
 
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.data.ddp import named_trainable
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
 from brickwork.parallel.pipeline.stages import PipelineStageModule
 from brickwork.parallel.state import STATE_ATTR, ParallelState
@@ -129,12 +130,7 @@ class PipelinedModel(nn.Module):
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple[str, torch.Tensor]]:
         """This rank's trainable tensors under the single-process names (the stages' own names)."""
-        seen: set[int] = set()
-        for name, tensor in self.state.trainable().items():
-            if remove_duplicate and id(tensor) in seen:
-                continue
-            seen.add(id(tensor))
-            yield (f"{prefix}.{name}" if prefix else name), tensor
+        return named_trainable(self.state.trainable(), prefix, remove_duplicate)
 
     def _pipeline_stages(self) -> list[PipelineStage]:
         state = self.state
