@@ -1,20 +1,14 @@
 """``apply_tensor_parallel``: tensor (and sequence) parallelism from the model's plan, in place.
 
-The plan (parallel/tensor/plan.py) is the components' own ``tp_plan()`` declarations, an HF family's
-plan from parallel/plans/, or glob patterns the caller gives, less the parts kept whole
-(parallel/tensor/parts.py). From that list alone:
-
-- each target gets its DTensor style (parallel/tensor/styles.py);
-- an owner with colwise and rowwise children has the input of the innermost module holding its
-  colwise ones (the owner itself, or HF BERT's ``attention.self`` under ``attention``) turned into one
-  replicated DTensor, so the q/k/v (or up/gate) projections share it and the backward all-reduces
-  once per owner, as in Megatron; under sequence parallel the same hook all-gathers the
-  sequence-sharded input instead;
-- an owner whose colwise children have no rowwise partner produces the model's output (the LM head):
-  that output stays sharded on the vocabulary for loss-parallel cross entropy;
-- integer attributes named by a module's ``tp_divide()`` (head counts) are divided by the TP size, and
-  that module's buffers indexed by them on dim 0 (per-head tables such as ALiBi slopes) keep this
-  rank's contiguous slice, matching the head split of the projections.
+The plan (plan.py) is the components' own ``tp_plan()`` declarations, an HF family's plan from
+parallel/plans/, or the caller's glob patterns, less the parts kept whole (parts.py). Each target gets
+its DTensor style (styles.py). The colwise projections of an owner with a rowwise partner share one
+replicated input, made once by a hook on the innermost module holding them (the owner itself, or HF
+BERT's ``attention.self``), so the backward all-reduces once per owner, as in Megatron; under
+sequence parallel the same hook all-gathers the sequence-sharded input. The LM head's output stays
+sharded on the vocabulary for loss-parallel cross entropy. Integer attributes a module's
+``tp_divide()`` names (head counts) are divided by the TP size, and its buffers indexed by them
+(ALiBi slopes) keep this rank's contiguous slice, matching the head split of the projections.
 """
 
 from __future__ import annotations
