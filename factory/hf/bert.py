@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.pipeline_stages import PipelineStageModule, StageRecipe
+from brickwork.parallel.pipeline.stages import PipelineStageModule, StageRecipe
 
 from .config import HFConfig
 from .family import Family, ModelPlan, Rule, Variant, prefix

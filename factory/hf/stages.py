@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.pipeline_stages import PipelineStageModule, StageRecipe
+from brickwork.parallel.pipeline.stages import PipelineStageModule, StageRecipe
 
 from .family import Variant, head_of, prefix
 

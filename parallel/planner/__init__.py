@@ -14,7 +14,7 @@ from brickwork.errors import ConfigError
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import DEVICE_PRESETS, Cluster, Device, device_from, parse_cluster
 from brickwork.parallel.planner.estimate import Plan, estimate_layout
-from brickwork.parallel.planner.layout import Layout, check_step_options
+from brickwork.parallel.planner.layout import Layout, check_step_options, planned_config
 from brickwork.parallel.planner.model_facts import ModelFacts, model_facts
 from brickwork.parallel.planner.search import divisors, search
 
@@ -85,7 +85,7 @@ def estimate(
     """
     _check_sizes(global_batch, seq_len)
     facts, machines = _facts(spec), parse_cluster(cluster)
-    config = ParallelConfig.from_dict(dist, world_size=machines.world_size)
+    config = planned_config(dist, world_size=machines.world_size)
     d = config.data_parallel_size
     chunks = config.microbatches * grad_accum_steps
     if global_batch % (d * chunks):

@@ -3,8 +3,10 @@ gradient accumulation, precision, optimizer), and which layers each pipeline ran
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.balance import split_stages
@@ -13,6 +15,12 @@ from brickwork.parallel.planner.model_facts import ModelFacts
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "sgd")
+
+
+def planned_config(dist: Mapping[str, Any] | ParallelConfig, world_size: int | None = None) -> ParallelConfig:
+    """A dist dict (the user's, or a candidate the search writes) as the ParallelConfig the cost model
+    prices, checked against ``world_size`` when given: the planner's one reading of a dist dict."""
+    return ParallelConfig.from_dict(dist, world_size=world_size)
 
 
 def check_step_options(precision: str, optimizer: str) -> None:

@@ -20,7 +20,7 @@ from brickwork.errors import ConfigError
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import Cluster
 from brickwork.parallel.planner.estimate import Plan, check_layout, estimate_layout
-from brickwork.parallel.planner.layout import Layout
+from brickwork.parallel.planner.layout import Layout, planned_config
 from brickwork.parallel.planner.model_facts import ModelFacts
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
@@ -117,18 +117,20 @@ def _layouts_for_sizes(
         for zero in zero_stages:
             for schedule, v in schedules:
                 for recompute in RECOMPUTE:
-                    config = ParallelConfig(
-                        data_parallel_size=d,
-                        tensor_parallel_size=t,
-                        pipeline_parallel_size=p,
-                        context_parallel_size=cp,
-                        expert_parallel_size=ep,
-                        sequence_parallel=t > 1,
-                        zero_stage=zero,
-                        activation_checkpointing=recompute,
-                        num_microbatches=m if p > 1 else None,
-                        pipeline_schedule=schedule,
-                        virtual_pipeline_size=v,
+                    config = planned_config(
+                        dict(
+                            data_parallel_size=d,
+                            tensor_parallel_size=t,
+                            pipeline_parallel_size=p,
+                            context_parallel_size=cp,
+                            expert_parallel_size=ep,
+                            sequence_parallel=t > 1,
+                            zero_stage=zero,
+                            activation_checkpointing=recompute,
+                            num_microbatches=m if p > 1 else None,
+                            pipeline_schedule=schedule,
+                            virtual_pipeline_size=v,
+                        )
                     )
                     yield Layout(config, b, 1 if p > 1 else m, precision, optimizer, fused_norms)
 

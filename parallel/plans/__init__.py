@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Protocol
 from torch import nn
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.tensor_parallel import PlanValue
+from brickwork.parallel.tensor.plan import PlanValue
 
 if TYPE_CHECKING:
-    from brickwork.parallel.pipeline_stages import StageRecipe
+    from brickwork.parallel.pipeline.stages import StageRecipe
 
 
 @dataclass(frozen=True)
 class ModelPlan:
     """``plan``: module-name glob -> style, or -> {child: style} for the modules owning those children
-    (see :func:`~brickwork.parallel.tensor_parallel.name_plan`); ``divide``: module glob -> integer
+    (see :func:`~brickwork.parallel.tensor.plan.name_plan`); ``divide``: module glob -> integer
     attributes divided by tp.
 
     ``heads``: head counts that must divide by the TP size ({"num_key_value_heads": 4}) when no
