@@ -11,14 +11,16 @@ loss: training is ``brickwork.train.TrainStep``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from torch import nn
 
+from brickwork.errors import ConfigError
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
 from brickwork.parallel.agreement import check_agreement
-from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.config import ParallelConfig, WorldSizeError
 from brickwork.parallel.context_parallel import apply_context_parallel
 from brickwork.parallel.data.apply import apply_data_parallel
 from brickwork.parallel.expert_parallel import apply_expert_parallel
@@ -50,7 +52,10 @@ def parallelize(
     while the others pass it built on the meta device (parallel/materialize.py), except under a
     pipeline. In a plain ``python`` process this is a world of one.
     """
-    config = launched_config(dist_config)
+    try:
+        config = launched_config(dist_config)
+    except WorldSizeError as err:
+        _refuse_on_every_rank(model, err)
     if parallel_state(model) is not None:
         raise ValueError(f"this {type(model).__name__} is already parallelized; build a fresh model")
     start_process_group(config)
@@ -65,3 +70,13 @@ def parallelize(
     model = apply_expert_parallel(model, mesh, config)
     model = apply_activation_checkpointing(model, config)
     return apply_data_parallel(model, mesh, config, source=source)
+
+
+def _refuse_on_every_rank(model: nn.Module, err: WorldSizeError) -> NoReturn:
+    """Raise ``err``, after joining the agreement check the other ranks are in: a rank whose dist dict
+    fits the world would otherwise wait there for this one until ``timeout_s``. Where only some ranks
+    got the bad dict, the others raise the agreement's error naming them."""
+    start_process_group(err.config)
+    with contextlib.suppress(ConfigError):
+        check_agreement(model, err.config)
+    raise err

@@ -26,11 +26,11 @@ DEVICE_TYPES = ("cpu", "cuda")
 
 
 class WorldSizeError(ConfigError):
-    """A valid dist dict whose sizes multiply to ``wanted`` processes, launched on ``have``."""
+    """A valid dist dict (``config``) whose sizes multiply to ``wanted`` processes, launched on ``have``."""
 
-    def __init__(self, message: str, *, wanted: int, have: int) -> None:
+    def __init__(self, message: str, *, config: ParallelConfig, wanted: int, have: int) -> None:
         super().__init__(message)
-        self.wanted, self.have = wanted, have
+        self.config, self.wanted, self.have = config, wanted, have
 
 
 @dataclass(frozen=True)
@@ -207,6 +207,7 @@ class ParallelConfig:
                 f"({self.data_parallel_size}) × context_parallel_size ({self.context_parallel_size}) × "
                 f"tensor_parallel_size ({self.tensor_parallel_size}) = {self.world_size}, but the world "
                 f"size is {world_size}",
+                config=self,
                 wanted=self.world_size,
                 have=world_size,
             )

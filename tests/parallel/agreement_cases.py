@@ -22,3 +22,9 @@ def parallelize_with_a_different_layout_on_rank1() -> str:
     layout = {"tensor_parallel_size": 2} if dist.get_rank() == 0 else {"data_parallel_size": 2}
     parallelize(build_model(tiny_spec("gpt")), layout)
     return "built"
+
+
+def parallelize_with_a_layout_too_big_on_rank1() -> str:
+    layout = {"tensor_parallel_size": 2} if dist.get_rank() == 0 else {"tensor_parallel_size": 4}
+    parallelize(build_model(tiny_spec("gpt")), layout)
+    return "built"

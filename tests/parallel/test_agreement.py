@@ -6,6 +6,7 @@ import pytest
 from agreement_cases import (
     parallelize_with_a_different_layout_on_rank1,
     parallelize_with_a_different_model_on_rank1,
+    parallelize_with_a_layout_too_big_on_rank1,
 )
 
 from brickwork.parallel import spawn
@@ -45,3 +46,13 @@ def test_a_different_dist_dict_on_rank1_is_an_error_on_every_rank() -> None:
     for error in _errors(results):
         assert "the dist dict of rank(s) [1] differ(s) from rank 0's" in error.message
         assert "model spec" not in error.message
+
+
+@pytest.mark.timeout(180)
+def test_a_dist_dict_not_fitting_the_world_on_rank1_stops_every_rank_at_once() -> None:
+    # Rank 1 knows its dict wants 4 processes; rank 0, whose dict fits, must not wait for it until
+    # timeout_s (600 s): the spawn timeout is far below that.
+    results = spawn(parallelize_with_a_layout_too_big_on_rank1, 2, timeout=120, raise_errors=False)
+    assert all(isinstance(r, RankError) for r in results), results
+    assert "the dist dict of rank(s) [1] differ(s) from rank 0's" in results[0].message
+    assert results[1].type_name == "WorldSizeError" and "the world size is 2" in results[1].message
