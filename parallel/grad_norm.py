@@ -4,7 +4,8 @@ Each rank holds pieces of the gradient: DTensor shards (tensor parallel, FSDP), 
 with pipeline parallel, whole parameters of its own stage. The norm that clipping needs is the norm
 of the full gradient, as one process would compute it: the squared local pieces are summed over
 exactly the process groups across which they differ, then over ``extra_groups`` (the pipeline).
-The clip factor is torch's: ``max_norm / (norm + 1e-6)``, at most 1.
+The clip factor is torch's: ``max_norm / (norm + 1e-6)``, at most 1. Where no gradient is split or
+reduced across ranks (one process, DDP) and all are float32, torch's ``clip_grad_norm_`` itself runs.
 """
 
 from __future__ import annotations
@@ -65,15 +66,19 @@ def clip_grad_norm(
     Returns the norm before clipping (a float32 scalar, the same on every rank). Every rank of the
     model must call it: it runs collectives.
     """
+    pieces = [(param, *_pieces(param)) for param in parameters if param.grad is not None]
+    if not (extra_groups or duplicates or split_over) and all(
+        not groups and local.dtype == torch.float32 for _, local, groups in pieces
+    ):
+        # Every gradient is whole on this rank (one process, DDP): torch's own clipping, cheaper than the
+        # float64 sums below and bit for bit what a single-process loop calling it computes.
+        return torch.nn.utils.clip_grad_norm_([param for param, _, _ in pieces], max_norm)
     skip = {id(p) for p in duplicates}
     spread = {id(p): (group,) for params, group in split_over for p in params}
     counted: dict[tuple[int, ...], list[torch.Tensor]] = {}
     groups_of: dict[tuple[int, ...], tuple[dist.ProcessGroup, ...]] = {}
     locals_ = []
-    for param in parameters:
-        if param.grad is None:
-            continue
-        local, groups = _pieces(param)
+    for param, local, groups in pieces:
         locals_.append(local)
         if id(param) in skip:
             continue
