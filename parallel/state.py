@@ -73,6 +73,7 @@ class ParallelState:
         self.dp_group, self.data_replicas = self.replicas.get_group(), self.replicas.size()
         self._zero: ZeroOptimizers | None = None
         self.batch_group, self.batch_source = _batch_group(mesh)
+        self._parameters: list[torch.Tensor] | None = None
 
     @property
     def is_pipeline(self) -> bool:
@@ -91,8 +92,13 @@ class ParallelState:
         return out
 
     def parameters(self) -> list[torch.Tensor]:
-        """The tensors the optimizer steps, each once."""
-        return list({id(t): t for t in self.trainable().values()}.values())
+        """The tensors the optimizer steps, each once. Fixed once the layout is complete (FSDP2 swaps
+        unsharded weights in only inside forward and backward), so found at the first call, which
+        training makes after the last apply step (as the optimizer is built on them): walking the
+        modules for them every step costs a small model's CPU step more than its gradient clipping."""
+        if self._parameters is None:
+            self._parameters = list({id(t): t for t in self.trainable().values()}.values())
+        return self._parameters
 
     def local_state_dict(self) -> dict[str, torch.Tensor]:
         """This rank's state by single-process names: DTensors where sharded, sharing storage."""
