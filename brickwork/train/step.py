@@ -27,6 +27,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 from brickwork.components.feedforward.moe import MixtureOfExperts
 from brickwork.parallel import ParallelState, PipelinedModel, parallel_state
 from brickwork.train.batch import Batch, shard_sequence, share_batch, split_batch
+from brickwork.train.losses import IGNORE_INDEX
 from brickwork.train.precision import Precision
 from brickwork.train.tasks import Task, TaskFn, get_task
 
@@ -71,13 +72,17 @@ class TrainStep:
         self.precision = Precision(precision, self.device, self.state)
         self.optimizer = self.state.stepped_optimizer(optimizer) if self.state is not None else optimizer
         self.params = self.state.parameters() if self.state is not None else list(model.parameters())
-        self.moe = [m for m in model.modules() if isinstance(m, MixtureOfExperts)]
+        self.modules = list(model.modules())
+        self.moe = [m for m in self.modules if isinstance(m, MixtureOfExperts)]
         if isinstance(model, PipelinedModel):
             check_pipeline_task(self.task, self.moe)
         self.metrics: dict[str, Any] = {}
 
     def __call__(self, batch: Batch | None) -> float:
-        self.model.train()
+        # Only after an evaluation (or a caller's eval()): train() sets a flag on every module, which
+        # costs a small model's CPU step more than checking them.
+        if not all(module.training for module in self.modules):
+            self.model.train()
         batch = shard_sequence(aligned(self.task, share_batch(batch, self.state, self.device)), self.state)
         for param in self.params:
             param.grad = None
@@ -97,14 +102,24 @@ class TrainStep:
     def _loss_divisor(self, batch: Batch) -> float:
         """What backward divides the summed loss by, to keep fp16 gradients in range: the labels per
         data-parallel rank (and sequence slice), averaged over the ranks (the same on all, so DDP's average
-        stays exact); the exact mean's factor is applied to the gradients afterwards."""
+        stays exact); the exact mean's factor is applied to the gradients afterwards.
+
+        A built-in task's labels on the CPU are counted as scored (not -100): reading them there waits
+        for no device, and the divisor is then the exact count, so one process divides once, as a plain
+        loop's mean loss does, and its gradients need no second pass. Elsewhere all labels count.
+        """
         labels = batch.get(self.task.target_key if isinstance(self.task, Task) else "labels")
-        size = labels.numel() if labels is not None else next(iter(batch.values())).shape[0]
+        if labels is None:
+            size = next(iter(batch.values())).shape[0]
+        elif isinstance(self.task, Task) and labels.device.type == "cpu":
+            size = int((labels != IGNORE_INDEX).sum())
+        else:
+            size = labels.numel()
         if self.state is None or self.state.data_replicas == 1:
-            return float(size)
+            return float(max(size, 1))  # no label at all is refused after the forward pass
         total = torch.tensor([float(size)], dtype=torch.float64, device=self.device)
         dist.all_reduce(total, group=self.state.dp_group)
-        return float(total) / self.state.data_replicas
+        return max(float(total), 1.0) / self.state.data_replicas
 
     def _backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -175,11 +190,8 @@ class TrainStep:
             dp = self.state.data_replicas if self.state is not None else 1
             # DDP and FSDP average over dp (× cp); the mean is over every scored position of the global batch.
             factor = dp * self._divisor / global_count
-            if factor != 1.0:  # 1.0 whenever no label is ignored: then the gradients are already final
-                with torch.no_grad():
-                    for param in self.params:
-                        if param.grad is not None:
-                            param.grad.mul_(factor)
+            if factor != 1.0:  # 1.0 when the divisor was the exact count: the gradients are already final
+                _scale_gradients(self.params, factor)
             if self.grad_clip is not None:
                 norm = (
                     self.state.clip_grad_norm(self.grad_clip)
@@ -190,6 +202,18 @@ class TrainStep:
             self.optimizer.step()
         for param in self.params:
             param.grad = None
+
+
+@torch.no_grad()
+def _scale_gradients(params: list[torch.Tensor], factor: float) -> None:
+    """Multiply every gradient by ``factor`` in place: one list-wide call per kind of tensor (plain,
+    DTensor), the same products as one ``mul_`` per gradient at a fraction of the host's dispatches."""
+    by_kind: dict[type, list[torch.Tensor]] = {}
+    for param in params:
+        if param.grad is not None:
+            by_kind.setdefault(type(param.grad), []).append(param.grad)
+    for grads in by_kind.values():
+        torch._foreach_mul_(grads, factor)
 
 
 @torch.no_grad()
