@@ -10,6 +10,7 @@ import platform
 import torch
 
 import brickwork
+from brickwork.train.threads import cpu_threads
 
 KERNEL_OPS = ("layer_norm", "rms_norm", "bias_gelu", "masked_softmax")
 REGISTRIES = (
@@ -87,6 +88,7 @@ def environment_report() -> str:
     else:
         built = "built with CUDA " + torch.version.cuda if torch.version.cuda else "a CPU-only build"
         cuda = f"not available (torch is {built})"
+    train_threads = cpu_threads()
     lines = [
         "versions:",
         f"  brickwork     {brickwork.__version__}  ({os.path.dirname(brickwork.__file__)})",
@@ -96,7 +98,9 @@ def environment_report() -> str:
     lines += [
         "",
         f"CUDA       {cuda}",
-        f"CPU        {os.cpu_count()} cores; torch uses {torch.get_num_threads()} threads per process",
+        f"CPU        {os.cpu_count()} cores; brickwork train computes with {train_threads.threads} "
+        f"thread{'s' if train_threads.threads != 1 else ''} per process ({train_threads.reason}; "
+        f"torch's count here: {torch.get_num_threads()})",
         f"Triton     {triton_note}",
         "",
         "kernel backends (backend=None):",

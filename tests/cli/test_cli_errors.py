@@ -14,6 +14,7 @@ from cli_runs import SMALL, run_cli
 import brickwork
 from brickwork.cli import main
 from brickwork.factory import dump_spec, get_preset
+from brickwork.train.threads import cpu_threads
 
 
 def error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
@@ -121,7 +122,9 @@ def test_info_lists_versions_backends_components_and_presets(capsys):
         # The installed distribution's own version, as pip reports it.
         assert re.search(rf"^  {name} +{re.escape(importlib.metadata.version(name))}$", out, re.M), name
     assert f"brickwork     {brickwork.__version__}" in out
-    assert f"{os.cpu_count()} cores; torch uses {torch.get_num_threads()} threads" in out
+    threads = cpu_threads()  # what brickwork train would set, not only torch's count
+    assert f"{os.cpu_count()} cores; brickwork train computes with {threads.threads} thread" in out
+    assert f"({threads.reason}; torch's count here: {torch.get_num_threads()})" in out
     for text in (
         "CUDA ",
         "layer_norm",
