@@ -15,6 +15,8 @@ before context parallel has each rank take its slice of the sequences; "dp" abov
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -92,12 +94,19 @@ class TrainStep:
                 loss_sum, count = self._pipeline_backward(batch)
             else:
                 loss_sum, count = self._backward(batch)
+        loss_total, count_total = self._global_totals(loss_sum, count)
+        if count_total <= 0:
+            raise ValueError("the global batch has no position to learn from (every label is -100)")
+        self._apply(count_total)
+        return loss_total / count_total
+
+    def _global_totals(self, loss_sum: torch.Tensor, count: torch.Tensor) -> tuple[float, float]:
+        """(summed loss, scored labels) of the whole global batch, in float64."""
+        if self.state is None or (self.state.data_replicas == 1 and not self.state.is_pipeline):
+            return float(loss_sum), float(count)  # nothing to sum over ranks: no tensor round trip
         totals = torch.stack([loss_sum.detach().double().reshape(()), count.double().reshape(())])
         totals = _reduce(totals, self.state)
-        if totals[1] <= 0:
-            raise ValueError("the global batch has no position to learn from (every label is -100)")
-        self._apply(float(totals[1]))
-        return float(totals[0] / totals[1])
+        return float(totals[0]), float(totals[1])
 
     def _loss_divisor(self, batch: Batch) -> float:
         """What backward divides the summed loss by, to keep fp16 gradients in range: the labels per
@@ -122,9 +131,9 @@ class TrainStep:
         return max(float(total), 1.0) / self.state.data_replicas
 
     def _backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        count = torch.zeros((), dtype=torch.long, device=self.device)
-        aux_total = torch.zeros((), dtype=torch.float64, device=self.device)
+        sums: list[torch.Tensor] = []
+        counts: list[torch.Tensor] = []
+        aux_total = torch.zeros((), dtype=torch.float64, device=self.device) if self.moe else None
         micro_batches = split_batch(batch, self.grad_accum_steps)
         expert_counts = [torch.zeros(m.num_experts, dtype=torch.long, device=self.device) for m in self.moe]
         for i, micro in enumerate(micro_batches):
@@ -142,14 +151,16 @@ class TrainStep:
                 for total, module in zip(expert_counts, self.moe):
                     total += module.expert_counts
             self.precision.scale(objective.float() / self._divisor).backward()
-            loss_sum += part.detach().double()
-            count += part_count.detach().to(count.dtype)
+            sums.append(part.detach().double())
+            counts.append(part_count.detach().to(torch.long))
         if self.moe:
             self.metrics["aux_loss"] = float(aux_total) / len(micro_batches)
             self.metrics["expert_counts"] = [
                 _reduce(c, self.state, data_parallel_only=True).tolist() for c in expert_counts
             ]
-        return loss_sum, count
+        # Added in micro-batch order, as a running sum would; a list, not running tensors, spares a small
+        # model's CPU step the zeros and in-place adds.
+        return functools.reduce(operator.add, sums), functools.reduce(operator.add, counts)
 
     def _pipeline_backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         model: PipelinedModel = self.model
