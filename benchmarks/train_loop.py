@@ -140,10 +140,12 @@ def measure(implementation: str, iters: int, size: int | None, threads: int | No
     command = [sys.executable, "-m", __spec__.name, "--child", implementation, str(iters)]
     if size is not None:
         command += ["--size", str(size)]
+    load = os.getloadavg()[0]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    # The 1-minute load average before and after: on a shared host, what else competed for the cores.
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load": [load, os.getloadavg()[0]]}
 
 
 def speed(short: int, long: int, repeats: int, threads: int | None, log) -> dict:
@@ -154,13 +156,23 @@ def speed(short: int, long: int, repeats: int, threads: int | None, log) -> dict
         for name in order:
             a, b = (measure(name, n, None, threads) for n in (short, long))
             ms = {k: 1e3 * (b[f"{k}_s"] - a[f"{k}_s"]) / (long - short) for k in ("wall", "cpu")}
-            per_iter[name].append({**ms, "threads": b["threads"]})
-            log(f"repeat {repeat + 1}/{repeats} {name:9s} {ms['wall']:7.2f} ms wall {ms['cpu']:7.2f} ms CPU")
+            load = [*a.get("load", []), *b.get("load", [])]
+            per_iter[name].append({**ms, "threads": b["threads"], "load": load})
+            log(
+                f"repeat {repeat + 1}/{repeats} {name:9s} {ms['wall']:7.2f} ms wall {ms['cpu']:7.2f} ms CPU"
+                + (f", load average {min(load):.1f}-{max(load):.1f}" if load else "")
+            )
     out = {"iters": [short, long], "repeats": repeats, "runs": per_iter}
     for name, rows in per_iter.items():
         out[name] = {k: statistics.median(r[k] for r in rows) for k in ("wall", "cpu")}
     out["ratio"] = {k: out["brickwork"][k] / out["plain"][k] for k in ("wall", "cpu")}
+    # Each pair's own ratio (the repeat's brickwork over its plain): the load moves between pairs.
+    out["pair_ratios"] = [
+        {k: b[k] / p[k] for k in ("wall", "cpu")} for b, p in zip(per_iter["brickwork"], per_iter["plain"])
+    ]
     out["threads"] = per_iter["brickwork"][0]["threads"]
+    loads = [x for rows in per_iter.values() for r in rows for x in r["load"]]
+    out["load"] = [min(loads), statistics.median(loads), max(loads)] if loads else None
     return out
 
 
@@ -183,9 +195,12 @@ def markdown(result: dict) -> str:
     ]
     if "speed" in result:
         s = result["speed"]
+        load = s.get("load")
+        during = f"; load average {load[0]:.1f} to {load[2]:.1f}, median {load[1]:.1f}" if load else ""
+        pairs = ", ".join(f"{r['cpu']:.3f}" for r in s.get("pair_ratios", []))
         lines += [
             f"Per iteration, {s['threads']} threads, median of {s['repeats']} differenced pairs "
-            f"({s['iters'][1]} - {s['iters'][0]} iterations):",
+            f"({s['iters'][1]} - {s['iters'][0]} iterations){during}:",
             "",
             "| loop | wall ms | CPU ms |",
             "|---|---|---|",
@@ -193,6 +208,7 @@ def markdown(result: dict) -> str:
             f"| brickwork train | {s['brickwork']['wall']:.2f} | {s['brickwork']['cpu']:.2f} |",
             f"| brickwork / plain | {s['ratio']['wall']:.3f}x | {s['ratio']['cpu']:.3f}x |",
             "",
+            *([f"Each pair's CPU ratio, in order: {pairs}.", ""] if pairs else []),
         ]
     if "quality" in result:
         q = result["quality"]
@@ -253,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(result)
     print(table)
     if args.out:
-        stem = Path(args.out) / f"train_loop_{device_slug(result['device'])}"
+        # One file per thread count asked for, so that runs at 1 and 2 threads stand side by side.
+        suffix = f"_{args.threads}threads" if args.threads is not None else ""
+        stem = Path(args.out) / f"train_loop_{device_slug(result['device'])}{suffix}"
         stem.parent.mkdir(parents=True, exist_ok=True)
         stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
         stem.with_suffix(".md").write_text(table)
