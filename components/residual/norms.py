@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Annotated
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from brickwork import kernels
@@ -28,10 +29,23 @@ class _Norm(Configurable):
     """Shared plumbing: the input width check (``from_config`` comes from :class:`Configurable`)."""
 
     dim: int
+    backend: str | None
+    weight: nn.Parameter
 
     def check_input(self, x: torch.Tensor) -> None:
         if x.shape[-1] != self.dim:
             raise ValueError(f"last dimension must be dim={self.dim}, got shape {tuple(x.shape)}")
+
+    def _runs_twin_as_is(self, x: torch.Tensor) -> bool:
+        """Whether the kernel call would run its torch twin on a float32/float64 input of the weight's
+        dtype: the twin then computes torch's own norm in that dtype, with nothing cast, so the module
+        calls it directly. This spares a small model's CPU step the kernel layer's host cost (its
+        checks of arguments this module owns, and the no-op casts), about 9 µs per call."""
+        return (
+            x.dtype in (torch.float32, torch.float64)
+            and self.weight.dtype == x.dtype
+            and not kernels.use_triton(self.backend, x)
+        )
 
 
 @register_norm("layernorm")
@@ -39,7 +53,9 @@ class LayerNorm(_Norm):
     """LayerNorm over the last dimension via :func:`brickwork.kernels.layer_norm`; x ``[..., dim]``.
 
     Parameters ``weight`` ``[dim]`` (ones) and, with ``bias``, ``bias`` ``[dim]`` (zeros). ``backend``
-    (None | "torch" | "triton") is passed to the kernel; None picks Triton for CUDA tensors.
+    (None | "torch" | "triton") is passed to the kernel; None picks Triton for CUDA tensors. Where the
+    kernel would run its twin on a float32/float64 input, torch's ``layer_norm`` runs directly (the same
+    computation).
     """
 
     def __init__(
@@ -58,6 +74,8 @@ class LayerNorm(_Norm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.check_input(x)
+        if self._runs_twin_as_is(x):
+            return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
         return kernels.layer_norm(x, self.weight, self.bias, self.eps, backend=self.backend)
 
     def extra_repr(self) -> str:
@@ -80,6 +98,8 @@ class RMSNorm(_Norm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.check_input(x)
+        if self._runs_twin_as_is(x):
+            return F.rms_norm(x, (self.dim,), self.weight, self.eps)
         return kernels.rms_norm(x, self.weight, self.eps, backend=self.backend)
 
     def extra_repr(self) -> str:

@@ -82,6 +82,25 @@ def test_norms_call_the_kernels_with_their_backend(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(kernels, "layer_norm", layer_norm)
     monkeypatch.setattr(kernels, "rms_norm", rms_norm)
-    LayerNorm(4, backend="torch")(torch.randn(2, 4))
-    RMSNorm(4)(torch.randn(2, 4))
+    # bfloat16: the twin upcasts it, so the kernel function is called (float32 on CPU is torch's norm
+    # itself, called directly: test_float32_off_triton_is_the_twin_bit_for_bit).
+    LayerNorm(4, backend="torch").bfloat16()(torch.randn(2, 4, dtype=torch.bfloat16))
+    RMSNorm(4).bfloat16()(torch.randn(2, 4, dtype=torch.bfloat16))
     assert calls == [("layer_norm", "torch"), ("rms_norm", None)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float32_off_triton_is_the_twin_bit_for_bit(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 16, dtype=dtype, requires_grad=True)
+    for norm, twin in (
+        (LayerNorm(16).to(dtype), lambda m, t: kernels.layer_norm(t, m.weight, m.bias, m.eps)),
+        (RMSNorm(16).to(dtype), lambda m, t: kernels.rms_norm(t, m.weight, m.eps)),
+    ):
+        with torch.no_grad():
+            norm.weight.normal_()
+        out, want = norm(x), twin(norm, x)
+        assert torch.equal(out, want)
+        grads = torch.autograd.grad(out.sum(), [x, norm.weight])
+        want_grads = torch.autograd.grad(want.sum(), [x, norm.weight])
+        assert all(torch.equal(a, b) for a, b in zip(grads, want_grads))
