@@ -26,16 +26,6 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# setup.py's map from import package to folder, used when setup.py cannot be read.
-DEFAULT_FOLDERS = {
-    "brickwork": "brickwork",
-    "brickwork.components": "components",
-    "brickwork.kernels": "kernels",
-    "brickwork.blocks": "blocks",
-    "brickwork.factory": "factory",
-    "brickwork.parallel": "parallel",
-    "brickwork.benchmarks": "benchmarks",
-}
 LONG_FUNCTION = 60
 DIST_CONFIG_CLASS = "ParallelConfig"
 # Where the model kinds are declared: a dict (its keys) or a sequence of names under one of these.
@@ -75,18 +65,13 @@ class Figures:
 
 
 def package_folders(root: Path) -> dict[str, str]:
-    """setup.py's ``FOLDERS`` literal, or the default map."""
-    try:
-        tree = ast.parse((root / "setup.py").read_text())
-    except (OSError, SyntaxError):
-        return dict(DEFAULT_FOLDERS)
+    """setup.py's ``FOLDERS`` literal: the map from import package to folder, stated there only."""
+    setup = root / "setup.py"
+    tree = ast.parse(setup.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FOLDERS" for t in node.targets):
-            try:
-                return dict(ast.literal_eval(node.value))
-            except ValueError:
-                break
-    return dict(DEFAULT_FOLDERS)
+            return dict(ast.literal_eval(node.value))
+    raise SystemExit(f"{setup} has no FOLDERS literal mapping packages to folders")
 
 
 def python_files(folder: Path) -> list[Path]:
