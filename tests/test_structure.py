@@ -132,3 +132,14 @@ def test_import_cycles_are_left_only_between_factory_parallel_and_train(figures)
     # planner reads specs (factory); every other package sits in one layer.
     for cycle in figures.package_cycles:
         assert set(cycle["packages"]) <= {"brickwork.factory", "brickwork.parallel", "brickwork.train"}, cycle
+
+
+def test_parallel_functions_stay_short_and_the_dist_dict_is_parsed_in_two_places(figures):
+    assert figures.parallel_functions_over_60 == []
+    # parallel/mesh.py for a launched world, parallel/planner/layout.py for a planned one.
+    assert len(figures.dist_config_parse_sites) <= 2, figures.dist_config_parse_sites
+
+
+def test_each_model_kind_is_named_in_at_most_three_files(figures):
+    for kind, files in figures.model_kind_files.items():
+        assert len(files) <= 3, (kind, files)
