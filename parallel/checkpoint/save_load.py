@@ -356,6 +356,11 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, bool | int | float | str)
 
 
+# How the update runs, chosen for this layout's tensors (foreach lists cannot mix DTensors and plain
+# tensors; fused and capturable follow the device): kept as the optimizer was built, not restored.
+IMPLEMENTATION_OPTIONS = frozenset({"foreach", "fused", "capturable"})
+
+
 def _restore_hyperparameters(optimizer: torch.optim.Optimizer, saved: list[dict[str, Any]]) -> None:
     if len(saved) != len(optimizer.param_groups):
         raise ValueError(
@@ -364,7 +369,8 @@ def _restore_hyperparameters(optimizer: torch.optim.Optimizer, saved: list[dict[
         )
     for group, values in zip(optimizer.param_groups, saved):
         for key, value in values.items():
-            group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+            if key not in IMPLEMENTATION_OPTIONS:
+                group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
 
 
 def _rank_and_world() -> tuple[int, int]:
