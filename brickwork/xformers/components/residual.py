@@ -65,9 +65,8 @@ class Residual(nn.Module, RequiresWrappedInputs):
         return residue + _call(self.layer, self.wrap_inputs, inputs, kwargs)
 
 
-class PreNorm(nn.Module, RequiresWrappedInputs):
-    """Normalises every input, then runs ``sublayer``; the same tensor passed several times is
-    normalised once (and the results are the same object)."""
+class _Normed(nn.Module, RequiresWrappedInputs):
+    """A norm of ``d_norm`` beside ``sublayer``; PreNorm and PostNorm say where it runs."""
 
     def __init__(
         self, d_norm: int, sublayer: nn.Module, normalization: NormalizationType | str = "layernorm",
@@ -77,6 +76,11 @@ class PreNorm(nn.Module, RequiresWrappedInputs):
         self.norm = get_normalization_layer(normalization)(d_norm)
         self.sublayer = sublayer
         self.wrap_inputs = isinstance(sublayer, RequiresWrappedInputs)
+
+
+class PreNorm(_Normed):
+    """Normalises every input, then runs ``sublayer``; the same tensor passed several times is
+    normalised once (and the results are the same object)."""
 
     def forward(self, inputs: list[torch.Tensor], **kwargs: Any) -> torch.Tensor:
         require(len(inputs) > 0, "PreNorm needs at least one input")
@@ -87,17 +91,8 @@ class PreNorm(nn.Module, RequiresWrappedInputs):
         return _call(self.sublayer, self.wrap_inputs, normed, kwargs)
 
 
-class PostNorm(nn.Module, RequiresWrappedInputs):
+class PostNorm(_Normed):
     """Runs ``sublayer``, then normalises its output."""
-
-    def __init__(
-        self, d_norm: int, sublayer: nn.Module, normalization: NormalizationType | str = "layernorm",
-        use_triton: bool = True,
-    ) -> None:  # fmt: skip
-        super().__init__()
-        self.norm = get_normalization_layer(normalization)(d_norm)
-        self.sublayer = sublayer
-        self.wrap_inputs = isinstance(sublayer, RequiresWrappedInputs)
 
     def forward(self, inputs: list[torch.Tensor], **kwargs: Any) -> torch.Tensor:
         return self.norm(_call(self.sublayer, self.wrap_inputs, inputs, kwargs))

@@ -400,7 +400,26 @@ class LambdaLayer(BrickworkAttention):
         return self.attn_drop(self.run(q, k, v))
 
 
-class Pooling(BrickworkAttention):
+class _SquareGridMixer(BrickworkAttention):
+    """A token mixer over the square grid of tokens, run on the layer input in place of the multi-head
+    layer (as xformers ran it); subclasses set ``self.mechanism``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.supports_attention_mask = False
+        self.requires_skip_multi_head = True
+        self.requires_input_projection = False
+        self.requires_same_k_q_dimensions = True
+        self.requires_squared_context = True
+
+    def forward(self, q, *_: Any, **__: Any) -> torch.Tensor:  # type: ignore[override]
+        """q ``[B, T, E]`` (T a square) -> ``[B, T, E]``."""
+        t = q.shape[-2]
+        require(math.isqrt(t) ** 2 == t, f"{type(self).__name__} requires a squared context length, got {t}")
+        return self.run(q, q, q)
+
+
+class Pooling(_SquareGridMixer):
     """PoolFormer mixing over the square grid of tokens (brickwork ``pooling`` with ``grid=True``):
     ``avg_pool(x) - x`` on the layer input, skipping the multi-head layer as xformers did."""
 
@@ -415,37 +434,15 @@ class Pooling(BrickworkAttention):
                 "padding", padding, f"the window is centred (padding = pool_size // 2 = {pool_size // 2})"
             )
         self.mechanism = bw.Pooling(pool_size=as_int(pool_size), grid=True)
-        self.supports_attention_mask = False
-        self.requires_skip_multi_head = True
-        self.requires_input_projection = False
-        self.requires_same_k_q_dimensions = True
-        self.requires_squared_context = True
-
-    def forward(self, q, *_: Any, **__: Any) -> torch.Tensor:  # type: ignore[override]
-        """q ``[B, T, E]`` (T a square) -> ``[B, T, E]``."""
-        t = q.shape[-2]
-        require(math.isqrt(t) ** 2 == t, f"{type(self).__name__} requires a squared context length, got {t}")
-        return self.run(q, q, q)
 
 
-class VisualAttention(BrickworkAttention):
+class VisualAttention(_SquareGridMixer):
     """Large-kernel attention (brickwork ``visual``) over the square grid of tokens, on the layer input."""
 
     def __init__(self, dim_model: int | None = None, *_: Any, **__: Any) -> None:
         super().__init__()
         require(dim_model is not None, "VisualAttention needs dim_model")
         self.mechanism = bw.VisualAttention(num_heads=1, dim_head=as_int(dim_model))
-        self.requires_same_k_q_dimensions = True
-        self.supports_attention_mask = False
-        self.requires_skip_multi_head = True
-        self.requires_squared_context = True
-        self.requires_input_projection = False
-
-    def forward(self, q, *_: Any, **__: Any) -> torch.Tensor:  # type: ignore[override]
-        """q ``[B, T, E]`` (T a square) -> ``[B, T, E]``."""
-        t = q.shape[-2]
-        require(math.isqrt(t) ** 2 == t, f"{type(self).__name__} requires a squared context length, got {t}")
-        return self.run(q, q, q)
 
 
 __all__ = [
