@@ -28,7 +28,7 @@ from brickwork.components.residual import DeepNormResidual, deepnorm_init_
 from brickwork.errors import ConfigError
 from brickwork.factory.choice import build_choice, configure, lookup
 from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
-from brickwork.factory.initialization import INIT_REGISTRY
+from brickwork.blocks.initialization import INIT_REGISTRY
 from brickwork.factory.memory_estimate import check_fits
 from brickwork.factory.overrides import with_overrides
 from brickwork.factory.positions import position_kind, positions_spec, split_positions
