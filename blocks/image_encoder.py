@@ -26,6 +26,14 @@ class PatchEmbedding(nn.Module):
 
     def __init__(self, image_size: int, patch_size: int, channels: int, dim_model: int) -> None:
         super().__init__()
+        self.check_geometry(image_size, patch_size, channels)
+        self.image_size, self.patch_size, self.channels = image_size, patch_size, channels
+        self.num_patches = (image_size // patch_size) ** 2
+        self.proj = nn.Conv2d(channels, dim_model, kernel_size=patch_size, stride=patch_size)
+
+    @staticmethod
+    def check_geometry(image_size: int, patch_size: int, channels: int) -> None:
+        """ConfigError naming the option unless the image cuts into whole patches."""
         for option, value in (("image_size", image_size), ("patch_size", patch_size), ("channels", channels)):
             check_positive_int(value, option)
         if image_size % patch_size:
@@ -34,9 +42,6 @@ class PatchEmbedding(nn.Module):
                 "patch_size",
                 related=["image_size"],
             )
-        self.image_size, self.patch_size, self.channels = image_size, patch_size, channels
-        self.num_patches = (image_size // patch_size) ** 2
-        self.proj = nn.Conv2d(channels, dim_model, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         expected = (self.channels, self.image_size, self.image_size)
@@ -136,6 +141,12 @@ class ImageEncoderSpec(ModelSpec):
     class_token: bool = True
     pool: Literal["cls", "mean"] = "cls"
     encoder: StackSection
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # Checked with the spec, not only when the patch embedding is built: positions are sized
+        # from the patch count first.
+        PatchEmbedding.check_geometry(self.image_size, self.patch_size, self.channels)
 
     @property
     def max_seq_len(self) -> int:

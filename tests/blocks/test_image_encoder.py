@@ -6,6 +6,7 @@ import torch
 from brickwork.blocks import EncoderBlock, ImageEncoder, PatchEmbedding
 from brickwork.components.attention import MultiHeadAttention
 from brickwork.components.feedforward import MLP
+from brickwork.factory import ConfigError, build_model
 
 
 def test_patch_embedding_is_a_projection_of_row_major_patches() -> None:
@@ -27,6 +28,16 @@ def test_patch_embedding_names_bad_shapes() -> None:
         PatchEmbedding(10, 4, 3, 8)
     with pytest.raises(ValueError, match=r"\[B, 3, 8, 8\], got \(2, 1, 8, 8\)"):
         PatchEmbedding(8, 4, 3, 8)(torch.zeros(2, 1, 8, 8))
+
+
+@pytest.mark.parametrize(("option", "value"), [("patch_size", 0), ("image_size", -8), ("patch_size", 3)])
+def test_an_image_spec_names_a_bad_patch_geometry_before_positions_are_sized(option: str, value: int) -> None:
+    # Learned positions are sized from the patch count, which is read from the spec first.
+    block = {"attention": {"num_heads": 2}}
+    spec = {"model": "image_encoder", "dim_model": 16, "image_size": 8, "patch_size": 4, "num_classes": 5,
+            "position": {"name": "learned"}, "encoder": {"num_layers": 1, "block": block}}  # fmt: skip
+    with pytest.raises(ConfigError, match=f"^{option}: "):
+        build_model({**spec, option: value})
 
 
 @pytest.mark.parametrize("pool,class_token", [("cls", True), ("mean", False)])
