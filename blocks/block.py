@@ -3,16 +3,35 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+from brickwork.blocks.model_kind import ChoiceSpec
 from brickwork.components.attention import KVCache, MultiHeadAttention
 from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY, ResidualStyle
 
 NormSpec = str | type | functools.partial
 ResidualSpec = str | type | functools.partial | ResidualStyle
+
+
+@dataclass
+class BlockSpec:
+    """A block's spec: ``attention`` holds the ``MultiHeadAttention`` options and its ``mechanism``."""
+
+    attention: dict[str, Any]
+    feedforward: ChoiceSpec = field(default_factory=lambda: {"name": "mlp"})
+    norm: ChoiceSpec = field(default_factory=lambda: {"name": "layernorm"})
+    residual: ChoiceSpec = field(default_factory=lambda: {"name": "pre"})
+
+
+@dataclass
+class CrossBlockSpec(BlockSpec):
+    """A decoder block of an encoder-decoder: ``cross_attention`` defaults to the self-attention's keys."""
+
+    cross_attention: dict[str, Any] | None = None
 
 
 def _norm(norm: NormSpec, dim: int, path: str) -> nn.Module:

@@ -14,7 +14,7 @@ import functools
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NewType
+from typing import Any
 
 from torch import nn
 
@@ -22,8 +22,25 @@ from brickwork.checks import check_positive_int, check_probability
 
 ChoiceSpec = dict[str, Any] | str
 PositionSpec = dict[str, Any] | str | list[dict[str, Any] | str] | None
-# A kind's spec field of this type is a stack (``num_layers``, ``block``, ...; factory/schema.py).
-StackSection = NewType("StackSection", dict)
+
+
+@dataclass
+class StackSection:
+    """A stack's spec, and the type of a kind's spec fields that are stacks: ``num_layers`` copies of
+    ``block`` (a block's keys, :class:`~brickwork.blocks.block.BlockSpec`); ``layers`` overrides parts
+    of it for single layers.
+
+    ``reversible`` runs the stack as a RevNet coupling (blocks/reversible.py): pre-norm
+    self-attention blocks only.
+    """
+
+    num_layers: int
+    block: dict[str, Any]
+    layers: dict[int | str, dict[str, Any]] = field(default_factory=dict)
+    reversible: bool = False
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.num_layers, "num_layers")
 
 
 @dataclass(kw_only=True)

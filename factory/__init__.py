@@ -1,13 +1,13 @@
 """The factory: specs (dict / YAML / JSON) -> checked typed configs -> blocks and whole models."""
 
+from brickwork.blocks.initialization import INIT_REGISTRY, InitScheme, register_init
+from brickwork.blocks.summary import summary
 from brickwork.errors import ConfigError
 from brickwork.factory.build import apply_overrides, build_block, build_model, resolve_spec
 from brickwork.factory.hf import from_hf, load_hf_checkpoint, to_hf
-from brickwork.blocks.initialization import INIT_REGISTRY, InitScheme, register_init
 from brickwork.factory.presets import get_preset, list_presets
 from brickwork.factory.pretrained import from_pretrained, save_pretrained
 from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
-from brickwork.blocks.summary import summary
 from brickwork.factory.xformers import from_xformers_config
 
 __all__ = [

@@ -15,31 +15,51 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from brickwork.blocks import MODELS
+from brickwork.blocks.block import CrossBlockSpec
+from brickwork.blocks.initialization import INIT_REGISTRY
+from brickwork.blocks.model_kind import PositionSpec
+from brickwork.checks import check_positive_int
 from brickwork.components.configurable import options_dataclass
 from brickwork.components.positional import POSITIONAL_REGISTRY
 from brickwork.components.residual import DeepNormResidual, deepnorm_init_
 from brickwork.errors import ConfigError
 from brickwork.factory.choice import build_choice, configure, lookup
 from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
-from brickwork.blocks.initialization import INIT_REGISTRY
 from brickwork.factory.memory_estimate import check_fits
 from brickwork.factory.overrides import with_overrides
-from brickwork.factory.positions import position_kind, positions_spec, split_positions
+from brickwork.factory.positions import positions_spec, split_positions
 from brickwork.factory.presets import get_preset
-from brickwork.factory.schema import CrossBlockSpec, StackSpec, StandaloneBlockSpec
 from brickwork.factory.spec_io import load_spec
 from brickwork.factory.stacks import Scope, scope_sizes, walk_block, walk_stack
 
 DEEPNORM_DEPTHS = ("num_encoder_layers", "num_decoder_layers")
 SpecSource = Mapping[str, Any] | str | os.PathLike[str]
 Overrides = Iterable[str] | Mapping[str, Any] | None
+
+
+@dataclass(kw_only=True)
+class StandaloneBlockSpec(CrossBlockSpec):
+    """The spec ``build_block`` takes: a block plus what a model would otherwise supply."""
+
+    type: Literal["encoder", "decoder"] = "encoder"
+    dim_model: int
+    position: PositionSpec = None
+    num_encoder_layers: int = 0
+    num_decoder_layers: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.dim_model, "dim_model")
+        for option in DEEPNORM_DEPTHS:
+            if getattr(self, option) < 0:
+                raise ConfigError(f"must be >= 0, got {getattr(self, option)}", option)
 
 
 def read_spec(spec: SpecSource, overrides: Overrides = None) -> dict[str, Any]:
@@ -120,7 +140,7 @@ def build_block(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
             "takes only attention-side positions",
             additive[0][1],
             choices=[
-                n for n in POSITIONAL_REGISTRY if position_kind(POSITIONAL_REGISTRY.get(n)) != "additive"
+                n for n in POSITIONAL_REGISTRY if POSITIONAL_REGISTRY.get(n).position_kind != "additive"
             ],
         )
     depths = {key: getattr(fields, key) for key in DEEPNORM_DEPTHS}
@@ -168,7 +188,7 @@ def walk_model(data: Any, device: torch.device) -> tuple[nn.Module, dict[str, An
         options, position_spec = configure(cls, choice, path, **scope_sizes(spec.dim_model, max_seq_len))
         make_position = functools.partial(construct, cls, path, **options)  # built after the stacks
     init, init_spec = build_choice(INIT_REGISTRY, spec.init, "init")
-    stacks_in = {s: to_config(StackSpec, getattr(spec, s), s) for s in kind.stacks}
+    stacks_in = {s: getattr(spec, s) for s in kind.stacks}
     # The stack depths DeepNorm derives alpha and beta from (0 for a stack the kind lacks).
     depths = dict.fromkeys(DEEPNORM_DEPTHS, 0)
     depths |= {f"num_{name}_layers": stack.num_layers for name, stack in stacks_in.items()}

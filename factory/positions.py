@@ -6,24 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from brickwork.components.positional import POSITIONAL_REGISTRY, ALiBi, RotaryEmbedding
+from brickwork.components.positional import POSITIONAL_REGISTRY
 from brickwork.errors import ConfigError, join_path
 from brickwork.factory.choice import lookup
 
 NO_POSITION = "none"
-
-
-def position_kind(cls: type) -> str:
-    """How a positional class is used: "additive" (on embeddings), "rotary" (q/k hook) or "bias".
-
-    A class registered by a user may say so with a ``position_kind`` attribute.
-    """
-    declared = getattr(cls, "position_kind", None)
-    if declared is not None:
-        return declared
-    if issubclass(cls, RotaryEmbedding):
-        return "rotary"
-    return "bias" if issubclass(cls, ALiBi) else "additive"
 
 
 def split_positions(value: Any, path: str = "position") -> tuple[list[tuple[dict[str, Any], str]], ...]:
@@ -42,7 +29,7 @@ def split_positions(value: Any, path: str = "position") -> tuple[list[tuple[dict
     for index, item in items:
         item_path = join_path(path, index)
         cls, spec = lookup(POSITIONAL_REGISTRY, item, item_path)
-        kind = position_kind(cls)
+        kind = cls.position_kind
         if kind in seen:
             raise ConfigError(f"two {kind} positions ({seen[kind]} and {item_path}); keep one", item_path)
         seen[kind] = item_path

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from brickwork.blocks import Block
-from brickwork.blocks.model_kind import Stack
+from brickwork.blocks.block import BlockSpec, CrossBlockSpec
+from brickwork.blocks.model_kind import Stack, StackSection
 from brickwork.blocks.reversible import ReversibleLayers
 from brickwork.components.attention import ATTENTION_REGISTRY, MultiHeadAttention
 from brickwork.components.attention.multi_head import check_causal, check_geometry
@@ -29,8 +30,6 @@ from brickwork.errors import ConfigError, join_path
 from brickwork.factory.choice import build_choice, configure, diff_spec, lookup, merge_spec
 from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
 from brickwork.factory.memory_estimate import check_fits
-from brickwork.factory.positions import position_kind
-from brickwork.factory.schema import BlockSpec, CrossBlockSpec, StackSpec
 
 # A stack deeper than this is checked against free memory from its first layer before the others
 # are built; a shallower one is checked whole, with the model.
@@ -63,7 +62,7 @@ def scope_sizes(dim_model: int, max_seq_len: int | None) -> dict[str, int]:
 
 
 def walk_stack(
-    stack: StackSpec, name: str, scope: Scope
+    stack: StackSection, name: str, scope: Scope
 ) -> tuple[Stack, dict[str, Any], list[dict[str, Any]]]:
     """The built stack, its resolved spec and its blocks' resolved attention-side positions."""
     overrides = layer_overrides(stack.layers, stack.num_layers, join_path(name, "layers"))
@@ -209,7 +208,7 @@ def walk_attention(
             # The head size was derived, so the key to change may be dim_model or num_heads.
             derived = f"dim_head={dim_head} is dim_model={scope.dim_model} / num_heads={layer['num_heads']}"
             raise ConfigError(f"{err.reason} ({derived})", err.path, err.choices, err.got) from None
-        role = "rotary" if position_kind(hook_cls) == "rotary" else "position_bias"
+        role = "rotary" if hook_cls.position_kind == "rotary" else "position_bias"
         hooks[role], sources[role] = construct(hook_cls, hook_path, **hook_options), hook_path
         hook_specs.append(resolved_hook)
     built = construct(

@@ -38,6 +38,8 @@ class ALiBi(PositionalEncoding):
     rank's contiguous slice (dim 0), matching the head split of the attention projections.
     """
 
+    position_kind = "bias"
+
     def __init__(self, num_heads: PositiveInt, symmetric: Flag = False) -> None:
         super().__init__()
         self.num_heads = num_heads

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from brickwork.components.configurable import Configurable
 from brickwork.registry import Registry
@@ -16,7 +17,11 @@ class PositionalEncoding(Configurable):
     - an attention bias (``alibi``): ``forward(tq, tk, device) -> [H, tq, tk]``.
 
     ``offset`` is the absolute position of the first element (the KV-cache length when decoding).
+    ``position_kind`` names the convention (``"additive"``, ``"rotary"`` or ``"bias"``), so the factory
+    knows where a member goes.
     """
+
+    position_kind: ClassVar[str] = "additive"
 
 
 POSITIONAL_REGISTRY: Registry[PositionalEncoding] = Registry("positional", PositionalEncoding)

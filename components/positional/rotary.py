@@ -41,6 +41,8 @@ class RotaryEmbedding(PositionalEncoding):
     before ``out_proj``, eager or compiled.
     """
 
+    position_kind = "rotary"
+
     def __init__(
         self,
         dim_head: PositiveInt,
