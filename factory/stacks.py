@@ -206,7 +206,8 @@ def walk_attention(
             if layer["dim_head"] is not None:
                 raise
             # The head size was derived, so the key to change may be dim_model or num_heads.
-            derived = f"dim_head={dim_head} is dim_model={scope.dim_model} / num_heads={layer['num_heads']}"
+            heads = f"{join_path(path, 'num_heads')}={layer['num_heads']}"
+            derived = f"dim_head={dim_head} is dim_model={scope.dim_model} / {heads}"
             raise ConfigError(f"{err.reason} ({derived})", err.path, err.choices, err.got) from None
         role = "rotary" if hook_cls.position_kind == "rotary" else "position_bias"
         hooks[role], sources[role] = construct(hook_cls, hook_path, **hook_options), hook_path

@@ -94,6 +94,8 @@ def test_a_derived_head_size_too_small_for_rotary_names_dim_model() -> None:
         "model": "decoder_lm", "vocab_size": 30, "dim_model": 2, "max_seq_len": 12, "position": "rotary",
         "decoder": {"num_layers": 1, "block": {"attention": {"num_heads": 2}}},
     }  # fmt: skip
-    with pytest.raises(ConfigError, match=r"dim_head=1 is dim_model=2 / num_heads=2") as error:
+    with pytest.raises(
+        ConfigError, match=r"dim_head=1 is dim_model=2 / decoder\.block\.attention\.num_heads=2"
+    ) as error:
         build_model(spec)
     assert error.value.path == "position.fraction"
