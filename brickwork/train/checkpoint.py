@@ -1,13 +1,10 @@
-"""Saving and loading a run's checkpoints: ``brickwork.parallel`` distributed checkpoints, one per
-saved step, in the run folder (where they lie, and which is the newest intact one, is
-``brickwork.checkpoint.run_folder``).
+"""Saving and loading a run's checkpoints: a ``brickwork.parallel`` distributed checkpoint per saved
+step, ``RUN/checkpoints/step_000200/`` (brickwork/checkpoint/folder.py says what one holds;
+brickwork/checkpoint/run_folder.py finds them and the newest intact one).
 
-``RUN/checkpoints/step_000200/`` is a checkpoint of ``brickwork.parallel.save_checkpoint`` (weights and
-optimizer state by single-process names through torch.distributed.checkpoint, each rank's RNG, the
-spec and dist dict in ``meta.json``, ``.complete`` last). What the trainer needs beyond that rides in
-its ``extra``: the batch generator's state (the data position) and the last validation loss. The
-learning rate is a function of the step, so the step is the whole schedule state. A folder without
-``.complete`` is a save that was cut off and is never resumed from.
+What the trainer needs beyond the model and optimizer rides in the checkpoint's ``extra``: the batch
+generator's state (the data position) and the last validation loss. The learning rate is a function
+of the step, so the step is the whole schedule state.
 """
 
 from __future__ import annotations
