@@ -22,10 +22,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from brickwork.checkpoint import is_complete, latest_checkpoint, read_checkpoint_weights
 from brickwork.factory.build import build_model
 from brickwork.factory.hf import load_hf_checkpoint
 from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
-from brickwork.parallel.checkpoint import is_complete, read_checkpoint_weights
 
 SPEC_FILE = "spec.yaml"
 WEIGHTS_FILE = "model.safetensors"
@@ -104,8 +104,6 @@ def _newest_checkpoint(folder: Path) -> Path:
             f"({SPEC_FILE} and {WEIGHTS_FILE}), a brickwork train run folder (config.yaml and "
             "checkpoints/), a checkpoint folder (.complete), or an HF model folder (config.json)"
         )
-    from brickwork.train.checkpoint import latest_checkpoint  # train sits above the factory
-
     return latest_checkpoint(folder, "path", intact=True)[1]
 
 

@@ -7,9 +7,10 @@ DDP, ``ZeroRedundancyOptimizer``, FSDP2 ``fully_shard`` and ``torch.distributed.
 layout knows no loss: training is ``brickwork.train.TrainStep``. See docs/parallel.md.
 """
 
+from brickwork.checkpoint import export, is_complete
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
 from brickwork.parallel.balance import split_rows, split_stages
-from brickwork.parallel.checkpoint import export, is_complete, load_checkpoint, save_checkpoint
+from brickwork.parallel.checkpoint import load_checkpoint, save_checkpoint
 from brickwork.parallel.compose import parallelize
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.context_parallel import apply_context_parallel

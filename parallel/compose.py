@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from torch import nn
 
 from brickwork.errors import ConfigError
+from brickwork.layout import PlanValue
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
 from brickwork.parallel.agreement import check_agreement
 from brickwork.parallel.config import ParallelConfig, WorldSizeError
@@ -29,7 +30,6 @@ from brickwork.parallel.mesh import build_mesh, launched_config, start_process_g
 from brickwork.parallel.pipeline.apply import apply_pipeline
 from brickwork.parallel.state import parallel_state
 from brickwork.parallel.tensor.apply import apply_tensor_parallel
-from brickwork.parallel.tensor.plan import PlanValue
 
 
 def parallelize(

@@ -127,11 +127,10 @@ def test_no_private_names_cross_folders(figures):
     assert figures.private_imports == []
 
 
-def test_import_cycles_are_left_only_between_factory_parallel_and_train(figures):
-    # factory/pretrained.py reads run folders (train) and sharded checkpoints (parallel), and the
-    # planner reads specs (factory); every other package sits in one layer.
-    for cycle in figures.package_cycles:
-        assert set(cycle["packages"]) <= {"brickwork.factory", "brickwork.parallel", "brickwork.train"}, cycle
+def test_no_import_cycles_between_packages(figures):
+    # train sits on parallel, parallel on the factory; the checkpoint format (brickwork.checkpoint) and
+    # the layout declarations (brickwork.layout) sit below all three.
+    assert figures.package_cycles == []
 
 
 def test_parallel_functions_stay_short_and_the_dist_dict_is_parsed_in_two_places(figures):

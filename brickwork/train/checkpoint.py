@@ -1,20 +1,17 @@
-"""A run's checkpoints: ``brickwork.parallel`` distributed checkpoints, one per saved step, in the run folder.
+"""Saving and loading a run's checkpoints: a ``brickwork.parallel`` distributed checkpoint per saved
+step, ``RUN/checkpoints/step_000200/`` (brickwork/checkpoint/folder.py says what one holds;
+brickwork/checkpoint/run_folder.py finds them and the newest intact one).
 
-``RUN/checkpoints/step_000200/`` is a checkpoint of ``brickwork.parallel.save_checkpoint`` (weights and
-optimizer state by single-process names through torch.distributed.checkpoint, each rank's RNG, the
-spec and dist dict in ``meta.json``, ``.complete`` last). What the trainer needs beyond that rides in
-its ``extra``: the batch generator's state (the data position) and the last validation loss. The
-learning rate is a function of the step, so the step is the whole schedule state. A folder without
-``.complete`` is a save that was cut off and is never resumed from.
+What the trainer needs beyond the model and optimizer rides in the checkpoint's ``extra``: the batch
+generator's state (the data position) and the last validation loss. The learning rate is a function
+of the step, so the step is the whole schedule state.
 """
 
 from __future__ import annotations
 
 import base64
-import logging
 import math
 import os
-import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,81 +22,26 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
+from brickwork.checkpoint import (
+    META_FILE,
+    CorruptCheckpointError,
+    check_step_folder,
+    checkpoint_dir,
+    export,
+    folder_step,
+    is_complete,
+    latest_checkpoint,
+)
 from brickwork.errors import ConfigError, RunFailure
-from brickwork.parallel import export, is_complete, load_checkpoint, save_checkpoint
-from brickwork.parallel.checkpoint import META_FILE, read_meta, verify_checkpoint
-from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError
+from brickwork.parallel import load_checkpoint, save_checkpoint
 
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
 TRAINER_FORMAT = 1
-logger = logging.getLogger(__name__)
-
-
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"step_{step:06d}"
 
 
 class CheckpointWriteError(RunFailure):
     """A checkpoint could not be written (out of disk space, a file size limit); its partial folder was
     removed and the earlier checkpoints are as they were."""
-
-
-def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of every checkpoint whose save finished, oldest first. A symbolic link is not a
-    checkpoint this run wrote: it is never listed, so it is never resumed from or deleted."""
-    root = run_dir / "checkpoints"
-    if not root.is_dir() or root.is_symlink():
-        return []
-    found = []
-    for folder in root.iterdir():
-        match = _STEP_DIR.match(folder.name)
-        if match and not folder.is_symlink() and is_complete(folder):
-            found.append((int(match.group(1)), folder))
-    return sorted(found)
-
-
-def check_step_folder(folder: Path, option: str = "--resume") -> int:
-    """The step of the checkpoint folder ``step_<N>``: a real folder (not a symbolic link) whose
-    ``meta.json`` says step N. Raises ConfigError naming the folder otherwise."""
-    if folder.is_symlink():
-        raise ConfigError(f"{str(folder)!r} is a symbolic link, not a checkpoint this run wrote", option)
-    match = _STEP_DIR.match(folder.name)
-    saved = read_meta(folder)["step"]
-    if match and int(match.group(1)) != saved:
-        raise CorruptCheckpointError(
-            f"{folder / META_FILE} says step {saved}, but the folder is named for step {int(match.group(1))}"
-        )
-    return saved
-
-
-def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool = False) -> tuple[int, Path]:
-    """The newest complete checkpoint of ``run_dir``; a one-line ConfigError naming ``option`` when
-    there is none. With ``intact``, checkpoints whose files fail their manifest are skipped, each
-    reported in one line, and the newest intact one is returned."""
-    found = complete_checkpoints(run_dir)
-    if not found:
-        raise ConfigError(
-            f"{str(run_dir)!r} has no complete checkpoint (no checkpoints/step_*/.complete); "
-            "start a new run instead, or lower train.checkpoint_interval so that runs save one sooner",
-            option,
-        )
-    if not intact:
-        return found[-1]
-    damaged = []
-    for step, folder in reversed(found):
-        try:
-            verify_checkpoint(folder)
-            check_step_folder(folder, option)
-        except CorruptCheckpointError as err:
-            damaged.append(str(err))
-            continue
-        for reason in damaged:
-            _say(f"skipping a damaged checkpoint: {reason}; using {folder.name}, the newest intact one")
-        return step, folder
-    raise ConfigError(
-        f"every complete checkpoint of {str(run_dir)!r} is damaged: " + "; ".join(damaged), option
-    )
 
 
 def save_run_checkpoint(
@@ -171,7 +113,7 @@ def export_run(source: Path, out: Path) -> Path:
     if is_complete(source):
         folder = source
         check_step_folder(folder, "RUN_DIR")
-    elif _STEP_DIR.match(source.name) or (source / META_FILE).exists():
+    elif folder_step(source) is not None or (source / META_FILE).exists():
         raise ConfigError(
             f"{str(source)!r} is a checkpoint whose save did not finish (no .complete marker); export "
             "the run folder instead, which uses its newest complete checkpoint",
@@ -225,9 +167,3 @@ def remove_path(path: Path) -> None:
 
 def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
-
-
-def _say(line: str) -> None:
-    # Before the process group starts, torchrun's RANK says which process speaks.
-    if os.environ.get("RANK", "0") == "0":
-        logger.info(line)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from brickwork.checkpoint import complete_checkpoints
 from brickwork.errors import RunFailure
-from brickwork.train.checkpoint import complete_checkpoints
 
 # What gloo's and NCCL's errors about a lost peer say; torch raises them as plain RuntimeErrors.
 _PEER_MARKERS = (

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from brickwork.checkpoint import META_FILE, read_meta
 from brickwork.errors import ConfigError
-from brickwork.parallel.checkpoint import META_FILE, read_meta
 
 # Spec keys (their last dotted part) that never change a parameter or its meaning.
 RUNTIME_KEYS = frozenset({"dropout", "backend"})

@@ -15,10 +15,14 @@ import os
 import shutil
 from pathlib import Path
 
-from brickwork.parallel import is_complete
-from brickwork.parallel.checkpoint import read_meta, verify_checkpoint
-from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError
-from brickwork.train.checkpoint import complete_checkpoints, remove_path
+from brickwork.checkpoint import (
+    CorruptCheckpointError,
+    complete_checkpoints,
+    is_complete,
+    read_meta,
+    verify_checkpoint,
+)
+from brickwork.train.checkpoint import remove_path
 
 BEST_DIR = "best"
 

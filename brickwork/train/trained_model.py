@@ -20,13 +20,12 @@ from safetensors.torch import load_file
 from torch import nn
 
 from brickwork.blocks import MODELS
+from brickwork.checkpoint import META_FILE, is_complete, latest_checkpoint
 from brickwork.data.tokenizer import ByteTokenizer, HFTokenizer, TokenIds, Tokenizer, load_tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, load_spec
-from brickwork.parallel import is_complete, load_checkpoint
-from brickwork.parallel.checkpoint import META_FILE
+from brickwork.parallel import load_checkpoint
 from brickwork.sampling import sample_ids
-from brickwork.train.checkpoint import latest_checkpoint
 
 OPTION = "RUN_OR_FOLDER"
 TOKENIZER_FILE = "tokenizer.json"  # a run keeps a copy of any tokenizer other than bytes

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from brickwork.blocks import MODELS
+from brickwork.checkpoint import latest_checkpoint
 from brickwork.data import fixed_windows
 from brickwork.data.sources import TextData
 from brickwork.data.task_batches import TaskBatches, image_batches, task_vocab_size, text_batches
@@ -30,7 +31,7 @@ from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import ParallelConfig, full_state_dict, parallel_state, parallelize
 from brickwork.sampling import sample_ids
 from brickwork.train.auto_dist import choose_layout, wants_auto
-from brickwork.train.checkpoint import latest_checkpoint, load_run_checkpoint
+from brickwork.train.checkpoint import load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
 from brickwork.train.init_weights import load_initial_weights, pretrained_base
 from brickwork.train.loop import LoopState, run_loop

@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.pipeline.stages import PipelineStageModule, StageRecipe
+from brickwork.layout import ModelPlan, Stage, StageRecipe
 
 from .config import HFConfig
-from .family import Family, ModelPlan, Rule, Variant, prefix
+from .family import Family, Rule, Variant, prefix
 from .spec import (
     attention_spec,
     block,
@@ -238,7 +238,7 @@ class BertStages(StageRecipe):
     def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
         return (["bert.embeddings"] if first else []) + (self.head_modules() if last else [])
 
-    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+    def run(self, stage: Stage, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
         from transformers.masking_utils import create_bidirectional_mask
 
         h = carried[0]

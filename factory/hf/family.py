@@ -20,8 +20,7 @@ import torch
 from torch import nn
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.pipeline.stages import StageRecipe
-from brickwork.parallel.plans import ModelPlan
+from brickwork.layout import ModelPlan, StageRecipe
 
 from .config import HFConfig
 

@@ -13,8 +13,10 @@ from typing import Any, ClassVar
 
 from torch import nn
 
+from brickwork.layout import ModelPlan, StageRecipe
+
 from .config import HFConfig
-from .family import Family, ModelPlan, Rule, StageRecipe, Variant, prefix, same, transposed, with_head
+from .family import Family, Rule, Variant, prefix, same, transposed, with_head
 from .layout import blocks_to_groups, groups_to_blocks
 from .spec import (
     attention_spec,

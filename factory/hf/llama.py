@@ -11,8 +11,10 @@ from typing import Any, ClassVar
 
 from torch import nn
 
+from brickwork.layout import ModelPlan, StageRecipe
+
 from .config import HFConfig
-from .family import Family, ModelPlan, Rule, StageRecipe, Variant, prefix, with_head
+from .family import Family, Rule, Variant, prefix, with_head
 from .rope import hf_rope, read_rope
 from .spec import (
     attention_spec,

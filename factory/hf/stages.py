@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.pipeline.stages import PipelineStageModule, StageRecipe
+from brickwork.layout import Stage, StageRecipe
 
 from .family import Variant, head_of, prefix
 
@@ -62,7 +62,7 @@ class HFCausalLMStages(StageRecipe):
         names += [self.rotary] if self.rotary else []
         return names + (self.head_modules() if last else [])
 
-    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+    def run(self, stage: Stage, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
         # Imported here: transformers is needed only when an HF model is pipelined.
         from transformers.masking_utils import create_causal_mask
 
@@ -94,7 +94,7 @@ class HFCausalLMStages(StageRecipe):
         return stage.get_submodule(self.head)(stage.get_submodule(self.norm)(h))
 
 
-def run_layers(stage: nn.Module, stack: str, h: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+def run_layers(stage: Stage, stack: str, h: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
     """Run the stage's layers of ``stack`` in turn; HF layers may return a tuple led by the hidden states."""
     for layer in stage.get_submodule(stack):
         out = layer(h, **kwargs)

@@ -1,29 +1,18 @@
 """Distributed checkpoints with torch.distributed.checkpoint (DCP), loadable under any other layout.
 
-A checkpoint is a folder:
-
-- the DCP files: ``model.<name>`` for every tensor of the model's state dict and ``optim.<name>.<key>``
-  for the optimizer state of each parameter, named by the single-process model's names. Sharded
-  tensors are saved as DTensors, so DCP records their global shape and each rank's chunk; loading
-  under another layout reads exactly the chunks each rank now holds (resharding). A packed
-  ``colwise:N`` parameter, whose columns are reordered for one TP size, is saved in the
-  single-process order, one chunk per piece (parallel/checkpoint/packed_shards.py);
-- ``rng/rank<r>.pt``: each rank's RNG state;
-- ``meta.json``: the step, the resolved spec, the dist dict, the world size, the optimizer's
-  hyperparameters (param groups without their tensors) and the caller's ``extra``;
-- ``manifest.json``: the size and CRC-32 of every file above (parallel/checkpoint/manifest.py),
-  checked before anything is loaded;
-- ``.complete``, written last, by rank 0, after every rank has finished. A folder without it is an
-  interrupted save and is never loaded.
+The folder a save writes is described in brickwork/checkpoint/folder.py; the tensors are named by the
+single-process model's names. Sharded tensors are saved as DTensors, so DCP records their global
+shape and each rank's chunk; loading under another layout reads exactly the chunks each rank now
+holds (resharding). A packed ``colwise:N`` parameter, whose columns are reordered for one TP size, is
+saved in the single-process order, one chunk per piece (parallel/checkpoint/packed_shards.py). Rank 0
+writes ``meta.json``, the manifest and ``.complete`` after every rank has finished.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,53 +20,26 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
-from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError, verify_manifest, write_manifest
-from brickwork.parallel.checkpoint.packed_shards import natural_order_view
-from brickwork.parallel.checkpoint.safe_reader import (
-    SafeFileSystemReader,
-    SafeLoadPlanner,
-    UnsafeCheckpointError,
+from brickwork.checkpoint.folder import (
+    COMPLETE_MARKER,
+    META_FILE,
+    UNLISTED,
+    is_complete,
+    mark_complete,
+    quiet_single_process,
+    read_meta,
+    reading,
+    verify_checkpoint,
 )
+from brickwork.checkpoint.manifest import CorruptCheckpointError, write_manifest
+from brickwork.checkpoint.safe_reader import SafeFileSystemReader, SafeLoadPlanner
+from brickwork.parallel.checkpoint.packed_shards import natural_order_view
 from brickwork.parallel.state import parallel_state
 from brickwork.parallel.tensor.styles import packed_names
 from brickwork.parallel.tensor.vocab_padding import VocabPadding, padded_names
-
-COMPLETE_MARKER = ".complete"
-META_FILE = "meta.json"
-# Files the manifest does not list (the marker is written after it), and files it must list.
-UNLISTED = (COMPLETE_MARKER, COMPLETE_MARKER + ".tmp")
-REQUIRED = (META_FILE, ".metadata")
-
-
-@contextlib.contextmanager
-def quiet_single_process() -> Iterator[None]:
-    """Silence DCP's warning that, with no process group, it assumes one process: that is meant here.
-
-    DCP also wraps what its reads and writes raise into a CheckpointException. A Ctrl-C is raised
-    again here as the KeyboardInterrupt it was, so the caller stops as it would anywhere else, and a
-    refused entry as the UnsafeCheckpointError it was, so the caller gets its one-line message.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        try:
-            yield
-        except CheckpointException as err:
-            causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
-            if causes and all(isinstance(c, KeyboardInterrupt) for c in causes):
-                raise KeyboardInterrupt from None
-            unsafe = [c for c in causes if isinstance(c, UnsafeCheckpointError)]
-            if unsafe:
-                raise unsafe[0] from None
-            raise
-
-
-def is_complete(directory: str | os.PathLike) -> bool:
-    """Whether ``directory`` holds a checkpoint whose save finished (its ``.complete`` marker)."""
-    return (Path(directory) / COMPLETE_MARKER).is_file()
 
 
 def save_checkpoint(
@@ -121,41 +83,9 @@ def save_checkpoint(
     if rank == 0:
         (folder / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
         write_manifest(folder, skip=UNLISTED)
-        _write_marker(folder)
+        mark_complete(folder)
     _barrier()
     return folder
-
-
-def verify_checkpoint(directory: str | os.PathLike) -> None:
-    """Check a checkpoint's files against its manifest (manifest.py), which must list every file the
-    folder holds; CorruptCheckpointError names the first one that fails."""
-    verify_manifest(directory, unlisted=UNLISTED, required=REQUIRED)
-
-
-def read_meta(directory: str | os.PathLike) -> dict[str, Any]:
-    """A checkpoint's ``meta.json``, checked for the keys loading relies on; CorruptCheckpointError
-    names the file when it is damaged."""
-    path = Path(directory) / META_FILE
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise CorruptCheckpointError(f"{path} cannot be read: {type(err).__name__}: {err}") from None
-    if not isinstance(meta, dict):
-        raise CorruptCheckpointError(f"{path} holds a {type(meta).__name__}, not a JSON object")
-    for key in ("step", "world_size"):
-        value = meta.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "world_size" else 0):
-            raise CorruptCheckpointError(f"{path} is damaged: {key} is {value!r}")
-    if not isinstance(meta.get("extra", {}), dict):
-        raise CorruptCheckpointError(f"{path} is damaged: extra is {meta['extra']!r}")
-    return meta
-
-
-def _write_marker(folder: Path) -> None:
-    # Written to a temporary name and renamed: the marker is either absent or whole.
-    tmp = folder / (COMPLETE_MARKER + ".tmp")
-    tmp.write_text("complete\n")
-    os.replace(tmp, folder / COMPLETE_MARKER)
 
 
 def load_checkpoint(
@@ -205,26 +135,6 @@ def load_checkpoint(
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state(rng["cuda"])
     return meta
-
-
-@contextlib.contextmanager
-def reading(path: Path) -> Iterator[None]:
-    """Whatever reading ``path`` raises (EOFError, an unpickling error, a shape mismatch, DCP's
-    CheckpointException around any of them) as one CorruptCheckpointError naming it. A Ctrl-C and a
-    refused unsafe entry pass through as they are."""
-    try:
-        yield
-    except (KeyboardInterrupt, UnsafeCheckpointError, CorruptCheckpointError):
-        raise
-    except (Exception, CheckpointException) as err:  # any reader of a damaged file; each means the same
-        cause = err
-        if isinstance(err, CheckpointException):
-            causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
-            cause = causes[0] if causes else err
-        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-        raise CorruptCheckpointError(
-            f"{path} cannot be read ({type(cause).__name__}: {reason[:300]}); it is damaged or was rewritten"
-        ) from None
 
 
 def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:

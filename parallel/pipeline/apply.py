@@ -15,6 +15,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from brickwork.errors import ConfigError
+from brickwork.layout import PlanValue
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data.ddp import attach_ddp
@@ -30,7 +31,6 @@ from brickwork.parallel.pipeline.stages import (
 )
 from brickwork.parallel.tensor.apply import TensorParallelPlan, apply_tensor_parallel, tensor_parallel_plan
 from brickwork.parallel.tensor.parts import whole_modules
-from brickwork.parallel.tensor.plan import PlanValue
 
 
 def check_pipeline(model: nn.Module, mesh: DeviceMesh) -> None:

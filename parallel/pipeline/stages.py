@@ -1,9 +1,9 @@
 """Pipeline stages cut by hand from a model: a contiguous run of its layers per stage, plus the
 modules around them that the stage's place needs (the embedding first, the head last).
 
-A :class:`StageRecipe` says, for one kind of model, which ModuleLists hold the layers that are split
-(one list, or an encoder's and a decoder's in turn), which other modules a stage needs for its run of
-layers, and how that run computes. Recipes exist for
+A recipe (:class:`~brickwork.layout.StageRecipe`) says, for one kind of model, which layers are split,
+which other modules a stage needs and how its run of layers computes; this module finds the recipe,
+cuts the stages and runs each one's ``forward`` under the schedule. Recipes exist for
 
 - models whose forward is ``head(layers(embed(x)))`` (brickwork's DecoderLM, Encoder and
   ImageEncoder, or a user's model with ``embed``, ``layers`` and ``head``);
@@ -36,40 +36,10 @@ from brickwork.blocks.image_encoder import ImageEncoder
 from brickwork.blocks.inputs import padding_mask
 from brickwork.blocks.reversible import ReversibleLayers
 from brickwork.errors import ConfigError
+from brickwork.layout import Stage, StageRecipe
 from brickwork.parallel.balance import layer_costs, module_cost, split_stages
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.plans import model_family
-
-
-class StageRecipe:
-    """How one kind of model splits into stages (see the module docstring).
-
-    ``stacks`` are the dotted names of the ModuleLists whose layers are split, in the order the
-    forward runs them; a stage's ``units`` index their concatenation.
-    """
-
-    stacks: tuple[str, ...] = ("layers",)
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-
-    def units(self) -> list[tuple[str, int]]:
-        """(stack, index) of every layer, in forward order."""
-        return [(s, i) for s in self.stacks for i in range(len(self.model.get_submodule(s)))]
-
-    def head_modules(self) -> list[str]:
-        """The modules the last stage adds (for the cost of its head)."""
-        raise NotImplementedError
-
-    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
-        """The dotted names of the modules (or parameters) besides layers that a stage holding
-        ``units`` needs."""
-        raise NotImplementedError
-
-    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
-        """The stage's computation: ``carried`` (the first stage's input, or the previous stage's
-        outputs) and the batch's ``extras`` -> what the next stage receives, or the logits."""
-        raise NotImplementedError
 
 
 class EmbedLayersHead(StageRecipe):
@@ -89,7 +59,7 @@ class EmbedLayersHead(StageRecipe):
         own = [name for name, _ in self.model.named_parameters(recurse=False)]
         return (self.embed_names + own if first else []) + (self.head_names if last else [])
 
-    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+    def run(self, stage: Stage, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
         shell = stage.shell
         h = carried[0]
         if stage.is_first:
@@ -120,7 +90,7 @@ class EncoderDecoderStages(StageRecipe):
         names += self.head_modules() if last else []
         return [n for n in dict.fromkeys(names) if getattr(self.model, n, None) is not None]
 
-    def run(self, stage: PipelineStageModule, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+    def run(self, stage: Stage, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
         shell: EncoderDecoder = stage.shell
         h, memory = (carried[0], None) if len(carried) == 1 else carried
         if stage.is_first:

@@ -24,6 +24,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 
 from brickwork.errors import ConfigError
+from brickwork.layout import PlanValue
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.expert_parallel import expert_module_paths
 from brickwork.parallel.plans import plan_for
@@ -36,7 +37,6 @@ from brickwork.parallel.tensor.layers import ids_in_range_hook
 from brickwork.parallel.tensor.parts import keep_whole, whole_modules
 from brickwork.parallel.tensor.plan import (
     PlanEntry,
-    PlanValue,
     component_plan,
     get_module,
     merge_plans,

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from brickwork.errors import ConfigError, join_path
+from brickwork.layout import PlanValue
 from brickwork.parallel.tensor.styles import parse_style
-
-PlanValue = str | Mapping[str, str]
 
 
 @dataclass(frozen=True)

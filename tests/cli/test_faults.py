@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from cli_runs import SMALL
 
+from brickwork.checkpoint import read_meta, verify_checkpoint
 from brickwork.cli import main
-from brickwork.parallel.checkpoint import read_meta, verify_checkpoint
 from brickwork.parallel.launch import free_port
 from brickwork.train import loop
 

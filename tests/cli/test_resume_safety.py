@@ -15,9 +15,9 @@ import pytest
 import yaml
 from cli_runs import SMALL, check_ok, curve, run_cli
 
+from brickwork.checkpoint.manifest import write_manifest
 from brickwork.cli import main
 from brickwork.factory import load_spec
-from brickwork.parallel.checkpoint.manifest import write_manifest
 
 pytestmark = pytest.mark.slow
 

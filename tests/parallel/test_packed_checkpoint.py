@@ -11,8 +11,9 @@ import torch
 from packed_checkpoint_cases import batches, build, four_rank, load_run, logits, save_run
 from safetensors.torch import load_file
 
-from brickwork.parallel import export, spawn
-from brickwork.parallel.checkpoint.safe_reader import read_metadata
+from brickwork.checkpoint import export
+from brickwork.checkpoint.safe_reader import read_metadata
+from brickwork.parallel import spawn
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.distributed

@@ -17,17 +17,19 @@ import pytest
 import torch
 from torch import nn
 
-from brickwork.errors import ConfigError
-from brickwork.parallel import load_checkpoint
-from brickwork.parallel.checkpoint import UNLISTED, read_meta, verify_checkpoint
-from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError, write_manifest
-from brickwork.train.checkpoint import (
+from brickwork.checkpoint import (
+    UNLISTED,
+    CorruptCheckpointError,
     checkpoint_dir,
     complete_checkpoints,
     latest_checkpoint,
-    load_run_checkpoint,
-    save_run_checkpoint,
+    read_meta,
+    verify_checkpoint,
 )
+from brickwork.checkpoint.manifest import write_manifest
+from brickwork.errors import ConfigError
+from brickwork.parallel import load_checkpoint
+from brickwork.train.checkpoint import load_run_checkpoint, save_run_checkpoint
 from brickwork.train.retention import best_checkpoint, retain
 
 

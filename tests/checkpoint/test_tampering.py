@@ -11,10 +11,9 @@ import pytest
 import torch
 from small_checkpoint import save_small_checkpoint, small_model
 
-from brickwork.parallel import export, load_checkpoint
-from brickwork.parallel.checkpoint import UNLISTED
-from brickwork.parallel.checkpoint.manifest import MANIFEST_FILE, CorruptCheckpointError, write_manifest
-from brickwork.parallel.checkpoint.safe_reader import UnsafeCheckpointError
+from brickwork.checkpoint import UNLISTED, UnsafeCheckpointError, export
+from brickwork.checkpoint.manifest import MANIFEST_FILE, CorruptCheckpointError, write_manifest
+from brickwork.parallel import load_checkpoint
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 
-from brickwork.parallel.checkpoint.manifest import CorruptCheckpointError
+from brickwork.checkpoint.manifest import CorruptCheckpointError
 
 _METADATA = "torch.distributed.checkpoint.metadata"
 # Each module's names that a DCP ``.metadata`` pickle may refer to. Every one is a plain data class,

@@ -19,9 +19,10 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
-from brickwork.parallel import export, load_checkpoint, save_checkpoint
-from brickwork.parallel.checkpoint.manifest import write_manifest
-from brickwork.parallel.checkpoint.safe_reader import UnsafeCheckpointError, read_metadata
+from brickwork.checkpoint import UnsafeCheckpointError, export
+from brickwork.checkpoint.manifest import write_manifest
+from brickwork.checkpoint.safe_reader import read_metadata
+from brickwork.parallel import load_checkpoint, save_checkpoint
 
 
 def _model() -> nn.Module:

@@ -18,8 +18,7 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from brickwork.parallel.checkpoint.safe_reader import SafeFileSystemReader, SafeLoadPlanner
-from brickwork.parallel.checkpoint.save_load import (
+from brickwork.checkpoint.folder import (
     COMPLETE_MARKER,
     is_complete,
     quiet_single_process,
@@ -27,14 +26,15 @@ from brickwork.parallel.checkpoint.save_load import (
     reading,
     verify_checkpoint,
 )
+from brickwork.checkpoint.safe_reader import SafeFileSystemReader, SafeLoadPlanner
 
 
 def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Write the model weights of the complete checkpoint in ``directory`` to the safetensors file ``out``.
 
     Runs in one process (call it on one rank only, or outside any process group). The metadata holds
-    ``spec`` (JSON) and ``step``. Raises FileNotFoundError for an interrupted or missing checkpoint, and
-    the errors of ``load_checkpoint`` for a damaged or unsafe one.
+    ``spec`` (JSON) and ``step``. Raises FileNotFoundError for an interrupted or missing checkpoint,
+    CorruptCheckpointError naming the file for a damaged one and UnsafeCheckpointError for an unsafe one.
     """
     weights, meta = read_checkpoint_weights(directory)
     out = Path(out)
