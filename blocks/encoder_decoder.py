@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenMod
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
+from brickwork.layout import Stage, StageRecipe
 
 
 class EncoderDecoder(nn.Module):
@@ -56,6 +58,10 @@ class EncoderDecoder(nn.Module):
         if tie_embeddings:
             tie_weights(self, "lm_head.weight", "token_embedding.weight")
 
+    def stage_recipe(self) -> EncoderDecoderStages:
+        """How pipeline parallel splits this model into stages."""
+        return EncoderDecoderStages(self)
+
     def _embed(self, name: str, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(name, ids, vocab_size=self.vocab_size)
         h = self.token_embedding(ids)
@@ -94,6 +100,47 @@ class EncoderDecoder(nn.Module):
         if labels is None:
             return logits
         return logits_loss(logits, labels, num_items_in_batch, ignore_index)
+
+
+class EncoderDecoderStages(StageRecipe):
+    """brickwork's EncoderDecoder as Megatron's T5: the shared token embedding (and position table)
+    sits on the first stage and again on the stage where the decoder starts, which also takes the
+    encoder's final norm; the LM head (tied to the embedding) on the last. Decoder stages pass
+    ``(hidden, encoder output)`` on; ``attention_mask`` masks the source in both stacks."""
+
+    stacks = ("encoder_layers", "decoder_layers")
+    embedding = ("token_embedding", "position_embedding", "dropout")
+
+    def head_modules(self) -> list[str]:
+        return ["decoder_final_norm", "lm_head"]
+
+    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
+        names = list(self.embedding) if first else []
+        if ("decoder_layers", 0) in units:
+            names += [*self.embedding, "encoder_final_norm"]
+        names += self.head_modules() if last else []
+        return [n for n in dict.fromkeys(names) if getattr(self.model, n, None) is not None]
+
+    def run(self, stage: Stage, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
+        shell: EncoderDecoder = stage.shell
+        h, memory = (carried[0], None) if len(carried) == 1 else carried
+        if stage.is_first:
+            h = shell._embed("src_ids", h)
+        src_mask = extras.get("attention_mask")
+        for stack, i in stage.units:
+            layer = stage.get_submodule(f"{stack}.{i}")
+            if stack == "encoder_layers":
+                mask = padding_mask("src_mask", src_mask, h.shape[:2])
+                h = layer(h, attn_mask=mask)
+                continue
+            if memory is None:
+                memory = shell.encoder_final_norm(h)
+                h = shell._embed("tgt_ids", extras["decoder_input_ids"])
+            mask = padding_mask("src_mask", src_mask, memory.shape[:2])
+            h = layer(h, memory=memory, memory_mask=mask)
+        if stage.is_last:
+            return shell.lm_head(shell.decoder_final_norm(h))
+        return h if memory is None else (h, memory)
 
 
 @dataclass(kw_only=True)

@@ -7,8 +7,8 @@ cuts the stages and runs each one's ``forward`` under the schedule. Recipes exis
 
 - models whose forward is ``head(layers(embed(x)))`` (brickwork's DecoderLM, Encoder and
   ImageEncoder, or a user's model with ``embed``, ``layers`` and ``head``);
-- brickwork's EncoderDecoder, as Megatron's T5: encoder stages, then decoder stages, with the
-  encoder output travelling beside the decoder's hidden states through every decoder stage;
+- a model that declares its own recipe with a ``stage_recipe()`` method (brickwork's EncoderDecoder,
+  split as Megatron splits T5, blocks/encoder_decoder.py);
 - HF models, by the recipe their family module declares (``brickwork.factory.hf``), found through
   ``config.model_type``.
 
@@ -31,7 +31,6 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from brickwork.blocks.encoder_decoder import EncoderDecoder
 from brickwork.blocks.image_encoder import ImageEncoder
 from brickwork.blocks.inputs import padding_mask
 from brickwork.blocks.reversible import ReversibleLayers
@@ -71,47 +70,6 @@ class EmbedLayersHead(StageRecipe):
         return shell.head(h) if stage.is_last else h
 
 
-class EncoderDecoderStages(StageRecipe):
-    """brickwork's EncoderDecoder as Megatron's T5: the shared token embedding (and position table)
-    sits on the first stage and again on the stage where the decoder starts, which also takes the
-    encoder's final norm; the LM head (tied to the embedding) on the last. Decoder stages pass
-    ``(hidden, encoder output)`` on; ``attention_mask`` masks the source in both stacks."""
-
-    stacks = ("encoder_layers", "decoder_layers")
-    embedding = ("token_embedding", "position_embedding", "dropout")
-
-    def head_modules(self) -> list[str]:
-        return ["decoder_final_norm", "lm_head"]
-
-    def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
-        names = list(self.embedding) if first else []
-        if ("decoder_layers", 0) in units:
-            names += [*self.embedding, "encoder_final_norm"]
-        names += self.head_modules() if last else []
-        return [n for n in dict.fromkeys(names) if getattr(self.model, n, None) is not None]
-
-    def run(self, stage: Stage, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
-        shell: EncoderDecoder = stage.shell
-        h, memory = (carried[0], None) if len(carried) == 1 else carried
-        if stage.is_first:
-            h = shell._embed("src_ids", h)
-        src_mask = extras.get("attention_mask")
-        for stack, i in stage.units:
-            layer = stage.get_submodule(f"{stack}.{i}")
-            if stack == "encoder_layers":
-                mask = padding_mask("src_mask", src_mask, h.shape[:2])
-                h = layer(h, attn_mask=mask)
-                continue
-            if memory is None:
-                memory = shell.encoder_final_norm(h)
-                h = shell._embed("tgt_ids", extras["decoder_input_ids"])
-            mask = padding_mask("src_mask", src_mask, memory.shape[:2])
-            h = layer(h, memory=memory, memory_mask=mask)
-        if stage.is_last:
-            return shell.lm_head(shell.decoder_final_norm(h))
-        return h if memory is None else (h, memory)
-
-
 def stage_recipe(model: nn.Module) -> StageRecipe:
     """The recipe for ``model``; ConfigError naming what a pipeline needs when none fits."""
     return _check_stacks(model, _recipe_for(model))
@@ -121,12 +79,13 @@ def _recipe_for(model: nn.Module) -> StageRecipe:
     family = model_family(model)  # an HF model: its family module holds the recipe
     if family is not None:
         return family.stage_recipe(model)
-    if isinstance(model, EncoderDecoder):
-        return EncoderDecoderStages(model)
+    declared = getattr(model, "stage_recipe", None)  # a model with a forward of another shape
+    if callable(declared):
+        return declared()
     if not (callable(getattr(model, "embed", None)) and callable(getattr(model, "head", None))):
         raise ConfigError(
-            "pipeline parallel splits a model whose forward is head(layers(embed(x))), brickwork's "
-            "EncoderDecoder, or an HF model of a supported family (brickwork.factory.hf); "
+            "pipeline parallel splits a model whose forward is head(layers(embed(x))), one that "
+            "declares its stage_recipe(), or an HF model of a supported family (brickwork.factory.hf); "
             f"{type(model).__name__} is none of them (it lacks embed or head)",
             "pipeline_parallel_size",
         )
