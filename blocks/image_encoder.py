@@ -104,6 +104,12 @@ class ImageEncoder(nn.Module):
             h = self.position_embedding(h)
         return self.dropout(h)
 
+    def example_input(self) -> torch.Tensor:
+        """One image of zeros, [1, C, H, W], on the weights' device: what ``embed`` takes."""
+        patches = self.patch_embedding
+        size = (1, patches.channels, patches.image_size, patches.image_size)
+        return torch.zeros(size, device=patches.proj.weight.device)
+
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """[B, N, d] -> logits [B, num_classes], or normalised hidden states [B, N, d]."""
         h = self.final_norm(h)

@@ -31,7 +31,6 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from brickwork.blocks.image_encoder import ImageEncoder
 from brickwork.blocks.inputs import padding_mask
 from brickwork.blocks.reversible import ReversibleLayers
 from brickwork.errors import ConfigError
@@ -177,12 +176,12 @@ def _called_modules(model: nn.Module) -> tuple[list[str], list[str]]:
 
 
 def _sample_input(model: nn.Module) -> torch.Tensor:
-    """One input of the first stage: one image for an image encoder, else one token id."""
-    device = next(model.parameters()).device
-    if isinstance(model, ImageEncoder):
-        patches = model.patch_embedding
-        return torch.zeros(1, patches.channels, patches.image_size, patches.image_size, device=device)
-    return torch.zeros(1, 1, dtype=torch.long, device=device)
+    """One input of the first stage: what the model declares (``example_input()``, an image encoder's
+    one image), else one token id."""
+    declared = getattr(model, "example_input", None)
+    if callable(declared):
+        return declared()
+    return torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device)
 
 
 class PipelineStageModule(nn.Module):
