@@ -1,4 +1,4 @@
-"""Small specs shared by the factory tests (each builds in milliseconds), and a forward helper."""
+"""Small specs shared by the factory and blocks tests (each builds in milliseconds), and a forward helper."""
 
 from typing import Any
 
