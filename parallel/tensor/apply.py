@@ -254,6 +254,15 @@ def _split_sequence_at_layers(model: nn.Module, mesh: DeviceMesh, split_input: b
             )
 
     def split(module: nn.Module, args: tuple) -> tuple:
+        length = args[0].shape[1]
+        if length % mesh.size():
+            # An uneven split would leave the ranks' later collectives of different sizes: a crash
+            # or a hang in the backward instead of this error, which every TP peer raises alike.
+            raise ValueError(
+                f"sequence_parallel splits the sequence over tensor_parallel_size={mesh.size()} ranks: "
+                f"its length {length} must be a multiple of {mesh.size()} (a causal LM's input length is "
+                "that of its labels)"
+            )
         x = DTensor.from_local(args[0], mesh, [Replicate()], run_check=False)
         return (x.redistribute(mesh, [Shard(1)]).to_local(), *args[1:])
 

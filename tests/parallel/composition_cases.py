@@ -61,3 +61,15 @@ def data_parallel_alone(kind: str) -> dict[str, Any]:
 
 def both(kind: str) -> dict[str, Any]:
     return {"tp": tensor_parallel_alone(kind), "dp": data_parallel_alone(kind)}
+
+
+def odd_sequence_under_sequence_parallel(kind: str) -> str:
+    """tp=2 with sequence parallel, given a sequence of odd length: the error each rank raises."""
+    config = ParallelConfig.from_dict({"tensor_parallel_size": 2, "sequence_parallel": True}, 2)
+    model = apply_tensor_parallel(build(kind), build_mesh(config), config)
+    ids, _ = batches()
+    try:
+        model(ids[0][:, :-1])
+    except ValueError as err:
+        return str(err)
+    return "no error"
