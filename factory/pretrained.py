@@ -10,19 +10,23 @@ a file that is damaged, is not a brickwork file, or does not fit the spec raises
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from brickwork.checkpoint import is_complete, latest_checkpoint, read_checkpoint_weights
+from brickwork.checkpoint import (
+    is_complete,
+    latest_checkpoint,
+    read_checkpoint_weights,
+    read_export,
+    read_weights,
+)
 from brickwork.factory.build import build_model
 from brickwork.factory.hf import load_hf_checkpoint
 from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
@@ -87,7 +91,7 @@ def from_pretrained(path: str | os.PathLike) -> nn.Module:
         raise FileNotFoundError(f"{str(source)!r} does not exist")
     if (source / SPEC_FILE).is_file():
         spec = load_spec(source / SPEC_FILE)
-        return _load(spec, _read_file(source / WEIGHTS_FILE), source / WEIGHTS_FILE)
+        return _load(spec, read_weights(source / WEIGHTS_FILE), source / WEIGHTS_FILE)
     if (source / "config.json").is_file():
         return load_hf_checkpoint(source)
     folder = source if is_complete(source) else _newest_checkpoint(source)
@@ -108,31 +112,12 @@ def _newest_checkpoint(folder: Path) -> Path:
 
 
 def _from_export(file: Path) -> nn.Module:
-    try:
-        with safe_open(str(file), framework="pt") as reader:
-            metadata = reader.metadata() or {}
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{str(file)!r} is not a readable safetensors file: {err}") from None
-    text = metadata.get("spec")
-    if not text:
-        raise ValueError(
-            f"{str(file)!r} carries no brickwork spec in its metadata: it was not written by brickwork "
-            "export; load a save_pretrained folder, or an HF folder, by its folder"
-        )
+    text, weights, _ = read_export(file)
     try:
         spec = parse_spec(text, "json", source=f"{file} metadata")
-    except (ValueError, json.JSONDecodeError) as err:
+    except ValueError as err:
         raise ValueError(f"the spec in {str(file)!r}'s metadata is damaged: {err}") from None
-    return _load(spec, _read_file(file), file)
-
-
-def _read_file(file: Path) -> dict[str, torch.Tensor]:
-    if not file.is_file():
-        raise FileNotFoundError(f"{str(file)!r} does not exist")
-    try:
-        return load_file(file)
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{str(file)!r} is not a readable safetensors file: {err}") from None
+    return _load(spec, weights, file)
 
 
 def _load(spec: Mapping[str, Any], weights: dict[str, torch.Tensor], source: Path) -> nn.Module:

@@ -8,7 +8,7 @@ parallelized model, and loading one into it, is ``brickwork.parallel.save_checkp
 ``load_checkpoint``.
 """
 
-from brickwork.checkpoint.export import export, read_checkpoint_weights
+from brickwork.checkpoint.export import export, read_checkpoint_weights, read_export, read_weights
 from brickwork.checkpoint.folder import (
     COMPLETE_MARKER,
     META_FILE,
@@ -41,6 +41,8 @@ __all__ = [
     "is_complete",
     "latest_checkpoint",
     "read_checkpoint_weights",
+    "read_export",
     "read_meta",
+    "read_weights",
     "verify_checkpoint",
 ]

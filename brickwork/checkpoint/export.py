@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from brickwork.checkpoint.folder import (
@@ -28,6 +29,8 @@ from brickwork.checkpoint.folder import (
 )
 from brickwork.checkpoint.safe_reader import SafeFileSystemReader, SafeLoadPlanner
 
+SPEC_KEY = "spec"  # the metadata entry holding the resolved spec, as JSON
+
 
 def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Write the model weights of the complete checkpoint in ``directory`` to the safetensors file ``out``.
@@ -39,8 +42,46 @@ def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     weights, meta = read_checkpoint_weights(directory)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_file(weights, out, metadata={"spec": json.dumps(meta.get("spec")), "step": str(meta["step"])})
+    metadata = {SPEC_KEY: json.dumps(meta.get("spec")), "step": str(meta["step"])}
+    save_file(weights, out, metadata=metadata)
     return out
+
+
+def read_export(file: str | os.PathLike) -> tuple[str, dict[str, torch.Tensor], dict[str, str]]:
+    """(the spec as JSON text, the weights, all the metadata) of a file :func:`export` wrote.
+
+    ValueError naming the file when it is not a readable safetensors file or carries no spec (it was
+    not written by ``brickwork export``); FileNotFoundError when it is missing.
+    """
+    path = Path(file)
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(path)!r} does not exist")
+    try:
+        with safe_open(str(path), framework="pt") as reader:
+            metadata = reader.metadata() or {}
+    except (SafetensorError, OSError) as err:
+        raise _unreadable(path, err) from None
+    if not metadata.get(SPEC_KEY):
+        raise ValueError(
+            f"{str(path)!r} carries no brickwork spec in its metadata: it was not written by brickwork "
+            "export; load a save_pretrained folder, or an HF folder, by its folder"
+        )
+    return metadata[SPEC_KEY], read_weights(path), metadata
+
+
+def read_weights(file: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; ValueError naming it when it is damaged or not one."""
+    path = Path(file)
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(path)!r} does not exist")
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as err:
+        raise _unreadable(path, err) from None
+
+
+def _unreadable(path: Path, err: Exception) -> ValueError:
+    return ValueError(f"{str(path)!r} is not a readable safetensors file: {err}")
 
 
 def read_checkpoint_weights(directory: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -8,23 +8,19 @@ the safetensors file ``brickwork export`` writes. Weights load through the check
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import load_file
 from torch import nn
 
 from brickwork.blocks import MODELS
-from brickwork.checkpoint import META_FILE, is_complete, latest_checkpoint
+from brickwork.checkpoint import is_complete, latest_checkpoint, read_checkpoint_weights, read_export
 from brickwork.data.tokenizer import ByteTokenizer, HFTokenizer, TokenIds, Tokenizer, load_tokenizer
 from brickwork.errors import ConfigError
-from brickwork.factory import build_model, load_spec
-from brickwork.parallel import load_checkpoint
+from brickwork.factory import build_model, load_spec, parse_spec
 from brickwork.sampling import sample_ids
 
 OPTION = "RUN_OR_FOLDER"
@@ -73,29 +69,24 @@ def load_trained(path: str, tokenizer: str | None = None, device: str = "cpu") -
 
 
 def _from_checkpoint(folder: Path) -> nn.Module:
-    meta = json.loads((folder / META_FILE).read_text())
-    model = _decoder(meta.get("spec"), folder)
-    load_checkpoint(folder, model)
-    return model
+    weights, meta = read_checkpoint_weights(folder)
+    return _decoder(meta.get("spec"), weights, folder)
 
 
 def _from_export(file: Path) -> tuple[nn.Module, Path | None, str]:
-    with safe_open(str(file), framework="pt") as handle:
-        metadata = handle.metadata() or {}
-    if "spec" not in metadata:
-        raise ConfigError(
-            f"{str(file)!r} holds no model spec in its metadata (not a brickwork export)", OPTION
-        )
-    model = _decoder(json.loads(metadata["spec"]), file)
-    model.load_state_dict(load_file(str(file)), strict=True)
+    text, weights, metadata = read_export(file)
+    model = _decoder(parse_spec(text, "json", source=f"{file} metadata"), weights, file)
     return model, None, f"{file} (step {metadata.get('step', '?')})"
 
 
-def _decoder(spec: dict[str, Any] | None, source: Path) -> nn.Module:
+def _decoder(spec: dict[str, Any] | None, weights: dict[str, torch.Tensor], source: Path) -> nn.Module:
+    """The decoder LM ``spec`` describes, holding ``weights``; ConfigError for any other kind."""
     if not spec or spec.get("model") not in MODELS or MODELS[spec["model"]].task != "causal_lm":
         kind = (spec or {}).get("model")
         raise ConfigError(f"{str(source)!r} holds a {kind} model; only decoder LMs generate text", OPTION)
-    return build_model(spec)
+    model = build_model(spec)
+    model.load_state_dict(weights, strict=True)
+    return model
 
 
 def _kept_tokenizer(run_dir: Path | None, model: nn.Module) -> Tokenizer:
