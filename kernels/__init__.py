@@ -144,9 +144,8 @@ def fused_linear_cross_entropy(
     itself. Tokens are processed ``chunk_size`` at a time (default: the largest power of two whose float32
     logits fit 64 MiB, see ``linear_cross_entropy.default_chunk_size``); the
     logits are computed in the weight's dtype and the softmax in float32. Differentiable in hidden,
-    weight and bias: the forward pass computes their gradients, the backward pass scales them. On the
-    torch path, float32/float64 logits that fit one chunk go through torch's own linear and
-    cross-entropy instead (``linear_cross_entropy.linear_cross_entropy_torch``): the same numbers.
+    weight and bias: the forward pass computes their gradients, the backward pass scales them. The torch
+    path does not chunk logits that fit one chunk (``linear_cross_entropy.linear_cross_entropy_torch``).
     """
     check_linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
     if use_triton(backend, hidden):

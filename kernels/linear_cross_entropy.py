@@ -12,10 +12,7 @@ The chunk step is the Triton kernel (``brickwork.kernels.fused.cross_entropy``) 
 (``reference.cross_entropy_chunk_ref``); the matmuls are torch's. The weight gradient accumulates in
 float32 across chunks whatever the weight's dtype, and is rounded once at the end.
 
-On the torch path, float32 or float64 inputs whose logits fit one chunk take torch's own
-``cross_entropy(linear(...))`` instead (:func:`linear_cross_entropy_torch`): one chunk holds all the
-logits, so chunking saves nothing, and the chunk step's extra passes over the logits (turning them
-into their gradient in place, then scaling the gradients in backward) cost more than autograd's.
+The torch path does not chunk logits that fit one chunk (:func:`linear_cross_entropy_torch`).
 """
 
 from __future__ import annotations
@@ -166,8 +163,10 @@ def linear_cross_entropy_torch(
 
     Where one chunk would hold every token and the logits need no float32 upcast (float32 and float64
     inputs), it is ``F.cross_entropy(F.linear(hidden, weight, bias), labels)``: the chunked function
-    would hold the same [N, V] logits, and gives the same loss and gradients up to rounding.
-    Elsewhere the chunked function with the torch chunk step.
+    would hold the same [N, V] logits, so chunking saves nothing there, and its chunk step's extra
+    passes (the logits turned into their gradient in place, the gradients scaled in backward) cost
+    more than autograd's. The loss and gradients are the same up to rounding. Elsewhere the chunked
+    function with the torch chunk step.
     """
     n_tokens = math.prod(hidden.shape[:-1])
     chunk = chunk_size or default_chunk_size(n_tokens, weight.shape[0])
