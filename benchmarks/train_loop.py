@@ -120,11 +120,15 @@ def train_brickwork(text: bytes, iters: int) -> float:
 
 def child(implementation: str, iters: int, size: int | None) -> dict:
     """One measurement, in this process: the training call's wall and CPU seconds, and its loss."""
+    from brickwork.train.heap import keep_freed_memory
+
     text = corpus(size)
     train = train_brickwork if implementation == "brickwork" else train_plain
-    # brickwork train flushes subnormal floats on CPU; the plain loop runs in the same FPU mode, so the
-    # comparison measures the loops, not that switch.
+    # brickwork train flushes subnormal floats on CPU and fixes glibc's heap thresholds
+    # (brickwork/train/heap.py); the plain loop runs with the same FPU mode and heap, so the comparison
+    # measures the loops, not those switches.
     torch.set_flush_denormal(True)
+    keep_freed_memory()
     wall, cpu = time.perf_counter(), time.process_time()
     val_loss = train(text, iters)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

@@ -103,7 +103,8 @@ class DecoderLM(nn.Module):
         :class:`~brickwork.blocks.output.LossOutput`: ``loss`` the mean over the scored labels (over
         ``num_items_in_batch`` when given, as HF's Trainer does for exact gradient accumulation),
         ``loss_sum`` and ``count``, and no logits: ``fused_linear_cross_entropy`` reads the final hidden
-        states and the head weight chunk by chunk, so the logits and their gradient never exist. HF's
+        states and the head weight chunk by chunk, so the whole logits and their gradient exist only
+        where they fit one chunk. HF's
         ``shift_labels=`` [B, T] (the only ``loss_kwargs`` key; not a named parameter, because HF's
         Trainer takes every parameter named *label* for a column each batch must have) are labels
         already shifted: what context parallel needs, which splits the sequence after the shift.

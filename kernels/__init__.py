@@ -13,7 +13,7 @@ import torch
 
 from ._checks import check_dropout, check_gelu, check_norm, check_softmax
 from .backend import use_triton, use_triton_interpreter
-from .linear_cross_entropy import check_linear_cross_entropy, linear_cross_entropy
+from .linear_cross_entropy import check_linear_cross_entropy, linear_cross_entropy_torch
 from .reference import (
     bias_gelu_dropout_ref,
     bias_gelu_ref,
@@ -144,11 +144,12 @@ def fused_linear_cross_entropy(
     itself. Tokens are processed ``chunk_size`` at a time (default: the largest power of two whose float32
     logits fit 64 MiB, see ``linear_cross_entropy.default_chunk_size``); the
     logits are computed in the weight's dtype and the softmax in float32. Differentiable in hidden,
-    weight and bias: the forward pass computes their gradients, the backward pass scales them.
+    weight and bias: the forward pass computes their gradients, the backward pass scales them. The torch
+    path does not chunk logits that fit one chunk (``linear_cross_entropy.linear_cross_entropy_torch``).
     """
     check_linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
     if use_triton(backend, hidden):
         from .fused.cross_entropy import linear_cross_entropy_triton
 
         return linear_cross_entropy_triton(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
-    return linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
+    return linear_cross_entropy_torch(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)

@@ -11,10 +11,13 @@ logits plus the gradients, instead of [N, V] logits, their float32 copy and the 
 The chunk step is the Triton kernel (``brickwork.kernels.fused.cross_entropy``) or its torch twin
 (``reference.cross_entropy_chunk_ref``); the matmuls are torch's. The weight gradient accumulates in
 float32 across chunks whatever the weight's dtype, and is rounded once at the end.
+
+The torch path does not chunk logits that fit one chunk (:func:`linear_cross_entropy_torch`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -145,6 +148,32 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             None if g is None else g.mul_(grad_loss) for g in ctx.saved_tensors
         )
         return grad_hidden, grad_weight, None, grad_bias, None, None, None, None
+
+
+def linear_cross_entropy_torch(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int | None,
+) -> torch.Tensor:
+    """The torch path on checked inputs; hidden [..., D] -> a scalar, float32 (float64 inputs: float64).
+
+    Where one chunk would hold every token and the logits need no float32 upcast (float32 and float64
+    inputs), it is ``F.cross_entropy(F.linear(hidden, weight, bias), labels)``: the chunked function
+    would hold the same [N, V] logits, so chunking saves nothing there, and its chunk step's extra
+    passes (the logits turned into their gradient in place, the gradients scaled in backward) cost
+    more than autograd's. The loss and gradients are the same up to rounding. Elsewhere the chunked
+    function with the torch chunk step.
+    """
+    n_tokens = math.prod(hidden.shape[:-1])
+    chunk = chunk_size or default_chunk_size(n_tokens, weight.shape[0])
+    if chunk < n_tokens or hidden.dtype not in (torch.float32, torch.float64):
+        return linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk)
+    logits = F.linear(hidden, weight, bias).reshape(-1, weight.shape[0])
+    return F.cross_entropy(logits, labels.reshape(-1), ignore_index=ignore_index, reduction=reduction)
 
 
 def linear_cross_entropy(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from brickwork.errors import ConfigError
 
@@ -23,14 +23,19 @@ class MetricsLog:
     def __init__(self, path: Path, tensorboard: Path | None = None) -> None:
         self.path = path
         self.events = None
+        self._file: TextIO | None = None
         if tensorboard is not None:
             from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
             self.events = SummaryWriter(str(tensorboard))
 
     def append(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(_finite(record), allow_nan=False) + "\n")
+        # Opened once and flushed after every record: the file is as complete as before at every step,
+        # without an open and a close per step (about 0.15 ms each time right after a small CPU step).
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._file.write(json.dumps(_finite(record), allow_nan=False) + "\n")
+        self._file.flush()
         if self.events is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -38,6 +43,9 @@ class MetricsLog:
             self.events.flush()
 
     def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         if self.events is not None:
             self.events.close()
 

@@ -33,6 +33,7 @@ from brickwork.sampling import sample_ids
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
+from brickwork.train.heap import keep_freed_memory
 from brickwork.train.init_weights import load_initial_weights, pretrained_base
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
@@ -208,6 +209,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
     say(f"{cfg.steps} steps of {_step_size(run, task)} on {_describe(layout, cfg.precision)}{cpu}")
 
     title = f"{run.name}: {run_dir.name}"
+    if layout.device.type == "cpu":
+        keep_freed_memory()
     with _flush_denormals(layout.device.type == "cpu"):
         final = run_loop(
             model,

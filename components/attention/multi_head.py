@@ -163,7 +163,9 @@ class MultiHeadAttention(nn.Module):
             group = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         out = self.mechanism(q, k, v, attn_mask)  # (B, H, T, D)
-        return self.dropout(self.out_proj(out.transpose(1, 2).reshape(b, t, -1)))
+        out = self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+        # Dropout at p = 0 is the identity; skipping the module spares a small model's step its host cost.
+        return self.dropout(out) if self.dropout.p else out
 
     def _project(
         self, x: torch.Tensor, memory: torch.Tensor | None, cache: KVCache | None
@@ -176,6 +178,9 @@ class MultiHeadAttention(nn.Module):
             layout = self.qkv_layout()
             group = layout.group
             qkv = layout.grouped(self.qkv_proj(x), dim=-1)  # (B, T, Hkv, H/Hkv + 2, D)
+            if group == 1:  # one query head per kv head: one unbind (backward: one stack) gives all three
+                q, k, v = qkv.unbind(dim=-2)
+                return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             # One split, not three slices: its backward is one cat, where each slice's would fill a
             # zero tensor of the whole qkv and add the three up.
             q, k, v = qkv.split([group, 1, 1], dim=-2)

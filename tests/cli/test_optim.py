@@ -43,8 +43,10 @@ def test_weight_decay_only_on_matrices():
     assert {p.shape for p in decayed["params"]} == {torch.Size([10, 4]), torch.Size([4, 4])}
     assert len(plain["params"]) == 3
     assert decayed["betas"] == (0.8, 0.9)
+    assert decayed["fused"] and plain["fused"]  # plain tensors: torch's fused AdamW
     sgd = build_optimizer(model.parameters(), TrainConfig(optimizer="sgd", momentum=0.5))
     assert isinstance(sgd, torch.optim.SGD) and sgd.param_groups[0]["momentum"] == 0.5
+    assert sgd.param_groups[0]["foreach"]
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,29 @@ def test_the_torch_path_is_exact_in_float64():
     _check(loss, grads, ref_loss, ref_grads, 1e-12)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "chunk_size", "chunked"),
+    [
+        (torch.float32, None, False),
+        (torch.float64, 16, False),
+        (torch.float32, 8, True),
+        (torch.bfloat16, None, True),
+    ],
+)
+def test_the_torch_path_chunks_only_where_chunking_saves_memory(dtype, chunk_size, chunked):
+    # One chunk holding all 16 tokens holds the whole logits anyway: float32/float64 ones go through
+    # torch's own cross-entropy. Several chunks, or bf16 logits (whose weight gradient the chunked
+    # function accumulates in float32), take the chunked function.
+    hidden, weight, bias, labels = _problem(16, 8, 30, "cpu", dtype)
+    loss = fused_linear_cross_entropy(
+        hidden, weight, labels, bias, reduction="sum", chunk_size=chunk_size, backend="torch"
+    )
+    assert ("FusedLinearCrossEntropy" in type(loss.grad_fn).__name__) == chunked
+    grads = torch.autograd.grad(loss, (hidden, weight, bias))
+    ref_loss, ref_grads = _reference(hidden, weight, bias, labels, reduction="sum")
+    _check(loss, grads, ref_loss, ref_grads, {torch.float64: 1e-12, torch.float32: 1e-5}.get(dtype, 5e-2))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_triton_rows_wider_than_a_block_and_another_ignore_index(device):

@@ -1,11 +1,13 @@
 """The causal-LM task's fused head: a whole DecoderLM head goes through the fused linear + cross-entropy
-kernel (``model(input_ids, labels=input_ids)``, HF's meaning: shifted inside), with the loss and
-gradients of the logits path; anything else takes the logits path. Under data parallel:
+kernel (``model(input_ids, labels=input_ids)``, HF's meaning: shifted inside), chunked or, where its
+logits fit one chunk on the CPU, torch's own cross-entropy, with the loss and gradients of the logits
+path; anything else takes the logits path. Under data parallel:
 tests/train/test_train_layouts.py."""
 
 from __future__ import annotations
 
 import copy
+from unittest import mock
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ import torch.nn.functional as F
 
 from brickwork.blocks import LossOutput
 from brickwork.factory import build_model, get_preset
+from brickwork.kernels import linear_cross_entropy
 from brickwork.train.tasks import TASKS
 
 
@@ -41,11 +44,17 @@ def _targets(labels: torch.Tensor) -> torch.Tensor:
     return torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], -100)], dim=1)
 
 
-def test_fused_head_matches_the_logits_formula() -> None:
+@pytest.mark.parametrize("chunk_tokens", [None, 8])
+def test_fused_head_matches_the_logits_formula(chunk_tokens: int | None) -> None:
+    # By default the 32 tokens' logits fit one chunk, where the kernel's torch path is torch's own
+    # cross-entropy; a chunk budget of 8 tokens' float32 logits makes it chunk.
     model = _model()
     batch = _batch(model.lm_head.out_features)
-    loss, count = _causal_lm(model, batch)
-    assert "FusedLinearCrossEntropy" in type(loss.grad_fn.next_functions[0][0]).__name__  # then "/ 1"
+    budget = 4 * model.vocab_size * (chunk_tokens or 0) or linear_cross_entropy.CHUNK_LOGITS_BYTES
+    with mock.patch.object(linear_cross_entropy, "CHUNK_LOGITS_BYTES", budget):
+        loss, count = _causal_lm(model, batch)
+    step = type(loss.grad_fn.next_functions[0][0]).__name__  # then "/ 1"
+    assert ("FusedLinearCrossEntropy" in step) == (chunk_tokens is not None), step
     loss.backward()
     fused = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()

@@ -178,8 +178,14 @@ def test_fused_projection_matches_separate(num_kv_heads: int) -> None:
     torch.manual_seed(0)
     separate = MultiHeadAttention(DIM, HEADS, causal=True, num_kv_heads=num_kv_heads)
     fused = _fuse(separate)
-    x = torch.randn(B, T, DIM)
-    torch.testing.assert_close(fused(x), separate(x), atol=1e-6, rtol=1e-6)
+    x = torch.randn(B, T, DIM, requires_grad=True)
+    out = fused(x)
+    torch.testing.assert_close(out, separate(x), atol=1e-6, rtol=1e-6)
+    # One kv head per query head takes q, k and v apart by an unbind, grouped heads by a split: the
+    # gradient flows back through either.
+    (grad,) = torch.autograd.grad(out.square().sum(), x)
+    (expected,) = torch.autograd.grad(separate(x).square().sum(), x)
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_position_bias_is_added_to_the_scores() -> None:
