@@ -5,25 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from torch import nn
+from small_checkpoint import save_small_checkpoint, small_model
 
-from brickwork.parallel import load_checkpoint, save_checkpoint
-
-
-def _model(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 4))
+from brickwork.parallel import load_checkpoint
 
 
 def test_hyperparameters_are_restored_but_not_how_the_update_runs(tmp_path: Path) -> None:
-    saved_model = _model(0)
-    saved_optimizer = torch.optim.AdamW(saved_model.parameters())
-    saved_model(torch.randn(2, 16)).sum().backward()
-    saved_optimizer.step()
-    save_checkpoint(tmp_path, saved_model, saved_optimizer, 1)
+    save_small_checkpoint(tmp_path)
     # The saved run chose torch's default update; a run laid out differently (tensor parallel mixes
     # DTensors and plain tensors, which a foreach update cannot take) keeps its own choice.
-    model = _model(1)
+    model = small_model(1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.5, foreach=True)
     load_checkpoint(tmp_path, model, optimizer)
     assert optimizer.param_groups[0]["lr"] == 1e-3  # the saved run's

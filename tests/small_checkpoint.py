@@ -1,4 +1,4 @@
-"""A small model and one saved checkpoint of it, for the manifest and tampering tests."""
+"""A small model and one saved checkpoint of it, for the checkpoint format and optimizer-restore tests."""
 
 from __future__ import annotations
 
