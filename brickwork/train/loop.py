@@ -7,6 +7,7 @@ import math
 import sys
 import time
 from collections import deque
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,83 +77,84 @@ def run_loop(
     happen after the steps that are multiples of their intervals and after the last step.
     """
     events = run_dir / "tensorboard" if cfg.log_to == "tensorboard" else None
-    log = MetricsLog(run_dir / "metrics.jsonl", events if is_main else None)
-    val_batches = [local_share(b, model) for b in state.val_batches]
-    val_loss = state.val_loss
-    if state.step == 0:
-        val_loss = evaluate(model, val_batches, task)
-        _record(is_main, log, {"step": 0, "val_loss": val_loss})
-        if not math.isfinite(val_loss):
-            _stop_on_validation(val_loss, 0)
-        if is_main:
-            width = len(str(cfg.steps))
-            logger.info(f"step {0:>{width}}/{cfg.steps}  val loss {val_loss:.4f} before training")
-    items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
-    rate_name, rate_unit = f"{inputs}_per_s", {"tokens": "tok/s", "images": "img/s"}[inputs]
-    recent: deque[float] = deque(maxlen=20)
-    bar = tqdm(
-        total=cfg.steps,
-        initial=state.step,
-        # A bar redrawn with carriage returns only garbles logs; without a terminal the
-        # evaluation lines alone report progress.
-        disable=not (is_main and sys.stdout.isatty()),
-        unit="step",
-        file=sys.stdout,
-        dynamic_ncols=True,
-        mininterval=0.5,
-        bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}{postfix}]",
-    )
-    for index in range(state.step, cfg.steps):
-        lr = learning_rate(index, cfg)
-        set_learning_rate(optimizer, lr)
-        batch = local_share(state.batches.next_batch(), model)
-        started = time.perf_counter()
-        loss = step(batch)
-        recent.append(time.perf_counter() - started)
-        done = index + 1
-        if not math.isfinite(loss) and not step.metrics.get("skipped"):
-            bar.close()
-            raise NonFiniteLoss(
-                f"the training loss became {loss} at step {done}; lower train.lr (now {cfg.lr}) "
-                f"or set train.grad_clip (now {cfg.grad_clip})"
-            )
-        rate = items_per_step * len(recent) / sum(recent)
-        record = {"step": done, "loss": loss, "lr": lr, rate_name: round(rate, 1)}
-        record.update({k: v for k, v in step.metrics.items() if k != "skipped" or v})
-        _record(is_main, log, record)
-        if step.metrics.get("skipped") and is_main:
-            logger.info(f"step {done}: fp16 gradients overflowed; the step was skipped")
-        if done % cfg.eval_interval == 0 or done == cfg.steps:
+    # Closed however the loop ends: the metrics file stays open between records.
+    with closing(MetricsLog(run_dir / "metrics.jsonl", events if is_main else None)) as log:
+        val_batches = [local_share(b, model) for b in state.val_batches]
+        val_loss = state.val_loss
+        if state.step == 0:
             val_loss = evaluate(model, val_batches, task)
-            _record(is_main, log, {"step": done, "val_loss": val_loss})
+            _record(is_main, log, {"step": 0, "val_loss": val_loss})
             if not math.isfinite(val_loss):
+                _stop_on_validation(val_loss, 0)
+            if is_main:
+                width = len(str(cfg.steps))
+                logger.info(f"step {0:>{width}}/{cfg.steps}  val loss {val_loss:.4f} before training")
+        items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
+        rate_name, rate_unit = f"{inputs}_per_s", {"tokens": "tok/s", "images": "img/s"}[inputs]
+        recent: deque[float] = deque(maxlen=20)
+        bar = tqdm(
+            total=cfg.steps,
+            initial=state.step,
+            # A bar redrawn with carriage returns only garbles logs; without a terminal the
+            # evaluation lines alone report progress.
+            disable=not (is_main and sys.stdout.isatty()),
+            unit="step",
+            file=sys.stdout,
+            dynamic_ncols=True,
+            mininterval=0.5,
+            bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}{postfix}]",
+        )
+        for index in range(state.step, cfg.steps):
+            lr = learning_rate(index, cfg)
+            set_learning_rate(optimizer, lr)
+            batch = local_share(state.batches.next_batch(), model)
+            started = time.perf_counter()
+            loss = step(batch)
+            recent.append(time.perf_counter() - started)
+            done = index + 1
+            if not math.isfinite(loss) and not step.metrics.get("skipped"):
                 bar.close()
-                _stop_on_validation(val_loss, done)
-            if is_main:
-                eta = _clock(sum(recent) / len(recent) * (cfg.steps - done))
-                logger.info(
-                    f"step {done:>{len(str(cfg.steps))}}/{cfg.steps}  train loss {loss:.4f}  "
-                    f"val loss {val_loss:.4f}  {rate:,.0f} {rate_unit}  ETA {eta}"
+                raise NonFiniteLoss(
+                    f"the training loss became {loss} at step {done}; lower train.lr (now {cfg.lr}) "
+                    f"or set train.grad_clip (now {cfg.grad_clip})"
                 )
-        if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
-            folder = save_run_checkpoint(
-                run_dir,
-                done,
-                model,
-                optimizer,
-                state.batches.state_dict(),
-                val_loss,
-                settings=config_to_dict(cfg),
-            )
-            if is_main:
-                retain(run_dir, folder, cfg.keep_checkpoints)
-                plot_losses(log.read(), run_dir / "loss.png", title)
-        bar.set_postfix_str(f"loss {loss:.3f}, val {val_loss:.3f}, {rate:,.0f} {rate_unit}", refresh=False)
-        bar.update(1)
-        state.step = done
-    bar.close()
-    log.close()
-    return val_loss
+            rate = items_per_step * len(recent) / sum(recent)
+            record = {"step": done, "loss": loss, "lr": lr, rate_name: round(rate, 1)}
+            record.update({k: v for k, v in step.metrics.items() if k != "skipped" or v})
+            _record(is_main, log, record)
+            if step.metrics.get("skipped") and is_main:
+                logger.info(f"step {done}: fp16 gradients overflowed; the step was skipped")
+            if done % cfg.eval_interval == 0 or done == cfg.steps:
+                val_loss = evaluate(model, val_batches, task)
+                _record(is_main, log, {"step": done, "val_loss": val_loss})
+                if not math.isfinite(val_loss):
+                    bar.close()
+                    _stop_on_validation(val_loss, done)
+                if is_main:
+                    eta = _clock(sum(recent) / len(recent) * (cfg.steps - done))
+                    logger.info(
+                        f"step {done:>{len(str(cfg.steps))}}/{cfg.steps}  train loss {loss:.4f}  "
+                        f"val loss {val_loss:.4f}  {rate:,.0f} {rate_unit}  ETA {eta}"
+                    )
+            if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
+                folder = save_run_checkpoint(
+                    run_dir,
+                    done,
+                    model,
+                    optimizer,
+                    state.batches.state_dict(),
+                    val_loss,
+                    settings=config_to_dict(cfg),
+                )
+                if is_main:
+                    retain(run_dir, folder, cfg.keep_checkpoints)
+                    plot_losses(log.read(), run_dir / "loss.png", title)
+            postfix = f"loss {loss:.3f}, val {val_loss:.3f}, {rate:,.0f} {rate_unit}"
+            bar.set_postfix_str(postfix, refresh=False)
+            bar.update(1)
+            state.step = done
+        bar.close()
+        return val_loss
 
 
 def _stop_on_validation(val_loss: float, step: int) -> None:
