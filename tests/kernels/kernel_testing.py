@@ -1,7 +1,8 @@
 """Shared pieces of the kernel tests: devices, per-dtype tolerances, and checks against float64 twins.
 
-Every Triton result is compared with its torch twin evaluated in float64 on the same (rounded) inputs,
-so the tolerance only has to cover the kernel's own float32 arithmetic and the final rounding:
+Every Triton result is compared with its torch twin evaluated in float64 on the CPU, on the same
+(rounded) inputs, so the tolerance only has to cover the kernel's own float32 arithmetic and the final
+rounding:
 
 - float32: rtol = atol = 1e-5 (atol scaled by the largest reference value when that exceeds 1).
 - float16: one to two fp16 ulps (2**-11 relative): rtol = atol = 2e-3.
@@ -55,12 +56,16 @@ def assert_matches(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dt
 
 
 def to_reference(t: torch.Tensor | None) -> torch.Tensor | None:
-    """A float64 leaf copy (bool tensors are copied as they are)."""
+    """A float64 leaf copy on the CPU (bool tensors keep their dtype).
+
+    The twins run on the CPU for every device, so a GPU result meets the same reference as an
+    interpreted one (torch's own CUDA kernels need not put NaN and infinities where its CPU ones do).
+    """
     if t is None:
         return None
     if t.dtype == torch.bool:
-        return t.detach().clone()
-    return t.detach().double().requires_grad_(t.requires_grad)
+        return t.detach().cpu().clone()
+    return t.detach().cpu().double().requires_grad_(t.requires_grad)
 
 
 def check_against_twin(
@@ -83,10 +88,34 @@ def check_against_twin(
     if wrt:
         dy = torch.randn_like(out)
         grads = torch.autograd.grad(out, [args[i] for i in wrt], dy)
-        ref_grads = torch.autograd.grad(ref, [ref_args[i] for i in wrt], dy.double())
+        ref_grads = torch.autograd.grad(ref, [ref_args[i] for i in wrt], dy.double().cpu())
         for i, grad, ref_grad in zip(wrt, grads, ref_grads, strict=True):
             assert_matches(grad, ref_grad, dtype, f"gradient of argument {i}")
     return out
+
+
+def check_compiles_whole(
+    kernel: Callable[..., torch.Tensor],
+    twin: Callable[..., torch.Tensor],
+    args: list[torch.Tensor | None],
+    dtype: torch.dtype,
+) -> None:
+    """``sum(kernel(*args) ** 2)`` compiles into one graph (``fullgraph``), and its value and gradients
+    match the float64 twin's within ``TOLERANCES[dtype]``.
+
+    The compiled function may keep a low-precision output in float32 where the eager kernel rounds it,
+    so the compiled result is held to the twin, not to the eager kernel's own rounding.
+    """
+    loss = torch.compile(lambda *a: kernel(*a).float().square().sum(), fullgraph=True)(*args)
+    ref_args = [to_reference(a) for a in args]
+    ref_loss = twin(*ref_args).square().sum()
+    tol = TOLERANCES[dtype]
+    torch.testing.assert_close(loss.double().cpu(), ref_loss.detach(), rtol=tol, atol=0.0)
+    wrt = [i for i, a in enumerate(args) if a is not None and a.requires_grad]
+    grads = torch.autograd.grad(loss, [args[i] for i in wrt])
+    ref_grads = torch.autograd.grad(ref_loss, [ref_args[i] for i in wrt])
+    for i, grad, ref_grad in zip(wrt, grads, ref_grads, strict=True):
+        assert_matches(grad, ref_grad, dtype, f"compiled gradient of argument {i}")
 
 
 def assert_same_values(
@@ -99,16 +128,24 @@ def assert_same_values(
     the sums are arranged, which the formula leaves open.
     """
     actual, expected = actual.double().cpu(), expected.double().cpu()
-    assert torch.equal(actual.isfinite(), expected.isfinite()), f"{what}: non-finite entries differ"
-    if exact_nan:
-        assert torch.equal(actual.isnan(), expected.isnan()), f"{what}: NaN entries differ"
-    else:
+    for test in (torch.isfinite, torch.isnan) if exact_nan else (torch.isfinite,):
+        assert torch.equal(test(actual), test(expected)), _differing(actual, expected, test, what)
+    if not exact_nan:
         assert actual.isnan()[expected.isnan()].all(), f"{what}: a NaN of the reference is not NaN"
         actual = torch.where(actual.isnan() & expected.isinf(), expected, actual)
     tol = TOLERANCES[dtype]
     torch.testing.assert_close(
         actual, expected, rtol=tol, atol=tol, equal_nan=True, msg=lambda m: f"{what}: {m}"
     )
+
+
+def _differing(actual: torch.Tensor, expected: torch.Tensor, test: Callable, what: str) -> str:
+    """Where ``test`` (isfinite or isnan) tells ``actual`` from ``expected``: the first few places."""
+    where = (test(actual) != test(expected)).nonzero().tolist()
+    shown = ", ".join(
+        f"{tuple(i)}: {actual[tuple(i)].item()} vs {expected[tuple(i)].item()}" for i in where[:6]
+    )
+    return f"{what}: {test.__name__} differs at {len(where)} entries, e.g. {shown}"
 
 
 def check_nonfinite_against_twin(
@@ -129,7 +166,7 @@ def check_nonfinite_against_twin(
     assert_same_values(out, ref, torch.float32, "forward")
     wrt = [i for i, a in enumerate(args) if a is not None and a.requires_grad]
     grads = torch.autograd.grad(out, [args[i] for i in wrt], dy)
-    ref_grads = torch.autograd.grad(ref, [ref_args[i] for i in wrt], dy.double())
+    ref_grads = torch.autograd.grad(ref, [ref_args[i] for i in wrt], dy.double().cpu())
     for i, grad, ref_grad in zip(wrt, grads, ref_grads, strict=True):
         assert_same_values(grad, ref_grad, torch.float32, f"gradient of argument {i}", exact_nan)
     return out

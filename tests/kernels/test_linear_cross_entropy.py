@@ -25,12 +25,13 @@ def _problem(n, d, v, device, dtype=torch.float32, bias=True, ignore_index=-100)
 
 
 def _reference(hidden, weight, bias, labels, ignore_index=-100, reduction="mean"):
-    """The unfused loss and its gradients, in float64."""
+    """The unfused loss and its gradients, in float64 on the CPU."""
     args = [
-        t.detach().double().requires_grad_() for t in (hidden, weight) + (() if bias is None else (bias,))
+        t.detach().cpu().double().requires_grad_()
+        for t in (hidden, weight) + (() if bias is None else (bias,))
     ]
     logits = F.linear(args[0], args[1], args[2] if bias is not None else None)
-    loss = F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction=reduction)
+    loss = F.cross_entropy(logits, labels.cpu(), ignore_index=ignore_index, reduction=reduction)
     return loss, torch.autograd.grad(loss, args)
 
 
@@ -92,7 +93,7 @@ def test_triton_rows_wider_than_a_block_and_another_ignore_index(device):
     hidden, weight, bias, labels = _problem(6, 8, 4500, device, ignore_index=7)
     loss = fused_linear_cross_entropy(hidden, weight, labels, bias, ignore_index=7, backend="triton")
     grads = torch.autograd.grad(loss, (hidden, weight, bias))
-    ref_loss, ref_grads = _reference(hidden, weight, bias, labels.cpu(), ignore_index=7)
+    ref_loss, ref_grads = _reference(hidden, weight, bias, labels, ignore_index=7)
     _check(loss.cpu(), [g.cpu() for g in grads], ref_loss, ref_grads, 1e-5)
 
 

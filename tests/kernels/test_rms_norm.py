@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from kernel_testing import DEVICES, check_against_twin
+from kernel_testing import DEVICES, check_against_twin, check_compiles_whole
 
 from brickwork.errors import ConfigError
 from brickwork.kernels import rms_norm, rms_norm_ref
@@ -71,12 +71,7 @@ def test_large_rows_on_gpu(dtype, n):
 @pytest.mark.gpu
 def test_compiles_without_graph_breaks_on_gpu():
     x, w = _x((8, 512), "cuda", torch.bfloat16), _w(512, "cuda", torch.bfloat16)
-    compiled = torch.compile(lambda x, w: rms_norm(x, w).float().square().sum(), fullgraph=True)
-    loss = compiled(x, w)
-    ref_loss = rms_norm(x, w).float().square().sum()
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-4)  # summation order may differ
-    for g, r in zip(torch.autograd.grad(loss, (x, w)), torch.autograd.grad(ref_loss, (x, w)), strict=True):
-        torch.testing.assert_close(g, r)
+    check_compiles_whole(rms_norm, _twin, [x, w], torch.bfloat16)
 
 
 def test_twin_matches_the_formula_in_float64():

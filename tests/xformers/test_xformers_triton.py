@@ -31,7 +31,11 @@ def _softmax_case(device: str, shape: tuple[int, ...], log: bool, masking: bool,
     for out in (y, y_ref):
         finite = torch.where(torch.isfinite(out), out, torch.zeros_like(out))
         torch.norm(finite.transpose(-2, -1) @ finite).backward()
-    torch.testing.assert_close(torch.norm(x.grad), torch.norm(x_ref.grad), atol=1e-5, rtol=1e-4)
+    # Through a row with no key left, torch's backward is NaN; the softmax kernel's is zero there
+    # (log_softmax runs torch's own).
+    torch.testing.assert_close(torch.norm(x.grad[live]), torch.norm(x_ref.grad[live]), atol=1e-5, rtol=1e-4)
+    if not log:
+        assert torch.equal(x.grad[~live], torch.zeros_like(x.grad[~live]))
 
 
 @pytest.mark.parametrize("log", [False, True])
