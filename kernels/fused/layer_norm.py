@@ -2,10 +2,11 @@
 
 Rows are read through their strides, so a non-contiguous input costs no copy when its leading dims
 collapse to one row stride. Statistics are float32 whatever the input dtype. A row that fits one block
-(``BLOCK_N <= max_block``) is read once; wider rows are walked in chunks: the forward merges each
-chunk's mean and squared deviations into running ones (Chan et al.'s pairwise update) and then writes;
-the backward first takes each row's two sums, then walks one column chunk at a time over its rows,
-writing dx and summing the parameter gradients of that chunk in registers.
+(``BLOCK_N <= max_block``, and at most ``BACKWARD_MAX_BLOCK`` in the backward) is read once; wider
+rows are walked in chunks: the forward merges each chunk's mean and squared deviations into running
+ones (Chan et al.'s pairwise update) and then writes; the backward first takes each row's two sums,
+then walks one column chunk at a time over its rows, writing dx and summing the parameter gradients
+of that chunk in registers.
 
 The weight and bias gradients are sums over rows. Each backward program owns a contiguous range of
 rows and one row of a float32 partial-sum buffer, which it stores once (never reads back); torch
@@ -13,10 +14,12 @@ adds the buffer's rows afterwards. No atomics, so the result is bit-for-bit repr
 
 The row statistics use correctly rounded division and square root (``tl.div_rn``, ``tl.sqrt_rn``):
 the default ones are approximate on GPUs, and at width 1 an inexact ``x / 1`` leaves ``x - mean``
-a rounding error away from zero, which ``rstd = 1 / sqrt(eps)`` then magnifies. With them a width-1
-row gives ``y = bias`` and ``dx = 0`` exactly, as the twin does. NaN and infinities propagate as in
-the twin: a non-finite x makes its row's statistics, and so the row, NaN; a non-finite dy makes the
-backward's row sums non-finite, and then its whole dx row is NaN.
+a rounding error away from zero, which ``rstd = 1 / sqrt(eps)`` then magnifies. With them, and with
+``w * dy`` kept from being fused into the subtraction that uses it (an FMA would subtract its
+unrounded value from the rounded sum), a width-1 row gives ``y = bias`` and ``dx = 0`` exactly, as
+the twin does. NaN and infinities propagate as in the twin: a non-finite x makes its row's
+statistics, and so the row, NaN; a non-finite dy makes the backward's row sums non-finite, and then
+its whole dx row is NaN.
 """
 
 import torch
@@ -35,6 +38,11 @@ from .launch import (
     sum_partials,
 )
 from .op import TritonOp
+
+# The one-block backward holds w, both parameter-gradient rows, x, dy and x-hat for a whole row: above
+# 8192 columns that exceeds the registers and spills (on sm_90, 752 bytes of stack per thread at 16384,
+# 168 at 8192), so wider rows take the looped path.
+BACKWARD_MAX_BLOCK = 8192
 
 
 @triton.jit
@@ -112,7 +120,10 @@ def _layer_norm_bwd_kernel(
             dy = dy.to(tl.float32)
             rstd = tl.load(rstd_ptr + row)
             xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
-            wdy = dy * w if HAS_WEIGHT else dy
+            # w*dy as an explicit FMA with +0 is one rounded value the compiler cannot fold: as a plain
+            # product it would be fused into the subtraction below (an FMA), differ from the summed one
+            # by a rounding, and rstd would magnify that (width 1 must give 0).
+            wdy = tl.fma(dy, w, 0.0) if HAS_WEIGHT else dy
             c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
             c2 = tl.div_rn(tl.sum(wdy, axis=0), n_cols * 1.0)
             # A non-finite row reduction makes the whole row NaN, as in the twin (0 * inf is NaN).
@@ -141,7 +152,8 @@ def _layer_norm_bwd_kernel(
                 dy = dy.to(tl.float32)
                 xhat = tl.where(inside, (x.to(tl.float32) - mean) * rstd, 0.0)
                 if HAS_WEIGHT:
-                    dy = dy * tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                    w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                    dy = tl.fma(dy, w, 0.0)  # rounded as in pass 2 (see the one-block path)
                 sum_xhat_wdy += xhat * dy
                 sum_wdy += dy
             tl.store(row_sums_ptr + row, tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0))
@@ -163,7 +175,7 @@ def _layer_norm_bwd_kernel(
                 dy = dy.to(tl.float32)
                 rstd = tl.load(rstd_ptr + row)
                 xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
-                wdy = dy * w if HAS_WEIGHT else dy
+                wdy = tl.fma(dy, w, 0.0) if HAS_WEIGHT else dy
                 c1 = tl.load(row_sums_ptr + row)
                 c2 = tl.load(row_sums_ptr + n_rows + row)
                 dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
@@ -224,7 +236,7 @@ def layer_norm_backward(
     n_rows = x2.shape[0]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows)
-    launch = row_launch(n_cols, max_block)
+    launch = row_launch(n_cols, min(max_block, BACKWARD_MAX_BLOCK))
     # Every program stores each of its partial rows once; with no rows they must read as zero.
     dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=n_rows == 0)
     dbias = partial_sums(bias, programs, n_cols, x.device, zeroed=n_rows == 0)
