@@ -57,7 +57,8 @@ def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str
     """Parse spec text in ``fmt`` (``"yaml"`` or ``"json"``) into a dict."""
     if fmt == "yaml":
         try:
-            _check_yaml_nodes(yaml.compose(text, Loader=yaml.SafeLoader), source)
+            if (root := yaml.compose(text, Loader=yaml.SafeLoader)) is not None:
+                _check_yaml_nodes(root, source)
             data = yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise ConfigError(f"{source} is not valid YAML: {err}") from None
@@ -78,39 +79,34 @@ def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str
     return data
 
 
-def _check_yaml_nodes(root: yaml.Node | None, source: str) -> None:
-    """Reject duplicate keys, self-referencing aliases, deep nesting and alias bombs.
+def _check_yaml_nodes(
+    node: yaml.Node, source: str, path: str = "", depth: int = 0, sizes: dict | None = None
+) -> int:
+    """How many values ``node`` expands to; duplicate keys, self-referencing aliases, deep nesting and
+    alias bombs are a ConfigError.
 
-    Each node is visited once: an aliased node is the same object wherever it is referenced, so its
-    expanded size is computed once and reused. Iterative, so depth never meets Python's recursion limit.
+    An aliased node is the same object wherever it is referenced, so its size is computed once and
+    reused (``sizes``: id -> size, or None while the node is being walked). The depth bound comes
+    before Python's recursion limit.
     """
-    sizes: dict[int, int] = {}  # id(node) -> number of values it expands to, once finished
-    open_nodes: set[int] = set()
-    stack: list[tuple[yaml.Node, str, int, bool]] = [(root, "", 0, False)] if root is not None else []
-    while stack:
-        node, path, depth, children_done = stack.pop()
-        key = id(node)
-        children = _yaml_children(node, source, path)
-        if children_done:
-            open_nodes.discard(key)
-            sizes[key] = 1 + sum(sizes[id(child)] for child, _ in children)
-            if sizes[key] > MAX_EXPANDED_NODES:
-                raise ConfigError(
-                    f"{source} expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
-                    "(an alias bomb?)",
-                    path,
-                )
-            continue
-        if key in sizes:
-            continue
-        if key in open_nodes:
+    sizes = {} if sizes is None else sizes
+    key = id(node)
+    if key in sizes:
+        if sizes[key] is None:
             raise ConfigError(f"{source} has an alias that refers to itself", path)
-        if depth > MAX_DEPTH:
-            raise ConfigError(f"{source} nests more than {MAX_DEPTH} levels deep", path)
-        open_nodes.add(key)
-        stack.append((node, path, depth, True))
-        # Reversed, so that children are walked in file order and errors name the first occurrence.
-        stack.extend((child, child_path, depth + 1, False) for child, child_path in reversed(children))
+        return sizes[key]
+    if depth > MAX_DEPTH:
+        raise ConfigError(f"{source} nests more than {MAX_DEPTH} levels deep", path)
+    sizes[key] = None
+    children = _yaml_children(node, source, path)
+    sizes[key] = 1 + sum(_check_yaml_nodes(c, source, p, depth + 1, sizes) for c, p in children)
+    if sizes[key] > MAX_EXPANDED_NODES:
+        raise ConfigError(
+            f"{source} expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
+            "(an alias bomb?)",
+            path,
+        )
+    return sizes[key]
 
 
 def _yaml_children(node: yaml.Node, source: str, path: str) -> list[tuple[yaml.Node, str]]:
