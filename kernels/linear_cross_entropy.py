@@ -10,13 +10,22 @@ logits plus the gradients, instead of [N, V] logits, their float32 copy and the 
 
 The chunk step is the Triton kernel (``brickwork.kernels.fused.cross_entropy``) or its torch twin
 (``reference.cross_entropy_chunk_ref``); the matmuls are torch's. The weight gradient accumulates in
-float32 across chunks whatever the weight's dtype, and is rounded once at the end.
+float32 across chunks whatever the weight's dtype, and is rounded once at the end. For bf16 and fp16
+weights on CUDA, in eager mode, where this torch build's ``addmm`` takes ``out_dtype``, each chunk's
+product is added into that float32 gradient by the matmul itself; elsewhere it is computed in the
+weight's dtype and converted before the addition.
+
+On CUDA a vocabulary V that is not a multiple of ``VOCAB_ALIGNMENT`` is padded (:func:`pads_vocabulary`):
+the loop works on a copy of the weight (and bias) with zero rows up to the next multiple, so that every
+matmul's leading dimension is aligned, and the gradients' padding rows are dropped at the end. The
+copy costs one more weight in memory while the forward pass runs (77 MB for GPT-2's bf16 head).
 
 The torch path does not chunk logits that fit one chunk (:func:`linear_cross_entropy_torch`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -36,6 +45,38 @@ ChunkStep = Callable[[torch.Tensor, torch.Tensor, int, bool], torch.Tensor]
 # Float32 bytes of logits one chunk may hold by default: small against the [N, V] logits of a real
 # batch (1.6 GB for 8 x 1024 tokens of GPT-2's vocabulary), yet hundreds of tokens per matmul.
 CHUNK_LOGITS_BYTES = 64 * 2**20
+
+
+# Every matmul of the chunk loop has the vocabulary as a leading dimension (the [C, V] logits, their
+# transpose for the weight gradient), and cuBLAS keeps its fast tensor-core kernels for leading
+# dimensions aligned to 16 bytes at least: an odd vocabulary such as GPT-2's 50257 rules them out.
+# 64 elements (128 bytes in bf16) starts every row on a cache line, for at most 63 padding rows.
+VOCAB_ALIGNMENT = 64
+
+
+def pads_vocabulary(weight: torch.Tensor) -> bool:
+    """Whether the chunk loop pads the vocabulary of ``weight`` [V, D] to a multiple of ``VOCAB_ALIGNMENT``.
+
+    On CUDA only, where cuBLAS picks its kernels by alignment; the CPU path keeps the unpadded loop
+    and spares the weight copy.
+    """
+    return weight.is_cuda and weight.shape[0] % VOCAB_ALIGNMENT != 0
+
+
+@functools.cache
+def addmm_accumulates_in_float32(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)`` runs for ``dtype`` matrices
+    a, b and a float32 ``acc`` on ``device``: one matmul adding a low-precision product into a float32
+    sum. Tried once per device and dtype, since whether it runs depends on the build, not the version
+    alone: the ``out_dtype`` overload has no CPU kernel, and older CUDA ones refuse a float32 ``acc``.
+    """
+    acc = torch.zeros(1, 1, device=device)
+    mat = torch.ones(1, 1, dtype=dtype, device=device)
+    try:
+        torch.addmm(acc, mat, mat, out_dtype=torch.float32, out=acc)
+    except (TypeError, RuntimeError):  # no such overload; no kernel here (NotImplementedError); refused
+        return False
+    return acc.item() == 1.0
 
 
 def default_chunk_size(n_tokens: int, vocab_size: int) -> int:
@@ -111,8 +152,22 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         needs_hidden, needs_weight, _, needs_bias = ctx.needs_input_grad[:4]
         compute_grad = needs_hidden or needs_weight or needs_bias
         n_tokens, device = hidden.shape[0], hidden.device
+        vocab = weight.shape[0]
+        padded = pads_vocabulary(weight)
+        if padded:
+            pad = -vocab % VOCAB_ALIGNMENT
+            weight = F.pad(weight, (0, 0, 0, pad))
+            bias = None if bias is None else F.pad(bias, (0, pad))
         # Sums across chunks in float32 (float64 inputs: float64); a weight of that dtype adds in place.
         acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        # CUDA only (the overload has no CPU kernel), and not while compiling: torch.compile cannot
+        # trace addmm's out_dtype overload in every release.
+        addmm_to_acc = (
+            weight.is_cuda
+            and weight.dtype != acc
+            and not torch.compiler.is_compiling()
+            and addmm_accumulates_in_float32(device, weight.dtype)
+        )
         grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=device) if needs_hidden else None
         grad_weight = torch.zeros(weight.shape, dtype=acc, device=device) if needs_weight else None
         grad_bias = torch.zeros(weight.shape[0], dtype=acc, device=device) if needs_bias else None
@@ -120,13 +175,20 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         for start in range(0, n_tokens, chunk_size):
             end = min(start + chunk_size, n_tokens)
             chunk = hidden[start:end]
-            logits = F.linear(chunk, weight, bias)  # [C, V]; becomes d loss_sum / d logits below
-            loss_sum += chunk_step(logits, labels[start:end], ignore_index, compute_grad).sum()
+            logits = F.linear(chunk, weight, bias)  # [C, V] or [C, Vp]; becomes d loss_sum / d logits
+            # The chunk step sees the V real columns; a padded buffer's rows are Vp apart.
+            loss_sum += chunk_step(logits[:, :vocab], labels[start:end], ignore_index, compute_grad).sum()
+            if padded and compute_grad:
+                # The padding columns are 0 for finite hidden states (zero weight rows); zeroing them
+                # keeps them out of grad_hidden whatever a row holds (0 * inf is NaN).
+                logits[:, vocab:] = 0
             if grad_hidden is not None:
                 torch.mm(logits, weight, out=grad_hidden[start:end])
             if grad_weight is not None:
                 if weight.dtype == acc:
                     grad_weight.addmm_(logits.t(), chunk)
+                elif addmm_to_acc:
+                    torch.addmm(grad_weight, logits.t(), chunk, out_dtype=acc, out=grad_weight)
                 else:
                     grad_weight += (logits.t() @ chunk).to(acc)
             if grad_bias is not None:
@@ -136,7 +198,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         grads = [grad_hidden, grad_weight, grad_bias]
         if scale is not None:
             grads = [None if g is None else g.mul_(scale) for g in grads]
-        grads[1:] = [None if g is None else g.to(weight.dtype) for g in grads[1:]]
+        grads[1:] = [None if g is None else g[:vocab].to(weight.dtype) for g in grads[1:]]
         ctx.save_for_backward(*grads)
         return loss_sum if scale is None else loss_sum * scale
 

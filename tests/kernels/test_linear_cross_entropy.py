@@ -8,8 +8,9 @@ from test_call_path import _OpLog
 
 from brickwork.errors import ConfigError
 from brickwork.kernels import fused_linear_cross_entropy
+from brickwork.kernels import linear_cross_entropy as lce
 from brickwork.kernels.fused.cross_entropy import cross_entropy_chunk_forward
-from brickwork.kernels.linear_cross_entropy import default_chunk_size
+from brickwork.kernels.linear_cross_entropy import addmm_accumulates_in_float32, default_chunk_size
 from brickwork.kernels.reference import cross_entropy_chunk_ref
 
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.filterwarnings("ignore::RuntimeWarning"))]
@@ -95,6 +96,64 @@ def test_triton_rows_wider_than_a_block_and_another_ignore_index(device):
     grads = torch.autograd.grad(loss, (hidden, weight, bias))
     ref_loss, ref_grads = _reference(hidden, weight, bias, labels, ignore_index=7)
     _check(loss.cpu(), [g.cpu() for g in grads], ref_loss, ref_grads, 1e-5)
+
+
+def _loss_and_grads(hidden, weight, bias, labels, backend, reduction):
+    loss = fused_linear_cross_entropy(
+        hidden, weight, labels, bias, reduction=reduction, chunk_size=8, backend=backend
+    )
+    inputs = (hidden, weight) + (() if bias is None else (bias,))
+    return loss, torch.autograd.grad(loss, inputs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_padded_vocabulary_gives_the_loss_and_gradients_of_the_unpadded_one(
+    monkeypatch, backend, reduction, bias
+):
+    # CUDA pads V = 53 to 64 (pads_vocabulary); forced here on the CPU. Row 4 is ignored and holds
+    # inf: its hidden gradient is 0 either way, though F.linear gives its padding columns NaN.
+    hidden, weight, b, labels = _problem(37, 16, 53, "cpu", bias=bias)
+    with torch.no_grad():
+        hidden[4] = float("inf")
+    assert not lce.pads_vocabulary(weight)
+    unpadded = _loss_and_grads(hidden, weight, b, labels, backend, reduction)
+    monkeypatch.setattr(lce, "pads_vocabulary", lambda weight: True)
+    padded = _loss_and_grads(hidden, weight, b, labels, backend, reduction)
+    torch.testing.assert_close(padded[0], unpadded[0], rtol=1e-6, atol=1e-6)
+    for got, expected in zip(padded[1], unpadded[1], strict=True):
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert (padded[1][0][4] == 0).all() and padded[1][0][5:].isfinite().all()
+
+
+def test_the_cpu_never_pads():
+    assert not lce.pads_vocabulary(torch.empty(53, 4))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cuda_pads_an_odd_bfloat16_vocabulary_to_the_same_loss_and_gradients(monkeypatch, backend):
+    # 1000 = 15 x 64 + 40: padded to 1024. The weight gradient accumulates through addmm's out_dtype
+    # where this build has it, padded or not.
+    hidden, weight, bias, labels = _problem(300, 64, 1000, "cuda", torch.bfloat16)
+    assert lce.pads_vocabulary(weight) and not lce.pads_vocabulary(weight[:960])
+    padded = _loss_and_grads(hidden, weight, bias, labels, backend, "mean")
+    monkeypatch.setattr(lce, "pads_vocabulary", lambda weight: False)
+    unpadded = _loss_and_grads(hidden, weight, bias, labels, backend, "mean")
+    # Other cuBLAS kernels may round a bf16 logit the other way; a padding column in the softmax
+    # would add far more.
+    torch.testing.assert_close(padded[0], unpadded[0], rtol=1e-3, atol=1e-4)
+    for got, expected in zip(padded[1], unpadded[1], strict=True):
+        torch.testing.assert_close(got, expected, rtol=2e-2, atol=1e-4)
+    ref_loss, ref_grads = _reference(hidden, weight, bias, labels)
+    _check(padded[0].cpu(), [g.cpu() for g in padded[1]], ref_loss, ref_grads, 2e-2)
+
+
+def test_the_float32_accumulating_matmul_is_a_feature_check():
+    # addmm's out_dtype overload has no CPU kernel: the check says so instead of raising.
+    assert addmm_accumulates_in_float32(torch.device("cpu"), torch.bfloat16) is False
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -185,11 +244,13 @@ def test_bad_inputs_raise_clear_errors():
         fused_linear_cross_entropy(hidden, weight, labels, bias[:5])
 
 
-def test_the_torch_path_compiles_in_one_graph():
-    hidden, weight, bias, labels = _problem(40, 16, 50, "cpu")
+def _compiles_in_one_graph(device, backend):
+    hidden, weight, bias, labels = _problem(40, 16, 50, device)
 
     def loss(hidden, weight, bias, labels):
-        return fused_linear_cross_entropy(hidden, weight, labels, bias, reduction="sum", chunk_size=16)
+        return fused_linear_cross_entropy(
+            hidden, weight, labels, bias, reduction="sum", chunk_size=16, backend=backend
+        )
 
     compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)
     got, expected = compiled(hidden, weight, bias, labels), loss(hidden, weight, bias, labels)
@@ -200,6 +261,18 @@ def test_the_torch_path_compiles_in_one_graph():
         strict=True,
     ):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_torch_path_compiles_in_one_graph(monkeypatch, padded):
+    monkeypatch.setattr(lce, "pads_vocabulary", lambda weight: padded)
+    _compiles_in_one_graph("cpu", "torch")
+
+
+@pytest.mark.gpu
+def test_the_triton_path_compiles_a_padded_vocabulary_in_one_graph():
+    # V = 50 is padded on CUDA: the chunk op writes a strided view of the padded logits.
+    _compiles_in_one_graph("cuda", "triton")
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
