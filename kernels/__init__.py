@@ -142,7 +142,7 @@ def fused_linear_cross_entropy(
     scored tokens; ``"mean"`` divides it by their count, ``(labels != ignore_index).sum()`` (NaN when
     that is 0, as in torch). A training step that needs a sum and a count uses ``"sum"`` and counts
     itself. Tokens are processed ``chunk_size`` at a time (default: the largest power of two whose float32
-    logits fit 64 MiB, see ``linear_cross_entropy.default_chunk_size``); the
+    logits fit 256 MiB, see ``linear_cross_entropy.default_chunk_size``); the
     logits are computed in the weight's dtype and the softmax in float32. Differentiable in hidden,
     weight and bias: the forward pass computes their gradients, the backward pass scales them. The torch
     path does not chunk logits that fit one chunk (``linear_cross_entropy.linear_cross_entropy_torch``).

@@ -92,21 +92,23 @@ def masked_softmax_ref(
 
 
 def cross_entropy_chunk_ref(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, compute_grad: bool
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, compute_grad: bool, n_classes: int
 ) -> torch.Tensor:
-    """The twin of the Triton cross-entropy chunk step. logits [C, V], labels [C] -> float32 losses [C].
+    """The twin of the Triton cross-entropy chunk step. logits [C, W], labels [C] -> float32 losses [C].
 
-    ``loss = logsumexp(row) - row[label]`` in float32 (float64 stays float64); rows labelled
-    ``ignore_index`` get 0. With ``compute_grad`` the logits are overwritten with
-    ``softmax(row) - onehot(label)`` (zero rows where ignored), so the chunk needs no second buffer.
+    The first ``n_classes`` columns are the classes, any others padding. ``loss = logsumexp(row) -
+    row[label]`` in float32 (float64 stays float64); rows labelled ``ignore_index`` get 0. With
+    ``compute_grad`` the logits are overwritten with ``softmax(row) - onehot(label)`` (zero rows where
+    ignored, zero padding columns), so the chunk needs no second buffer.
     """
     ct = _compute_dtype(logits)
-    log_probs = torch.log_softmax(logits.to(ct), dim=-1)
+    log_probs = torch.log_softmax(logits[:, :n_classes].to(ct), dim=-1)
     kept = labels != ignore_index
     safe = labels.masked_fill(~kept, 0).unsqueeze(-1)
     losses = torch.where(kept, -log_probs.gather(-1, safe).squeeze(-1), 0.0)
     if compute_grad:
         grad = log_probs.exp_()  # the softmax, in the log-probabilities' buffer
         grad.scatter_add_(-1, safe, torch.full_like(safe, -1, dtype=ct))
-        logits.copy_(grad.masked_fill_(~kept.unsqueeze(-1), 0.0))
+        logits[:, :n_classes].copy_(grad.masked_fill_(~kept.unsqueeze(-1), 0.0))
+        logits[:, n_classes:] = 0
     return losses

@@ -30,7 +30,7 @@ MAX_BLOCK = 4096
 
 @triton.jit
 def _cross_entropy_chunk_kernel(
-    logits_ptr, labels_ptr, loss_ptr, row_stride, n_classes, ignore_index,
+    logits_ptr, labels_ptr, loss_ptr, row_stride, n_classes, row_width, ignore_index,
     COMPUTE_GRAD: tl.constexpr, BLOCK_V: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
@@ -52,29 +52,34 @@ def _cross_entropy_chunk_kernel(
     loss = tl.where(in_range, lse - target, float("nan"))
     tl.store(loss_ptr + row, tl.where(ignored, 0.0, loss))
     if COMPUTE_GRAD:
-        for start in range(0, n_classes, BLOCK_V):
+        # Padding columns past n_classes get a zero gradient, so they add nothing to the matmuls
+        # that read the whole row back.
+        for start in range(0, row_width, BLOCK_V):
             cols = start + tl.arange(0, BLOCK_V)
             inside = cols < n_classes
             x = tl.load(row_ptr + cols, mask=inside, other=0.0).to(tl.float32)
             grad = tl.exp(x - lse) - tl.where(cols == label, 1.0, 0.0)
             grad = tl.where(in_range, grad, float("nan"))
-            grad = tl.where(ignored, 0.0, grad)
-            tl.store(row_ptr + cols, grad.to(logits_ptr.dtype.element_ty), mask=inside)
+            grad = tl.where(ignored | ~inside, 0.0, grad)
+            tl.store(row_ptr + cols, grad.to(logits_ptr.dtype.element_ty), mask=cols < row_width)
 
 
 def cross_entropy_chunk_forward(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, compute_grad: bool, wrap=direct
-) -> torch.Tensor:
-    """logits [C, V] (rows contiguous), labels [C] -> float32 losses [C]; the gradient replaces logits.
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, compute_grad: bool, n_classes: int,
+    wrap=direct,
+) -> torch.Tensor:  # fmt: skip
+    """logits [C, W] (rows contiguous), labels [C] -> float32 losses [C]; the gradient replaces logits.
 
-    Takes inputs checked by ``fused_linear_cross_entropy``. ``wrap`` wraps the kernel before launch.
+    The first ``n_classes`` columns are the classes; any others are padding, which the gradient sets
+    to 0. Takes inputs checked by ``fused_linear_cross_entropy``. ``wrap`` wraps the kernel before
+    launch.
     """
-    n_rows, n_classes = logits.shape
+    n_rows, row_width = logits.shape
     losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     launch = row_launch(n_classes, MAX_BLOCK)
     if n_rows > 0:
         wrap(_cross_entropy_chunk_kernel)[(n_rows,)](
-            logits, labels, losses, logits.stride(0), n_classes, ignore_index,
+            logits, labels, losses, logits.stride(0), n_classes, row_width, ignore_index,
             COMPUTE_GRAD=compute_grad, BLOCK_V=launch.block, num_warps=launch.warps,
         )  # fmt: skip
     return losses

@@ -187,8 +187,8 @@ def test_chunk_kernel_matches_its_twin():
     labels[4] = -100
     for compute_grad in (False, True):
         ours, twins = logits.clone(), logits.clone()
-        losses = cross_entropy_chunk_forward(ours, labels, -100, compute_grad)
-        expected = cross_entropy_chunk_ref(twins, labels, -100, compute_grad)
+        losses = cross_entropy_chunk_forward(ours, labels, -100, compute_grad, ours.shape[1])
+        expected = cross_entropy_chunk_ref(twins, labels, -100, compute_grad, twins.shape[1])
         torch.testing.assert_close(losses, expected, equal_nan=True)
         torch.testing.assert_close(ours, twins, equal_nan=True)
     assert losses[2].isnan() and ours[2].isnan().all() and losses[4] == 0 and (ours[4] == 0).all()
@@ -220,8 +220,8 @@ def test_decoder_lm_exposes_hidden_states_and_head_weight():
 
 
 def test_default_chunk_holds_at_most_64_mib_of_float32_logits():
-    assert default_chunk_size(8192, 50257) == 256  # 256 x 50257 x 4 bytes = 49 MiB
-    assert default_chunk_size(8192, 32000) == 512
+    assert default_chunk_size(8192, 50257) == 1024  # 1024 x 50257 x 4 bytes = 196 MiB
+    assert default_chunk_size(8192, 32000) == 2048
     assert default_chunk_size(100, 50257) == 128  # never more than the tokens, rounded up
     assert default_chunk_size(1, 2**30) == 1
 
@@ -281,6 +281,6 @@ def test_chunk_kernel_gives_an_out_of_range_label_a_nan_loss_without_reading_out
     # neither read past the row nor hide the error.
     logits = torch.randn(3, 40)
     labels = torch.tensor([5, 40, -7])
-    losses = cross_entropy_chunk_forward(logits, labels, -100, True)
+    losses = cross_entropy_chunk_forward(logits, labels, -100, True, logits.shape[1])
     assert losses[0].isfinite() and losses[1:].isnan().all()
     assert logits[0].isfinite().all() and logits[1:].isnan().all()
