@@ -235,7 +235,7 @@ def layer_norm_backward(
     dy2 = dy.reshape(-1, n_cols)
     n_rows = x2.shape[0]
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    programs = reduction_programs(x.device, n_rows)
+    programs = reduction_programs(x.device, n_rows, n_cols)
     launch = row_launch(n_cols, min(max_block, BACKWARD_MAX_BLOCK))
     # Every program stores each of its partial rows once; with no rows they must read as zero.
     dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=n_rows == 0)
