@@ -20,6 +20,12 @@ the loop works on a copy of the weight (and bias) with zero rows up to the next 
 matmul's leading dimension is aligned, and the gradients' padding rows are dropped at the end. The
 copy costs one more weight in memory while the forward pass runs (77 MB for GPT-2's bf16 head).
 
+While ``torch.compile`` traces it, the loss is instead a sum of checkpointed chunks
+(:func:`checkpointed_chunks`): each chunk's logits and float32 loss are plain torch ops that Inductor
+fuses, kept for no longer than the chunk, and recomputed in the backward pass. The function above,
+which computes gradients in its forward pass and writes into buffers in place, came out of
+``torch.compile`` on CUDA with wrong gradients (torch 2.11, Triton and torch chunk steps alike).
+
 The torch path does not chunk logits that fit one chunk (:func:`linear_cross_entropy_torch`).
 """
 
@@ -31,6 +37,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from brickwork.errors import ConfigError
 
@@ -254,6 +261,50 @@ def linear_cross_entropy(
     hidden2 = hidden.reshape(-1, hidden.shape[-1])
     labels1 = labels.reshape(-1)
     chunk = chunk_size or default_chunk_size(hidden2.shape[0], weight.shape[0])
+    if torch.compiler.is_compiling():
+        return checkpointed_chunks(hidden2, weight, labels1, bias, ignore_index, reduction, chunk)
     return _FusedLinearCrossEntropy.apply(
         hidden2, weight, labels1, bias, ignore_index, reduction, chunk, chunk_step
     )
+
+
+def _chunk_loss_sum(
+    chunk: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    ignore_index: int,
+) -> torch.Tensor:
+    """The summed loss of one chunk [C, D]: logits in the weight's dtype, the softmax in float32 or wider."""
+    acc = torch.float64 if chunk.dtype == torch.float64 else torch.float32
+    logits = F.linear(chunk, weight, bias).to(acc)
+    return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
+
+
+def checkpointed_chunks(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None,
+    ignore_index: int,
+    reduction: str,
+    chunk_size: int,
+) -> torch.Tensor:
+    """The loss as the compiled path computes it: hidden [N, D], labels [N] -> a scalar.
+
+    Each chunk's loss is checkpointed, so the backward pass recomputes its logits rather than keeping
+    them: one chunk of logits is alive at a time, at the cost of one more matmul per chunk.
+    """
+    total = sum(
+        checkpoint(
+            _chunk_loss_sum,
+            hidden[start : start + chunk_size],
+            weight,
+            bias,
+            labels[start : start + chunk_size],
+            ignore_index,
+            use_reentrant=False,
+        )
+        for start in range(0, hidden.shape[0], chunk_size)
+    )
+    return total / (labels != ignore_index).sum() if reduction == "mean" else total

@@ -21,8 +21,7 @@ import triton.language as tl
 
 from .._checks import KERNEL_DTYPES, check_float
 from ..linear_cross_entropy import linear_cross_entropy
-from .launch import check_launch, direct, row_launch
-from .op import TritonOp
+from .launch import check_launch, row_launch
 
 # Columns per step of the two passes over a row; vocabulary rows are far wider than this.
 MAX_BLOCK = 4096
@@ -65,27 +64,22 @@ def _cross_entropy_chunk_kernel(
 
 
 def cross_entropy_chunk_forward(
-    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, compute_grad: bool, n_classes: int,
-    wrap=direct,
-) -> torch.Tensor:  # fmt: skip
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int, compute_grad: bool, n_classes: int
+) -> torch.Tensor:
     """logits [C, W] (rows contiguous), labels [C] -> float32 losses [C]; the gradient replaces logits.
 
     The first ``n_classes`` columns are the classes; any others are padding, which the gradient sets
-    to 0. Takes inputs checked by ``fused_linear_cross_entropy``. ``wrap`` wraps the kernel before
-    launch.
+    to 0. Takes inputs checked by ``fused_linear_cross_entropy``.
     """
     n_rows, row_width = logits.shape
     losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     launch = row_launch(n_classes, MAX_BLOCK)
     if n_rows > 0:
-        wrap(_cross_entropy_chunk_kernel)[(n_rows,)](
+        _cross_entropy_chunk_kernel[(n_rows,)](
             logits, labels, losses, logits.stride(0), n_classes, row_width, ignore_index,
             COMPUTE_GRAD=compute_grad, BLOCK_V=launch.block, num_warps=launch.warps,
         )  # fmt: skip
     return losses
-
-
-_CROSS_ENTROPY_CHUNK = TritonOp("cross_entropy_chunk", cross_entropy_chunk_forward, mutates_args={"logits"})
 
 
 def linear_cross_entropy_triton(
@@ -99,11 +93,11 @@ def linear_cross_entropy_triton(
 ) -> torch.Tensor:
     """``fused_linear_cross_entropy`` with the Triton chunk step, on inputs its checks accepted.
 
-    Adds the Triton path's own checks (dtype, device); the chunk step is a direct launch in eager
-    mode and the ``torch.library`` op while compiling (``op.py``).
+    Adds the Triton path's own checks (dtype, device). The chunk step launches the kernel directly;
+    while compiling, the loss takes no chunk step (``linear_cross_entropy.checkpointed_chunks``).
     """
     check_float("hidden", hidden, KERNEL_DTYPES)
     check_launch(hidden, weight, labels, bias)
     return linear_cross_entropy(
-        hidden, weight, labels, bias, ignore_index, reduction, chunk_size, _CROSS_ENTROPY_CHUNK
+        hidden, weight, labels, bias, ignore_index, reduction, chunk_size, cross_entropy_chunk_forward
     )

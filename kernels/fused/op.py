@@ -15,13 +15,10 @@ backward (row statistics). :class:`TritonOp` picks the way in per call:
 - eager, with an input that autograd records: a plain ``torch.autograd.Function`` whose forward and
   backward call the launchers, which launch the kernels directly (no dispatcher, no tracing layer);
 - eager, with nothing to differentiate: the forward launcher alone.
-
-An op without a backward (a forward that writes its gradient itself) registers one op,
-``brickwork::<name>``, and has no autograd.
 """
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,7 +34,7 @@ def _result(output: Any) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _library_op(name: str, launcher: Callable, mutates_args: Iterable[str]) -> Callable:
+def _library_op(name: str, launcher: Callable) -> Callable:
     """``launcher`` with ``wrap=wrap_triton``, registered as the triton_op ``brickwork::<name>``.
 
     The schema is the launcher's signature without ``wrap`` and without defaults (every call passes
@@ -52,7 +49,7 @@ def _library_op(name: str, launcher: Callable, mutates_args: Iterable[str]) -> C
     launch.__signature__ = signature.replace(parameters=parameters)
     launch.__name__ = launch.__qualname__ = name
     launch.__module__ = launcher.__module__
-    return triton_op(f"brickwork::{name}", launch, mutates_args=mutates_args)
+    return triton_op(f"brickwork::{name}", launch, mutates_args=())
 
 
 def _eager_function(op: "TritonOp") -> type[torch.autograd.Function]:
@@ -76,27 +73,21 @@ class TritonOp:
     """One Triton op's three ways in (see the module docstring). ``op(*inputs)`` -> the result.
 
     ``forward`` and ``backward`` are the launchers; ``setup_context`` and ``gradients`` the autograd
-    wiring; ``mutates_args`` names the inputs the forward writes (for its library op).
+    wiring.
     """
 
     def __init__(
         self,
         name: str,
         forward: Callable,
-        backward: Callable | None = None,
-        setup_context: SetupContext | None = None,
-        gradients: Gradients | None = None,
-        mutates_args: Iterable[str] = (),
+        backward: Callable,
+        setup_context: SetupContext,
+        gradients: Gradients,
     ) -> None:
         self.forward, self.backward = forward, backward
         self.setup_context, self.gradients = setup_context, gradients
-        if backward is None:
-            self.library_op = _library_op(name, forward, mutates_args)
-            return
-        if setup_context is None or gradients is None:
-            raise TypeError(f"op {name!r} has a backward launcher but no setup_context or gradients")
-        self.library_op = _library_op(f"{name}_fwd", forward, mutates_args)
-        backward_op = _library_op(f"{name}_bwd", backward, ())
+        self.library_op = _library_op(f"{name}_fwd", forward)
+        backward_op = _library_op(f"{name}_bwd", backward)
         self.library_op.register_autograd(
             lambda ctx, dy, *_: gradients(ctx, dy, backward_op), setup_context=setup_context
         )
@@ -105,6 +96,6 @@ class TritonOp:
     def __call__(self, *inputs: Any) -> torch.Tensor:
         if torch.compiler.is_compiling():
             return _result(self.library_op(*inputs))
-        if self.backward is not None and needs_autograd(*inputs):
+        if needs_autograd(*inputs):
             return self.eager_function.apply(*inputs)
         return _result(self.forward(*inputs))
