@@ -11,9 +11,9 @@ logits plus the gradients, instead of [N, V] logits, their float32 copy and the 
 The chunk step is the Triton kernel (``brickwork.kernels.fused.cross_entropy``) or its torch twin
 (``reference.cross_entropy_chunk_ref``); the matmuls are torch's. The weight gradient accumulates in
 float32 across chunks whatever the weight's dtype, and is rounded once at the end. For bf16 and fp16
-weights on CUDA, in eager mode, where this torch build's ``addmm`` takes ``out_dtype``, each chunk's
-product is added into that float32 gradient by the matmul itself; elsewhere it is computed in the
-weight's dtype and converted before the addition.
+weights on CUDA, where this torch build's ``addmm`` takes ``out_dtype``, each chunk's product is added
+into that float32 gradient by the matmul itself; elsewhere it is computed in the weight's dtype and
+converted before the addition.
 
 On CUDA a vocabulary V that is not a multiple of ``VOCAB_ALIGNMENT`` is padded (:func:`pads_vocabulary`):
 the loop works on a copy of the weight (and bias) with zero rows up to the next multiple, so that every
@@ -168,13 +168,9 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             bias = None if bias is None else F.pad(bias, (0, pad))
         # Sums across chunks in float32 (float64 inputs: float64); a weight of that dtype adds in place.
         acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
-        # CUDA only (the overload has no CPU kernel), and not while compiling: torch.compile cannot
-        # trace addmm's out_dtype overload in every release.
+        # CUDA only: the overload has no CPU kernel. (This function never runs while compiling.)
         addmm_to_acc = (
-            weight.is_cuda
-            and weight.dtype != acc
-            and not torch.compiler.is_compiling()
-            and addmm_accumulates_in_float32(device, weight.dtype)
+            weight.is_cuda and weight.dtype != acc and addmm_accumulates_in_float32(device, weight.dtype)
         )
         grad_hidden = torch.empty(hidden.shape, dtype=hidden.dtype, device=device) if needs_hidden else None
         grad_weight = torch.zeros(weight.shape, dtype=acc, device=device) if needs_weight else None
@@ -184,9 +180,8 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             end = min(start + chunk_size, n_tokens)
             chunk = hidden[start:end]
             logits = F.linear(chunk, weight, bias)  # [C, V] or [C, Vp]; becomes d loss_sum / d logits
-            # The whole buffer, not a view of its V columns: a compiled in-place op takes it whole.
-            # The chunk step zeroes the padding columns' gradient, so they add nothing below (they are
-            # 0 for finite hidden states, but 0 * inf is NaN).
+            # The whole buffer: the chunk step also zeroes the padding columns' gradient, so they add
+            # nothing below (they are 0 for finite hidden states, but 0 * inf is NaN).
             loss_sum += chunk_step(logits, labels[start:end], ignore_index, compute_grad, vocab).sum()
             if grad_hidden is not None:
                 torch.mm(logits, weight, out=grad_hidden[start:end])
