@@ -42,7 +42,7 @@ from torch.utils.checkpoint import checkpoint
 from brickwork.errors import ConfigError
 
 from ._checks import check_float
-from .reference import cross_entropy_chunk_ref
+from .reference import _compute_dtype, cross_entropy_chunk_ref
 
 REDUCTIONS = ("mean", "sum")
 
@@ -167,7 +167,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             weight = F.pad(weight, (0, 0, 0, pad))
             bias = None if bias is None else F.pad(bias, (0, pad))
         # Sums across chunks in float32 (float64 inputs: float64); a weight of that dtype adds in place.
-        acc = torch.float64 if hidden.dtype == torch.float64 else torch.float32
+        acc = _compute_dtype(hidden)
         # CUDA only: the overload has no CPU kernel. (This function never runs while compiling.)
         addmm_to_acc = (
             weight.is_cuda and weight.dtype != acc and addmm_accumulates_in_float32(device, weight.dtype)
@@ -271,8 +271,7 @@ def _chunk_loss_sum(
     ignore_index: int,
 ) -> torch.Tensor:
     """The summed loss of one chunk [C, D]: logits in the weight's dtype, the softmax in float32 or wider."""
-    acc = torch.float64 if chunk.dtype == torch.float64 else torch.float32
-    logits = F.linear(chunk, weight, bias).to(acc)
+    logits = F.linear(chunk, weight, bias).to(_compute_dtype(chunk))
     return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
 
 
