@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from brickwork.errors import ConfigError
-from brickwork.factory.memory_estimate import available_bytes
+from brickwork.memory import available_bytes
 from brickwork.parallel.planner import DEVICE_PRESETS, Device, plan
 from brickwork.parallel.planner.report import plan_table
 from brickwork.train.config import TrainConfig
@@ -54,7 +54,7 @@ def local_device(world_size: int, per_node: int) -> Device:
     if torch.cuda.is_available():
         index = int(os.environ.get("LOCAL_RANK", "0"))
         name = torch.cuda.get_device_name(index)
-        free = torch.cuda.mem_get_info(index)[0]
+        free = available_bytes(torch.device("cuda", index))
         for preset_name, preset in DEVICE_PRESETS.items():
             if preset_name.split("-")[0] in name:
                 return dataclasses.replace(preset, memory_bytes=free, reserved_bytes=0)

@@ -13,7 +13,7 @@ import torch
 
 from brickwork.blocks import MODELS
 from brickwork.errors import ConfigError
-from brickwork.factory.memory_estimate import available_bytes
+from brickwork.memory import available_bytes, format_bytes
 from brickwork.parallel import ParallelConfig
 from brickwork.train.run_config import RunConfig
 
@@ -46,8 +46,8 @@ def check_run_sizes(run: RunConfig, layout: ParallelConfig) -> None:
     cfg = run.train
     key = "train.seq_len" if cfg.seq_len > cfg.batch_size else "train.batch_size"
     raise ConfigError(
-        f"batch_size={cfg.batch_size} x seq_len={cfg.seq_len} needs at least {need / 2**30:,.1f} GiB "
-        f"for one micro-batch's activations, more than the {free / 2**30:,.1f} GiB free on {device}; "
+        f"batch_size={cfg.batch_size} x seq_len={cfg.seq_len} needs at least {format_bytes(need)} "
+        f"for one micro-batch's activations, more than the {format_bytes(free)} free on {device}; "
         "lower it, or raise train.grad_accum_steps to split the batch",
         key,
     )

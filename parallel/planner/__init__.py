@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from brickwork.errors import ConfigError
+from brickwork.memory import format_bytes
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import DEVICE_PRESETS, Cluster, Device, device_from, parse_cluster
 from brickwork.parallel.planner.estimate import Plan, estimate_layout
@@ -61,7 +62,8 @@ def plan(
     closest = infeasible[0]
     raise ConfigError(
         f"nothing fits on {machines.describe()}: the smallest layout, {closest.name}, needs "
-        f"{_gib(closest.memory_bytes)} per device and the device has {_gib(closest.device_memory_bytes)}; "
+        f"{format_bytes(closest.memory_bytes)} per device and the device has "
+        f"{format_bytes(closest.device_memory_bytes)}; "
         "use more or larger devices, a smaller global batch or sequence, or a smaller model",
         "cluster",
     )
@@ -116,10 +118,6 @@ def _no_valid_layout(facts: ModelFacts, world: int, global_batch: int, seq_len: 
     head = f"world size {world} is prime, so every layout puts all {world} devices on one dimension, and"
     text = "; ".join(r for r in reasons if r) or f"no layout of {world} devices suits this model"
     return f"no valid layout: {head} {text}" if prime else f"no valid layout on {world} devices: {text}"
-
-
-def _gib(count: int) -> str:
-    return f"{count / 1024**3:.1f} GiB"
 
 
 __all__ = [

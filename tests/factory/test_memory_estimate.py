@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from brickwork.factory import ConfigError, build_model, get_preset
-from brickwork.factory.memory_estimate import available_bytes, weight_bytes
+from brickwork.memory import available_bytes, weight_bytes
 
 
 def tiny(**changes: int) -> dict:
