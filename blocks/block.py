@@ -12,6 +12,7 @@ from torch import nn
 from brickwork.blocks.model_kind import ChoiceSpec
 from brickwork.components.attention import KVCache, MultiHeadAttention
 from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY, ResidualStyle
+from brickwork.errors import ConfigError
 
 NormSpec = str | type | functools.partial
 ResidualSpec = str | type | functools.partial | ResidualStyle
@@ -38,6 +39,17 @@ def _norm(norm: NormSpec, dim: int, path: str) -> nn.Module:
     return NORM_REGISTRY.build(norm, path, dim=dim)
 
 
+def _check_cross_attention(layer: MultiHeadAttention) -> None:
+    """Cross-attention projects ``memory`` to keys and values apart from the queries, so it needs a
+    mechanism that takes projections, and separate q/k/v weights."""
+    if not layer.mechanism.requires_input_projection:
+        what = f"{type(layer.mechanism).__name__} mixes the input itself and cannot attend to memory"
+        raise ConfigError(what, "cross_attention.attention")
+    if layer.fused_qkv:
+        raise ConfigError("cross-attention needs separate q/k/v projections: set it to false",
+                          "cross_attention.fused_qkv")  # fmt: skip
+
+
 class Block(nn.Module):
     """Self-attention, cross-attention over ``memory`` when built with one, then feedforward, each
     sublayer with its own norm and all wired by the residual style.
@@ -55,6 +67,8 @@ class Block(nn.Module):
         cross_attention: MultiHeadAttention | None = None,
     ) -> None:
         super().__init__()
+        if cross_attention is not None:
+            _check_cross_attention(cross_attention)
         dim = attention.dim_model
         self.attention_norm = _norm(norm, dim, "norm")
         self.attention = attention

@@ -21,6 +21,8 @@ from torch import nn
 
 from brickwork.blocks.block import Block
 from brickwork.components.attention import KVCache
+from brickwork.components.residual import PreNormResidual
+from brickwork.errors import ConfigError
 
 
 def _attend(
@@ -114,8 +116,18 @@ class ReversibleLayers(nn.ModuleList):
 
     def __init__(self, blocks: Sequence[Block]) -> None:
         for i, block in enumerate(blocks):
-            if not isinstance(block, Block) or block.cross_attention is not None:
-                raise ValueError(f"reversible layers need self-attention Blocks; layer {i} is not one")
+            # The coupling calls each sublayer on its norm's output itself, so any other residual
+            # style, or a third sublayer, would be silently dropped.
+            if (
+                not isinstance(block, Block)
+                or block.cross_attention is not None
+                or not (isinstance(block.residual, PreNormResidual))
+            ):
+                raise ConfigError(
+                    "a reversible stack couples pre-norm self-attention sublayers; block "
+                    f"{i} is not one (cross-attention, or a residual other than 'pre')",
+                    "blocks",
+                )
         super().__init__(blocks)
 
     def forward(

@@ -85,16 +85,9 @@ def walk_stack(
     spec = {"num_layers": stack.num_layers, "block": base_spec, "layers": diffs}
     if not stack.reversible:
         return Stack(blocks, norm), spec, hook_specs
-    for i, block in enumerate(blocks):
-        where = join_path(name, "layers", i) if i in overrides else join_path(name, "block")
-        if block.cross_attention is not None or type(block.residual) is not RESIDUAL_REGISTRY.get("pre"):
-            raise ConfigError(
-                f"a reversible stack couples pre-norm self-attention sublayers; {where} is not "
-                "one (cross-attention, or a residual other than 'pre')",
-                join_path(name, "reversible"),
-            )
     spec["reversible"] = True  # written only when on, so that existing resolved specs stay as they are
-    return Stack(ReversibleLayers(blocks), norm), spec, hook_specs
+    layers = construct(ReversibleLayers, "", {"blocks": join_path(name, "reversible")}, blocks=blocks)
+    return Stack(layers, norm), spec, hook_specs
 
 
 def layer_overrides(layers: Mapping[Any, Any], num_layers: int, path: str) -> dict[int, Any]:
@@ -143,8 +136,9 @@ def walk_block(spec: Any, path: str, scope: Scope) -> tuple[Block, functools.par
     residual, resolved["residual"] = build_choice(
         RESIDUAL_REGISTRY, block.residual, join_path(path, "residual"), **({} if given else scope.depths)
     )
-    built = construct(Block, path, attention=attention, feedforward=feedforward, norm=norm, residual=residual,
-                      cross_attention=cross)  # fmt: skip
+    sources = {"cross_attention.attention": join_path(path, "cross_attention", "mechanism", "name")}
+    built = construct(Block, path, sources, attention=attention, feedforward=feedforward, norm=norm,
+                      residual=residual, cross_attention=cross)  # fmt: skip
     return built, norm, resolved, hook_specs
 
 
@@ -179,14 +173,6 @@ def walk_attention(
     causal = scope.causal and not cross
     if causal:
         construct(check_causal, "", {"causal": name_path}, cls=cls)
-    if cross and not cls.requires_input_projection:
-        raise ConfigError(
-            f"{mechanism['name']!r} mixes the input itself and cannot attend to memory", name_path
-        )
-    if cross and layer["fused_qkv"]:
-        raise ConfigError(
-            "cross-attention needs separate q/k/v projections: set it to false", join_path(path, "fused_qkv")
-        )
     sizes = {"num_heads": layer["num_heads"], "dim_head": dim_head}
     fixed = {need: sizes[need] for need in cls.needs} | ({"causal": True} if causal else {})
     options, mechanism_spec = configure(cls, mechanism, mechanism_path, **fixed)

@@ -71,3 +71,12 @@ def test_a_seed_no_generator_holds_is_named() -> None:
     with pytest.raises(ConfigError, match=rf"train\.seed: must be below 2\*\*63, got {2**70}"):
         resolve_run("gpt-tiny", [f"train.seed={2**70}"])
     assert resolve_run("gpt-tiny", [f"train.seed={2**63 - 1}"]).train.seed == 2**63 - 1
+
+
+def test_a_block_refuses_cross_attention_that_cannot_take_memory_when_built() -> None:
+    attention = MultiHeadAttention(DIM, HEADS)
+    with pytest.raises(ConfigError, match=r"^cross_attention\.fused_qkv: .*separate q/k/v"):
+        DecoderBlock(attention, MLP(DIM), cross_attention=MultiHeadAttention(DIM, HEADS, fused_qkv=True))
+    mixer = MultiHeadAttention(DIM, HEADS, attention="fourier_mix")
+    with pytest.raises(ConfigError, match=r"^cross_attention\.attention: FourierMix .*cannot attend"):
+        DecoderBlock(attention, MLP(DIM), cross_attention=mixer)

@@ -99,10 +99,17 @@ def test_the_spec_key_builds_a_reversible_stack_that_decodes_with_a_cache() -> N
 def test_reversible_needs_pre_norm_self_attention_blocks() -> None:
     with pytest.raises(ConfigError, match=r"^decoder\.reversible: .*pre-norm") as info:
         build_model(_spec(reversible=True, layers={1: {"residual": "post"}}))
-    assert "decoder.layers.1" in str(info.value)
-    with pytest.raises(ValueError, match="self-attention Blocks"):
+    assert "block 1 is not one" in str(info.value)
+    with pytest.raises(ConfigError, match=r"^blocks: .*block 0 is not one"):
         ReversibleLayers(
             [Block(MultiHeadAttention(16, 2), MLP(16), cross_attention=MultiHeadAttention(16, 2))]
+        )
+    with pytest.raises(ConfigError, match="block 1 is not one"):  # its coupling would drop the post-norm
+        ReversibleLayers(
+            [
+                Block(MultiHeadAttention(16, 2), MLP(16)),
+                Block(MultiHeadAttention(16, 2), MLP(16), residual="post"),
+            ]
         )
 
 

@@ -216,6 +216,9 @@ def test_cross_attention_rules() -> None:
         lambda s: s["decoder"]["block"].update(cross_attention={"num_heads": 4, "fused_qkv": True}),
     )
     expect_error(spec, "decoder.block.cross_attention.fused_qkv", "separate q/k/v projections")
+    mixer = {"num_heads": 4, "mechanism": "fourier_mix"}
+    spec = mutated(tiny_encoder_decoder, lambda s: s["decoder"]["block"].update(cross_attention=mixer))
+    expect_error(spec, "decoder.block.cross_attention.mechanism.name", "cannot attend to memory")
     spec = mutated(tiny_decoder, lambda s: block(s).update(cross_attention={"num_heads": 4}))
     expect_error(spec, "decoder.block.cross_attention", "unknown key 'cross_attention'")
 
