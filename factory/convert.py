@@ -109,23 +109,12 @@ def check_value(value: Any, annotation: Any, path: str) -> Any:
         return _check_mapping(value, args, path)
     if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
         return to_config(annotation, value, path)
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-    elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif annotation is str:
-        if isinstance(value, str):
-            return value
-    elif isinstance(annotation, type):
-        if isinstance(value, annotation):
-            return value
-    else:
+    if not isinstance(annotation, type):
         return value
+    accepted = (int, float) if annotation is float else annotation  # an int is a valid float
+    # Python's bool is an int, but a spec's true is no number.
+    if isinstance(value, accepted) and not (isinstance(value, bool) and annotation is not bool):
+        return float(value) if annotation is float else value
     raise ConfigError(f"expected {type_name(annotation)}, got {_show(value)}{_hint(value, annotation)}", path)
 
 
