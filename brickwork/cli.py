@@ -101,11 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         "sample",
         parents=[common],
         help="generate text from a trained decoder LM",
-        description="Continue a prompt with a run's newest checkpoint (or one checkpoint folder, or a file "
-        "brickwork export wrote), past the training length: the KV cache slides over the last --window "
-        "tokens. The same seed gives the same text.",
+        description="Continue a prompt with a run's newest checkpoint (or anything else from_pretrained "
+        "reads), past the training length: the KV cache slides over the last --window tokens. The same "
+        "seed gives the same text.",
     )
-    sample.add_argument("source", metavar="RUN_OR_FOLDER", help="a run folder, a checkpoint or an export")
+    sample.add_argument("source", metavar="RUN_OR_FOLDER", help="a run, checkpoint, export, saved/HF folder")
     sample.add_argument("--prompt", required=True, help="the text to continue")
     sample.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
     sample.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,15 @@ def unique_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
+@dataclass(frozen=True)
+class Pretrained:
+    """A model :func:`read_pretrained` read, and where from."""
+
+    model: nn.Module
+    checkpoint: Path | None = None  # the checkpoint folder read, for a run or checkpoint folder
+    step: int | None = None  # the training step of a checkpoint, or of an export file that names one
+
+
 def from_pretrained(path: str | os.PathLike) -> nn.Module:
     """The model saved at ``path``, with its weights, in train mode as ``build_model`` returns it.
 
@@ -84,6 +94,12 @@ def from_pretrained(path: str | os.PathLike) -> nn.Module:
     FileNotFoundError when nothing is there; ValueError naming the file when it is damaged, not a
     brickwork file, or does not fit its spec.
     """
+    return read_pretrained(path).model
+
+
+def read_pretrained(path: str | os.PathLike, option: str = "path") -> Pretrained:
+    """:func:`from_pretrained`'s model, with the checkpoint and step it came from; a ConfigError about
+    a run folder's checkpoints names ``option``, the caller's name for ``path``."""
     source = Path(path)
     if source.is_file():
         return _from_export(source)
@@ -91,33 +107,31 @@ def from_pretrained(path: str | os.PathLike) -> nn.Module:
         raise FileNotFoundError(f"{str(source)!r} does not exist")
     if (source / SPEC_FILE).is_file():
         spec = load_spec(source / SPEC_FILE)
-        return _load(spec, read_weights(source / WEIGHTS_FILE), source / WEIGHTS_FILE)
+        return Pretrained(_load(spec, read_weights(source / WEIGHTS_FILE), source / WEIGHTS_FILE))
     if (source / "config.json").is_file():
-        return load_hf_checkpoint(source)
-    folder = source if is_complete(source) else _newest_checkpoint(source)
-    weights, meta = read_checkpoint_weights(folder)
-    if not isinstance(meta.get("spec"), Mapping):
-        raise ValueError(f"checkpoint {str(folder)!r} records no model spec: it cannot be rebuilt alone")
-    return _load(meta["spec"], weights, folder)
-
-
-def _newest_checkpoint(folder: Path) -> Path:
-    if not (folder / "config.yaml").is_file():
+        return Pretrained(load_hf_checkpoint(source))
+    if not is_complete(source) and not (source / "config.yaml").is_file():
         raise FileNotFoundError(
-            f"{str(folder)!r} is none of the folders from_pretrained reads: a save_pretrained folder "
+            f"{str(source)!r} is none of the folders from_pretrained reads: a save_pretrained folder "
             f"({SPEC_FILE} and {WEIGHTS_FILE}), a brickwork train run folder (config.yaml and "
             "checkpoints/), a checkpoint folder (.complete), or an HF model folder (config.json)"
         )
-    return latest_checkpoint(folder, "path", intact=True)[1]
+    folder = source if is_complete(source) else latest_checkpoint(source, option, intact=True)[1]
+    # latest_checkpoint has just checked the run's checkpoint against its manifest: not read twice.
+    weights, meta = read_checkpoint_weights(folder, verify=folder == source)
+    if not isinstance(meta.get("spec"), Mapping):
+        raise ValueError(f"checkpoint {str(folder)!r} records no model spec: it cannot be rebuilt alone")
+    return Pretrained(_load(meta["spec"], weights, folder), folder, meta["step"])
 
 
-def _from_export(file: Path) -> nn.Module:
-    text, weights, _ = read_export(file)
+def _from_export(file: Path) -> Pretrained:
+    text, weights, metadata = read_export(file)
     try:
         spec = parse_spec(text, "json", source=f"{file} metadata")
     except ValueError as err:
         raise ValueError(f"the spec in {str(file)!r}'s metadata is damaged: {err}") from None
-    return _load(spec, weights, file)
+    step = metadata.get("step", "")
+    return Pretrained(_load(spec, weights, file), step=int(step) if step.isdigit() else None)
 
 
 def _load(spec: Mapping[str, Any], weights: dict[str, torch.Tensor], source: Path) -> nn.Module:

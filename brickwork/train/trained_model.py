@@ -1,9 +1,10 @@
 """A trained decoder LM to sample from, with its tokenizer and the window it was trained on, and
 ``brickwork sample`` on it.
 
-``load_trained`` takes a run folder (its newest intact checkpoint), one checkpoint folder of a run, or
-the safetensors file ``brickwork export`` writes. Weights load through the checkpoint code
-(torch.distributed.checkpoint with the safe reader) or safetensors: nothing pickled is executed.
+``load_trained`` takes anything ``from_pretrained`` reads, through the same reader: a run folder (its
+newest intact checkpoint), one checkpoint folder of a run, the safetensors file ``brickwork export``
+writes, a ``save_pretrained`` folder or an HF model folder. Nothing pickled is run: checkpoints load
+through the safe DCP reader, an HF ``pytorch_model.bin`` with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from brickwork.blocks import MODELS
-from brickwork.checkpoint import is_complete, latest_checkpoint, read_checkpoint_weights, read_export
 from brickwork.data.tokenizer import ByteTokenizer, HFTokenizer, TokenIds, Tokenizer, load_tokenizer
 from brickwork.errors import ConfigError
-from brickwork.factory import build_model, load_spec, parse_spec
+from brickwork.factory import load_spec
+from brickwork.factory.pretrained import read_pretrained
 from brickwork.sampling import sample_ids
 
 OPTION = "RUN_OR_FOLDER"
@@ -43,56 +43,34 @@ def load_trained(path: str, tokenizer: str | None = None, device: str = "cpu") -
     """The model saved at ``path``; ``tokenizer`` (``bytes`` or a tokenizer.json) replaces the one the
     run kept."""
     source = Path(path).expanduser()
-    if source.is_file() and source.suffix == ".safetensors":
-        model, run_dir, what = _from_export(source)
-    elif is_complete(source):
-        model, run_dir, what = _from_checkpoint(source), source.parent.parent, f"checkpoint {source}"
-    elif (source / "config.yaml").is_file():
-        step, folder = latest_checkpoint(source, OPTION, intact=True)
-        model, run_dir, what = _from_checkpoint(folder), source, f"run {source} at step {step}"
-    else:
-        raise ConfigError(
-            f"{path!r} is neither a run folder (config.yaml and checkpoints), a complete checkpoint "
-            "folder, nor a .safetensors file written by brickwork export",
-            OPTION,
-        )
-    run = load_spec(run_dir / "config.yaml") if run_dir and (run_dir / "config.yaml").is_file() else {}
+    try:
+        found = read_pretrained(source, OPTION)
+    except (FileNotFoundError, ValueError) as err:
+        if isinstance(err, ConfigError) and err.path == OPTION:
+            raise
+        raise ConfigError(str(err), OPTION) from None
+    model, kind = found.model, found.model.spec["model"]  # a built model's kind is one of MODELS
+    if MODELS[kind].task != "causal_lm":
+        raise ConfigError(f"{path!r} holds a model of kind {kind!r}; only decoder LMs generate text", OPTION)
+    # A checkpoint's run keeps its tokenizer and window; a saved or HF folder may keep a tokenizer.json.
+    folder = found.checkpoint.parent.parent if found.checkpoint else source if source.is_dir() else None
+    run = load_spec(folder / "config.yaml") if folder and (folder / "config.yaml").is_file() else {}
     window = (run.get("train") or {}).get("seq_len") or model.spec.get("max_seq_len")
-    chosen = load_tokenizer(tokenizer, "--tokenizer") if tokenizer else _kept_tokenizer(run_dir, model)
+    chosen = load_tokenizer(tokenizer, "--tokenizer") if tokenizer else _kept_tokenizer(folder, model)
     if chosen.vocab_size > model.vocab_size:
         raise ConfigError(
             f"the tokenizer has {chosen.vocab_size:,} ids, more than the model's vocab_size "
             f"{model.vocab_size:,}",
             "--tokenizer",
         )
+    what = str(source) if found.step is None else f"{source} at step {found.step}"
     return Trained(model.to(device).eval(), chosen, window, what)
 
 
-def _from_checkpoint(folder: Path) -> nn.Module:
-    weights, meta = read_checkpoint_weights(folder)
-    return _decoder(meta.get("spec"), weights, folder)
-
-
-def _from_export(file: Path) -> tuple[nn.Module, Path | None, str]:
-    text, weights, metadata = read_export(file)
-    model = _decoder(parse_spec(text, "json", source=f"{file} metadata"), weights, file)
-    return model, None, f"{file} (step {metadata.get('step', '?')})"
-
-
-def _decoder(spec: dict[str, Any] | None, weights: dict[str, torch.Tensor], source: Path) -> nn.Module:
-    """The decoder LM ``spec`` describes, holding ``weights``; ConfigError for any other kind."""
-    if not spec or spec.get("model") not in MODELS or MODELS[spec["model"]].task != "causal_lm":
-        kind = (spec or {}).get("model")
-        raise ConfigError(f"{str(source)!r} holds a {kind} model; only decoder LMs generate text", OPTION)
-    model = build_model(spec)
-    model.load_state_dict(weights, strict=True)
-    return model
-
-
-def _kept_tokenizer(run_dir: Path | None, model: nn.Module) -> Tokenizer:
-    """The run's tokenizer.json; else bytes for a 256-id model, token ids for any other."""
-    if run_dir is not None and (run_dir / TOKENIZER_FILE).is_file():
-        return HFTokenizer.from_file(run_dir / TOKENIZER_FILE, OPTION)
+def _kept_tokenizer(folder: Path | None, model: nn.Module) -> Tokenizer:
+    """The tokenizer.json ``folder`` keeps; else bytes for a 256-id model, token ids for any other."""
+    if folder is not None and (folder / TOKENIZER_FILE).is_file():
+        return HFTokenizer.from_file(folder / TOKENIZER_FILE, OPTION)
     if model.vocab_size == ByteTokenizer.vocab_size:
         return ByteTokenizer()
     return TokenIds(model.vocab_size)

@@ -214,16 +214,18 @@ def test_memory_does_not_grow_with_the_token_file(tmp_path):
 def test_sample_refuses_what_it_cannot_load(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     err = error_line(capsys, ["sample", "nope", "--prompt", "x"])
-    assert "RUN_OR_FOLDER: 'nope' is neither a run folder" in err
+    assert "RUN_OR_FOLDER: 'nope' does not exist" in err
     err = error_line(capsys, ["sample", "nope", "--prompt", "x", "--top-k", "0"])
     assert "--top-k: must be an integer >= 1, got 0" in err
     # A safetensors file brickwork export did not write, and one that is damaged: one line each.
     save_file({"w": torch.zeros(2)}, tmp_path / "foreign.safetensors")
     err = error_line(capsys, ["sample", "foreign.safetensors", "--prompt", "x"])
-    assert "'foreign.safetensors' carries no brickwork spec in its metadata" in err
+    assert "RUN_OR_FOLDER: 'foreign.safetensors' carries no brickwork spec in its metadata" in err
     (tmp_path / "damaged.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     err = error_line(capsys, ["sample", "damaged.safetensors", "--prompt", "x"])
-    assert "'damaged.safetensors' is not a readable safetensors file" in err
+    assert "RUN_OR_FOLDER: 'damaged.safetensors' is not a readable safetensors file" in err
+    err = error_line(capsys, ["sample", ".", "--prompt", "x"])
+    assert "RUN_OR_FOLDER: '.' is none of the folders from_pretrained reads" in err
     err = error_line(capsys, ["tokenizer", "train", "nope.txt", "--vocab-size", "300"])
     assert "FILES: 'nope.txt' is not a file" in err
 
