@@ -32,14 +32,15 @@ from brickwork.checkpoint.safe_reader import SafeFileSystemReader, SafeLoadPlann
 SPEC_KEY = "spec"  # the metadata entry holding the resolved spec, as JSON
 
 
-def export(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
+def export(directory: str | os.PathLike, out: str | os.PathLike, *, verify: bool = True) -> Path:
     """Write the model weights of the complete checkpoint in ``directory`` to the safetensors file ``out``.
 
     Runs in one process (call it on one rank only, or outside any process group). The metadata holds
     ``spec`` (JSON) and ``step``. Raises FileNotFoundError for an interrupted or missing checkpoint,
     CorruptCheckpointError naming the file for a damaged one and UnsafeCheckpointError for an unsafe one.
+    ``verify=False``: as in :func:`read_checkpoint_weights`.
     """
-    weights, meta = read_checkpoint_weights(directory)
+    weights, meta = read_checkpoint_weights(directory, verify=verify)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     metadata = {SPEC_KEY: json.dumps(meta.get("spec")), "step": str(meta["step"])}

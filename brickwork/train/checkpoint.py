@@ -88,9 +88,10 @@ def load_run_checkpoint(
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
     """Load a checkpoint into the model and optimizer as they are laid out now (any layout may have
     saved it), and restore this rank's RNG. Returns (the checkpoint's meta dict, the batch
-    generator's state, the validation loss at the save)."""
+    generator's state, the validation loss at the save). ``folder`` is one ``latest_checkpoint(...,
+    intact=True)`` returned, so its files were checked against the manifest there."""
     check_step_folder(folder)
-    meta = load_checkpoint(folder, model, optimizer)
+    meta = load_checkpoint(folder, model, optimizer, verify=False)
     extra = meta.get("extra") or {}
     if extra.get("trainer_format") != TRAINER_FORMAT:
         raise ConfigError(
@@ -110,7 +111,8 @@ def load_run_checkpoint(
 def export_run(source: Path, out: Path) -> Path:
     """Write the weights of ``source`` (a run folder's newest complete checkpoint, or one checkpoint
     folder) to the single-process safetensors file ``out``; returns the checkpoint folder used."""
-    if is_complete(source):
+    verify = is_complete(source)  # the newest one of a run is checked as it is chosen
+    if verify:
         folder = source
         check_step_folder(folder, "RUN_DIR")
     elif folder_step(source) is not None or (source / META_FILE).exists():
@@ -121,7 +123,7 @@ def export_run(source: Path, out: Path) -> Path:
         )
     else:
         folder = latest_checkpoint(source, "RUN_DIR", intact=True)[1]
-    export(folder, out)
+    export(folder, out, verify=verify)
     return folder
 
 

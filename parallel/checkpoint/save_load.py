@@ -92,6 +92,8 @@ def load_checkpoint(
     directory: str | os.PathLike,
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
+    *,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Load a complete checkpoint into ``model`` (and ``optimizer``), under this run's layout.
 
@@ -100,7 +102,8 @@ def load_checkpoint(
     ``spec``, ``dist``, ``world_size``, ``param_groups``, ``extra``. Raises FileNotFoundError for a
     folder whose save did not finish, UnsafeCheckpointError for metadata that names anything but
     DCP's own classes, and CorruptCheckpointError, naming the file, for anything else it cannot read
-    (files that do not match the manifest, or files rewritten together with it).
+    (files that do not match the manifest, or files rewritten together with it). ``verify=False``
+    skips the manifest check (it reads every byte) for a folder the caller has just checked.
     """
     folder = Path(directory)
     if not is_complete(folder):
@@ -108,7 +111,8 @@ def load_checkpoint(
             f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker: the save was interrupted "
             "or never ran)"
         )
-    verify_checkpoint(folder)
+    if verify:
+        verify_checkpoint(folder)
     meta = read_meta(folder)
     reader = SafeFileSystemReader(folder)
     with reading(folder / ".metadata"):

@@ -1,0 +1,66 @@
+"""A checkpoint's files are checked against their manifest once per use, since the check reads every
+byte: ``brickwork export`` of a run checks the newest checkpoint as it picks it, and loading after a
+check (as resume does) may skip it; a folder given directly is still checked."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from brickwork.checkpoint import CorruptCheckpointError, read_export, verify_checkpoint
+from brickwork.factory import build_model
+from brickwork.parallel import load_checkpoint, save_checkpoint
+from brickwork.train.checkpoint import export_run
+
+
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    calls: list[Path] = []
+
+    def verify(folder: Path) -> None:
+        calls.append(Path(folder))
+        verify_checkpoint(folder)
+
+    modules = (
+        "brickwork.checkpoint.run_folder",
+        "brickwork.checkpoint.export",
+        "brickwork.parallel.checkpoint.save_load",
+    )
+    for name in modules:
+        monkeypatch.setattr(importlib.import_module(name), "verify_checkpoint", verify)
+    return calls
+
+
+def saved_run(root: Path) -> tuple[torch.nn.Module, Path]:
+    torch.manual_seed(0)
+    model = build_model("gpt-tiny", {"decoder.num_layers": 1})
+    step_dir = root / "run" / "checkpoints" / "step_000002"
+    save_checkpoint(step_dir, model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
+    (root / "run" / "config.yaml").write_text("train: {}\n")
+    return model, step_dir
+
+
+def test_export_checks_a_run_or_checkpoint_folder_once(tmp_path: Path, checked: list[Path]) -> None:
+    model, step_dir = saved_run(tmp_path)
+    for source in (tmp_path / "run", step_dir):
+        checked.clear()
+        out = tmp_path / f"{source.name}.safetensors"
+        assert export_run(source, out) == step_dir
+        assert checked == [step_dir], source
+        _, weights, _ = read_export(out)
+        assert torch.equal(weights["lm_head.weight"], model.lm_head.weight)
+
+
+def test_load_checkpoint_checks_unless_told_the_caller_has(tmp_path: Path, checked: list[Path]) -> None:
+    model, step_dir = saved_run(tmp_path)
+    load_checkpoint(step_dir, model)
+    assert checked == [step_dir]
+    load_checkpoint(step_dir, model, verify=False)
+    assert checked == [step_dir]
+    shard = next(step_dir.glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-8] + b"\x00" * 8)
+    with pytest.raises(CorruptCheckpointError, match="does not match"):
+        load_checkpoint(step_dir, model)
