@@ -28,6 +28,7 @@ from brickwork.checkpoint import (
     read_export,
     read_weights,
 )
+from brickwork.errors import ConfigError
 from brickwork.factory.build import build_model
 from brickwork.factory.hf import load_hf_checkpoint
 from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
@@ -135,7 +136,10 @@ def _from_export(file: Path) -> Pretrained:
 
 
 def _load(spec: Mapping[str, Any], weights: dict[str, torch.Tensor], source: Path) -> nn.Module:
-    model = build_model(spec)
+    try:
+        model = build_model(spec)
+    except ConfigError as err:  # a damaged spec, or one of an older brickwork: the file is what to name
+        raise ValueError(f"the spec saved with {str(source)!r} does not build: {err}") from None
     try:
         model.load_state_dict(weights, strict=True)
     except (RuntimeError, ValueError) as err:

@@ -126,6 +126,12 @@ def test_damaged_or_foreign_files_are_refused_naming_them(tmp_path: Path) -> Non
     save_file({"x": torch.zeros(2)}, tmp_path / "bad.safetensors", metadata={"spec": "{not json"})
     with pytest.raises(ValueError, match=r"bad.safetensors"):
         from_pretrained(tmp_path / "bad.safetensors")
+    # A checkpoint whose recorded spec no longer builds.
+    other = tiny()
+    other.spec = {**other.spec, "dim_model": -1}
+    save_checkpoint(tmp_path / "step", other, None, 1)
+    with pytest.raises(ValueError, match=r"^the spec saved with '.*step' does not build: dim_model: "):
+        from_pretrained(tmp_path / "step")
     with pytest.raises(FileNotFoundError, match=r"none of the folders from_pretrained reads"):
         from_pretrained(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"does not exist"):
