@@ -8,7 +8,6 @@ RUN/config.yaml`` repeats the run.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,6 @@ SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 # train: keys whose None means "derived from other keys"; config.yaml keeps the None when the user
 # gave none, so that a run repeated with another train.steps or seq_len derives them afresh.
 DERIVED_TRAIN_KEYS = ("warmup_steps", "sample_tokens")
-# On a command line 1e-3 means a number; YAML 1.1 alone would read it as text.
-_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 @dataclass
@@ -86,8 +83,6 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     parsed = {}
     for text in overrides:
         parts, value = parse_override(text)
-        if isinstance(value, str) and _EXPONENT.match(value):
-            value = float(value)
         parsed[".".join(parts)] = value
     return parsed
 
