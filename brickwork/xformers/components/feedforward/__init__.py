@@ -1,8 +1,8 @@
 """xformers' feedforward registry (``MLP``, ``Conv2DFeedforward``) on brickwork's feedforwards.
 
 ``FusedMLP`` (a Triton MLP) is brickwork's MLP, whose GELU already fuses with its bias on CUDA; it is
-registered where xformers registered it, when Triton runs. ``MixtureOfExperts`` needed FairScale in
-xformers and is not registered here (brickwork's own ``moe`` has its own options)."""
+registered where xformers registered it, when Triton runs. ``MixtureOfExperts`` runs on brickwork's
+mixture of experts (mixture_of_experts.py), without the FairScale xformers needed for it."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def build_feedforward(config: dict[str, Any] | FeedforwardConfig) -> Feedforward
     return FEEDFORWARD_REGISTRY[config.name].constructor.from_config(config)
 
 
+from brickwork.xformers.components.feedforward.mixture_of_experts import (  # noqa: E402
+    MixtureOfExperts,
+    MoEConfig,
+)
 from brickwork.xformers.components.feedforward.mlp import (  # noqa: E402
     MLP,
     Conv2DFeedforward,
@@ -37,6 +41,7 @@ from brickwork.xformers.components.feedforward.mlp import (  # noqa: E402
 )
 
 register_feedforward("MLP", MlpConfig)(MLP)
+register_feedforward("MixtureOfExperts", MoEConfig)(MixtureOfExperts)
 register_feedforward("Conv2DFeedforward", ConvMlpConfig)(Conv2DFeedforward)
 if _is_triton_available():
     register_feedforward("FusedMLP", MlpConfig)(FusedMLP)
@@ -46,6 +51,7 @@ __all__ = [
     "MLP",
     "Conv2DFeedforward",
     "Feedforward",
+    "MixtureOfExperts",
     "build_feedforward",
     "register_feedforward",
 ]
