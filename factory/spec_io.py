@@ -55,25 +55,20 @@ def load_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str, Any]:
     """Parse spec text in ``fmt`` (``"yaml"`` or ``"json"``) into a dict."""
-    if fmt == "yaml":
-        try:
+    if fmt not in ("yaml", "json"):
+        raise ConfigError(f"unknown spec format {fmt!r}", choices=["json", "yaml"], got=fmt)
+    try:
+        if fmt == "yaml":
             if (root := yaml.compose(text, Loader=yaml.SafeLoader)) is not None:
                 _check_yaml_nodes(root, source)
             data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{source} is not valid YAML: {err}") from None
-        except RecursionError:
-            raise ConfigError(f"{source} nests too deeply to read (more than {MAX_DEPTH} levels)") from None
-    elif fmt == "json":
-        try:
+        else:
             data = json.loads(text, object_pairs_hook=_json_object(source))
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{source} is not valid JSON: {err}") from None
-        except RecursionError:
-            raise ConfigError(f"{source} nests too deeply to read (more than {MAX_DEPTH} levels)") from None
-        _check_depth(data, source)
-    else:
-        raise ConfigError(f"unknown spec format {fmt!r}", choices=["json", "yaml"], got=fmt)
+            _check_depth(data, source)
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{source} is not valid {fmt.upper()}: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{source} nests too deeply to read (more than {MAX_DEPTH} levels)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source} must hold a mapping at the top level, got {type(data).__name__}")
     return data
@@ -152,22 +147,17 @@ def _json_object(source: str):
     return build
 
 
-def format_spec(spec: Mapping[str, Any], fmt: str = "yaml") -> str:
-    """The canonical text of ``spec`` in ``fmt``: keys in their given order, block style, newline-ended."""
-    data = _plain(spec, "")
+def dump_spec(spec: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
+    """Write ``spec`` to a .yaml/.yml/.json file and return the text written: the canonical text, keys
+    in their given order, block style, newline-ended."""
+    fmt, data = spec_format(path), _plain(spec, "")
     if fmt == "yaml":
-        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
-    if fmt == "json":
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+    else:
         try:
-            return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+            text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
         except ValueError as err:
             raise ConfigError(f"cannot write the spec as JSON: {err}") from None
-    raise ConfigError(f"unknown spec format {fmt!r}", choices=["json", "yaml"], got=fmt)
-
-
-def dump_spec(spec: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
-    """Write ``spec`` to a .yaml/.yml/.json file and return the text written."""
-    text = format_spec(spec, spec_format(path))
     Path(path).write_text(text, encoding="utf-8")
     return text
 
