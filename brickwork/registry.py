@@ -66,10 +66,8 @@ class Registry(Generic[T]):
         if isinstance(spec, self.base):
             return spec
         if isinstance(spec, str):
-            return self.get(spec, path)(**kwargs)
-        if isinstance(spec, type) and issubclass(spec, self.base):
-            return spec(**kwargs)
-        if isinstance(spec, functools.partial):
+            spec = self.get(spec, path)
+        if isinstance(spec, functools.partial) or (isinstance(spec, type) and issubclass(spec, self.base)):
             return spec(**kwargs)
         raise ConfigError(
             f"{self.family} must be a registered name, a {self.base.__qualname__} subclass or a "
