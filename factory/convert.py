@@ -36,25 +36,17 @@ def config_fields(cls: type) -> dict[str, Any]:
     }
 
 
-def required_fields(cls: type) -> list[str]:
-    missing = dataclasses.MISSING
-    return [
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.init and f.default is missing and f.default_factory is missing and not f.name.startswith("_")
-    ]
-
-
 def to_config(cls: type[C], data: Any, path: str = "", /, **fixed: Any) -> C:
     """Convert mapping ``data`` into dataclass ``cls``, checking keys, types and values.
 
     ``fixed`` are values the caller supplies (e.g. a model dim); ``data`` may only repeat them. The
     leading parameters are positional-only, so a dataclass may have fields named ``data`` or ``path``.
     """
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"expected a mapping of {_describe_keys(cls, fixed)}, got {_show(data)}", path)
     fields = config_fields(cls)
     settable = [name for name in fields if name not in fixed]
+    if not isinstance(data, Mapping):
+        keys = f"keys ({', '.join(settable)})" if settable else "no keys"
+        raise ConfigError(f"expected a mapping of {keys}, got {_show(data)}", path)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         key_path = join_path(path, str(key))
@@ -65,9 +57,10 @@ def to_config(cls: type[C], data: Any, path: str = "", /, **fixed: Any) -> C:
         if key not in fields:
             raise ConfigError(f"unknown key {key!r}", key_path, choices=settable, got=key)
         kwargs[key] = check_value(value, fields[key], key_path)
-    for name in required_fields(cls):
-        if name not in kwargs and name not in fixed:
-            raise ConfigError("missing required key", join_path(path, name))
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name in settable and f.name not in kwargs:
+            raise ConfigError("missing required key", join_path(path, f.name))
     return construct(cls, path, **kwargs, **fixed)
 
 
@@ -191,11 +184,6 @@ def _hint(value: Any, annotation: Any) -> str:
             return ""
         return " (YAML 1.1 reads an exponent without a dot, like 1e-5, as text: write 1.0e-5)"
     return ""
-
-
-def _describe_keys(cls: type, fixed: Mapping[str, Any]) -> str:
-    names = [n for n in config_fields(cls) if n not in fixed]
-    return f"keys ({', '.join(names)})" if names else "no keys"
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
