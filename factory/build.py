@@ -31,7 +31,7 @@ from brickwork.components.configurable import options_dataclass
 from brickwork.components.positional import POSITIONAL_REGISTRY
 from brickwork.components.residual import DeepNormResidual, deepnorm_init_
 from brickwork.errors import ConfigError
-from brickwork.factory.choice import build_choice, configure, lookup
+from brickwork.factory.choice import build_choice, configure
 from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
 from brickwork.factory.memory_estimate import check_fits
 from brickwork.factory.overrides import with_overrides
@@ -136,9 +136,9 @@ def build_block(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
     additive, hooks = split_positions(fields.position)
     if additive:
         raise ConfigError(
-            f"{additive[0][0]['name']!r} is added to token embeddings, which belong to a model; a block "
+            f"{additive[0][1]['name']!r} is added to token embeddings, which belong to a model; a block "
             "takes only attention-side positions",
-            additive[0][1],
+            additive[0][2],
             choices=[
                 n for n in POSITIONAL_REGISTRY if POSITIONAL_REGISTRY.get(n).position_kind != "additive"
             ],
@@ -179,8 +179,7 @@ def walk_model(data: Any, device: torch.device) -> tuple[nn.Module, dict[str, An
     max_seq_len = getattr(spec, "max_seq_len", None)
     additive, hooks = split_positions(spec.position)
     make_position, position_spec = lambda: None, None
-    for choice, path in additive:
-        cls, choice = lookup(POSITIONAL_REGISTRY, choice, path)
+    for cls, choice, path in additive:
         if "max_seq_len" in config_fields(options_dataclass(cls)) and max_seq_len is None:
             raise ConfigError(
                 f"position {choice['name']!r} ({path}) needs the model's max_seq_len", "max_seq_len"

@@ -11,10 +11,11 @@ from brickwork.errors import ConfigError, join_path
 from brickwork.factory.choice import lookup
 
 NO_POSITION = "none"
+Position = tuple[type, dict[str, Any], str]  # a position choice: its class, its spec, its key path
 
 
-def split_positions(value: Any, path: str = "position") -> tuple[list[tuple[dict[str, Any], str]], ...]:
-    """(additive, attention-side) position choices, each with its key path.
+def split_positions(value: Any, path: str = "position") -> tuple[list[Position], list[Position]]:
+    """(additive, attention-side) position choices.
 
     ``position`` is null, ``none``, one choice, or a list with at most one of each kind (an additive
     table, a rotary hook, a bias), e.g. ``[{name: learned}, {name: rotary}]``.
@@ -33,7 +34,7 @@ def split_positions(value: Any, path: str = "position") -> tuple[list[tuple[dict
         if kind in seen:
             raise ConfigError(f"two {kind} positions ({seen[kind]} and {item_path}); keep one", item_path)
         seen[kind] = item_path
-        (additive if kind == "additive" else hooks).append((spec, item_path))
+        (additive if kind == "additive" else hooks).append((cls, spec, item_path))
     return additive, hooks
 
 

@@ -24,12 +24,12 @@ from brickwork.components.attention import ATTENTION_REGISTRY, MultiHeadAttentio
 from brickwork.components.attention.multi_head import check_causal, check_geometry
 from brickwork.components.configurable import options_dataclass
 from brickwork.components.feedforward import FEEDFORWARD_REGISTRY
-from brickwork.components.positional import POSITIONAL_REGISTRY
 from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY
 from brickwork.errors import ConfigError, join_path
 from brickwork.factory.choice import build_choice, configure, diff_spec, lookup, merge_spec
 from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
 from brickwork.factory.memory_estimate import check_fits
+from brickwork.factory.positions import Position
 
 # A stack deeper than this is checked against free memory from its first layer before the others
 # are built; a shallower one is checked whole, with the model.
@@ -46,7 +46,7 @@ class Scope:
     dim_model: int
     causal: bool  # a decoder stack's self-attention
     cross: bool  # an encoder-decoder's decoder: its blocks attend to the encoder's output
-    hooks: tuple[tuple[dict[str, Any], str], ...]  # attention-side positions (spec, path): rotary, bias
+    hooks: tuple[Position, ...]  # attention-side positions: rotary, bias
     max_seq_len: int | None
     depths: Mapping[str, Any]  # the stack depths DeepNorm takes its alpha/beta from
     device: torch.device | None  # where the model goes, for the deep-stack memory check
@@ -72,13 +72,8 @@ def walk_stack(
         check_fits(base, scope.device, stack.num_layers, join_path(name, "num_layers"))
     blocks, diffs = [], {}
     for i in range(stack.num_layers):
-        if i not in overrides:
-            blocks.append(walk_block(stack.block, join_path(name, "block"), scope)[0])
-            continue
-        path = join_path(name, "layers", i)
-        if not isinstance(overrides[i], Mapping):
-            raise ConfigError(f"expected a mapping of block keys, got {overrides[i]!r}", path)
-        block, _, block_spec, _ = walk_block(merge_spec(stack.block, overrides[i]), path, scope)
+        path = join_path(name, "layers", i) if i in overrides else join_path(name, "block")
+        block, _, block_spec, _ = walk_block(merge_spec(stack.block, overrides.get(i, {})), path, scope)
         blocks.append(block)
         if diff := diff_spec(base_spec, block_spec):
             diffs[i] = diff
@@ -180,8 +175,7 @@ def walk_attention(
     hooks: dict[str, nn.Module] = {}
     sources = {"causal": name_path, "attention": name_path}
     hook_specs = []
-    for hook_spec, hook_path in () if cross else scope.hooks:
-        hook_cls, hook_spec = lookup(POSITIONAL_REGISTRY, hook_spec, hook_path)
+    for hook_cls, hook_spec, hook_path in () if cross else scope.hooks:
         if not scope.causal and "symmetric" in config_fields(options_dataclass(hook_cls)):
             # An encoder attends both ways, so its bias falls off with distance on both sides; in a
             # causal decoder the two forms agree on every key it may see.
