@@ -149,9 +149,7 @@ def build_block(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
         fields.type == "decoder",
         fields.cross_attention is not None,
         tuple(hooks),
-        None,
         depths if any(depths.values()) else {},
-        None,
     )
     keys = [f for f in config_fields(CrossBlockSpec) if f != "cross_attention" or scope.cross]
     block, _, resolved, hook_specs = walk_block({k: v for k, v in data.items() if k in keys}, "", scope)
@@ -199,8 +197,8 @@ def walk_model(data: Any, device: torch.device) -> tuple[nn.Module, dict[str, An
             causal,
             causal and len(kind.stacks) > 1,
             tuple(hooks),
-            max_seq_len,
             {**depths, "part": stack_name},
+            max_seq_len,
             device,
         )
         stacks[stack_name], resolved[stack_name], found = walk_stack(stack, stack_name, scope)

@@ -47,9 +47,9 @@ class Scope:
     causal: bool  # a decoder stack's self-attention
     cross: bool  # an encoder-decoder's decoder: its blocks attend to the encoder's output
     hooks: tuple[Position, ...]  # attention-side positions: rotary, bias
-    max_seq_len: int | None
     depths: Mapping[str, Any]  # the stack depths DeepNorm takes its alpha/beta from
-    device: torch.device | None  # where the model goes, for the deep-stack memory check
+    max_seq_len: int | None = None
+    device: torch.device | None = None  # where the model goes, for the deep-stack memory check
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -138,20 +138,17 @@ def walk_block(spec: Any, path: str, scope: Scope) -> tuple[Block, functools.par
 
 
 def walk_attention(
-    spec: Any, path: str, scope: Scope, cross: bool = False
+    spec: Mapping[str, Any], path: str, scope: Scope, cross: bool = False
 ) -> tuple[MultiHeadAttention, dict[str, Any], list[dict[str, Any]]]:
     """A ``MultiHeadAttention`` from its spec: the layer's own options, checked by its ``Config``, and
     its ``mechanism`` choice. Returns the layer, its resolved spec and its resolved positions."""
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"expected a mapping of attention keys, got {spec!r}", path)
     config_cls = options_dataclass(MultiHeadAttention)
     keys = [*(k for k in config_fields(config_cls) if k not in SET_BY_BLOCK), "mechanism"]
     for key in spec:
         if key not in keys and key != "dim_model":
             raise ConfigError(f"unknown key {key!r}", join_path(path, str(key)), choices=keys, got=key)
     layer_spec = {k: v for k, v in spec.items() if k != "mechanism"}
-    fixed = dict.fromkeys(SET_BY_BLOCK) | {"dim_model": scope.dim_model}
-    layer_config = to_config(config_cls, layer_spec, path, **fixed)
+    layer_config = to_config(config_cls, layer_spec, path, dim_model=scope.dim_model)
     layer = {k: v for k, v in config_to_dict(layer_config).items() if k not in SET_BY_BLOCK}
     _, dim_head = construct(
         check_geometry,
