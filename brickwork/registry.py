@@ -79,8 +79,7 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
-    def keys(self) -> list[str]:
-        return self.names()
+    keys = names  # as xformers' registries (and tests parametrized over ``REGISTRY.keys()``) spell it
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

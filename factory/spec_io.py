@@ -11,6 +11,7 @@ and text that is not UTF-8 are each a ConfigError naming the file.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -63,7 +64,7 @@ def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str
                 _check_yaml_nodes(root, source)
             data = yaml.safe_load(text)
         else:
-            data = json.loads(text, object_pairs_hook=_json_object(source))
+            data = json.loads(text, object_pairs_hook=functools.partial(_json_object, source))
             _check_depth(data, source)
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise ConfigError(f"{source} is not valid {fmt.upper()}: {err}") from None
@@ -135,16 +136,14 @@ def _check_depth(data: Any, source: str) -> None:
             stack.extend((v, depth + 1) for v in value)
 
 
-def _json_object(source: str):
-    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise ConfigError(f"key {key!r} given twice in {source}")
-            out[key] = value
-        return out
-
-    return build
+def _json_object(source: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object from its key-value pairs; a key given twice is a ConfigError."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"key {key!r} given twice in {source}")
+        out[key] = value
+    return out
 
 
 def dump_spec(spec: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
