@@ -27,8 +27,9 @@ def check_bool(value: object, option: str) -> None:
         raise ConfigError(f"must be true or false, got {value!r}", option)
 
 
-def check_choice(value: object, option: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
+def check_choice(value: object, option: str, choices: tuple[object, ...]) -> None:
+    # true == 1 to Python, but a flag is no zero stage.
+    if isinstance(value, bool) or value not in choices:
         raise ConfigError(f"unknown value {value!r}", option, choices=choices, got=value)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from brickwork.checks import check_bool, check_choice, check_positive_int
 from brickwork.errors import ConfigError
 from brickwork.parallel.tensor.parts import check_parts
 
@@ -68,16 +69,15 @@ class ParallelConfig:
             "vocab_multiple",
             "expert_parallel_size",
         ):
-            _check_positive_int(key, getattr(self, key))
+            check_positive_int(getattr(self, key), key)
         for key in ("sequence_parallel", "cpu_offload"):
-            if not isinstance(getattr(self, key), bool):
-                raise ConfigError(f"must be true or false, got {getattr(self, key)!r}", key)
-        _check_choice("zero_stage", self.zero_stage, ZERO_STAGES)
-        _check_choice("activation_checkpointing", self.activation_checkpointing, ACTIVATION_CHECKPOINTING)
-        _check_choice("mixed_precision", self.mixed_precision, MIXED_PRECISION)
-        _check_choice("pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
+            check_bool(getattr(self, key), key)
+        check_choice(self.zero_stage, "zero_stage", ZERO_STAGES)
+        check_choice(self.activation_checkpointing, "activation_checkpointing", ACTIVATION_CHECKPOINTING)
+        check_choice(self.mixed_precision, "mixed_precision", MIXED_PRECISION)
+        check_choice(self.pipeline_schedule, "pipeline_schedule", PIPELINE_SCHEDULES)
         if self.device_type is not None:
-            _check_choice("device_type", self.device_type, DEVICE_TYPES)
+            check_choice(self.device_type, "device_type", DEVICE_TYPES)
         if self.cpu_offload and self.zero_stage < 2:
             raise ConfigError(
                 f"cpu_offload needs FSDP, i.e. zero_stage 2 or 3, got zero_stage={self.zero_stage}",
@@ -87,7 +87,7 @@ class ParallelConfig:
             raise ConfigError("sequence_parallel needs tensor_parallel_size > 1", "sequence_parallel")
         for key in ("num_microbatches", "pipeline_num_layers"):
             if getattr(self, key) is not None:
-                _check_positive_int(key, getattr(self, key))
+                check_positive_int(getattr(self, key), key)
         timeout = self.timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e7:
             # Every collective and the start waits at most this long for a peer that stopped or never came.
@@ -297,13 +297,3 @@ def _stage_ids_to_counts(key: str, stage_ids: Any) -> tuple[int, ...]:
     for i in ids:
         counts[i] += 1
     return tuple(counts)
-
-
-def _check_positive_int(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"must be an integer >= 1, got {value!r}", key)
-
-
-def _check_choice(key: str, value: Any, choices: tuple) -> None:
-    if value not in choices or isinstance(value, bool):
-        raise ConfigError(f"invalid value {value!r}", key, choices=[str(c) for c in choices], got=value)

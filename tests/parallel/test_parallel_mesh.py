@@ -42,7 +42,7 @@ EXPECTED = [
     "= 3, but the world size is 2",
     "= 4, but the world size is 2",
     "num_kv_heads=3 is not divisible by tensor_parallel_size=2",
-    "zero_stage: invalid value 4",
+    "zero_stage: unknown value 4",
     "did you mean 'tensor_parallel_size'",
 ]
 
