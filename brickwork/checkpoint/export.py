@@ -20,14 +20,11 @@ from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from brickwork.checkpoint.folder import (
-    COMPLETE_MARKER,
-    is_complete,
+    open_checkpoint,
     quiet_single_process,
-    read_meta,
     reading,
-    verify_checkpoint,
 )
-from brickwork.checkpoint.safe_reader import SafeFileSystemReader, SafeLoadPlanner
+from brickwork.checkpoint.safe_reader import SafeLoadPlanner
 
 SPEC_KEY = "spec"  # the metadata entry holding the resolved spec, as JSON
 
@@ -90,16 +87,8 @@ def read_checkpoint_weights(
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """(the single-process model weights, the checkpoint's metadata: ``spec``, ``step``, ...) of the
     complete checkpoint in ``directory``, read in this one process; the errors of :func:`export`.
-    ``verify=False`` skips the manifest check (it reads every byte) that the caller has just made."""
-    folder = Path(directory)
-    if not is_complete(folder):
-        raise FileNotFoundError(f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker)")
-    if verify:
-        verify_checkpoint(folder)
-    meta = read_meta(folder)
-    reader = SafeFileSystemReader(folder)
-    with reading(folder / ".metadata"):
-        stored = dict(reader.read_metadata().state_dict_metadata)
+    ``verify``: as in :func:`~brickwork.checkpoint.folder.open_checkpoint`."""
+    folder, meta, reader, stored = open_checkpoint(directory, verify=verify)
     state = {
         key: torch.empty(tuple(md.size), dtype=md.properties.dtype)
         for key, md in stored.items()

@@ -27,7 +27,7 @@ from typing import Any
 from torch.distributed.checkpoint.api import CheckpointException
 
 from brickwork.checkpoint.manifest import CorruptCheckpointError, verify_manifest
-from brickwork.checkpoint.safe_reader import UnsafeCheckpointError
+from brickwork.checkpoint.safe_reader import SafeFileSystemReader, UnsafeCheckpointError
 
 COMPLETE_MARKER = ".complete"
 META_FILE = "meta.json"
@@ -52,6 +52,28 @@ def verify_checkpoint(directory: str | os.PathLike) -> None:
     """Check a checkpoint's files against its manifest (manifest.py), which must list every file the
     folder holds; CorruptCheckpointError names the first one that fails."""
     verify_manifest(directory, unlisted=UNLISTED, required=REQUIRED)
+
+
+def open_checkpoint(
+    directory: str | os.PathLike, *, verify: bool = True
+) -> tuple[Path, dict[str, Any], SafeFileSystemReader, dict[str, Any]]:
+    """A complete checkpoint opened for loading: (its folder, its ``meta.json``, a DCP reader that runs
+    no code from it, the stored entries' metadata by name). FileNotFoundError for an interrupted save.
+    Its files are checked against the manifest first; ``verify=False`` skips that check (it reads every
+    byte) for a folder the caller has just checked."""
+    folder = Path(directory)
+    if not is_complete(folder):
+        raise FileNotFoundError(
+            f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker: the save was interrupted "
+            "or never ran)"
+        )
+    if verify:
+        verify_checkpoint(folder)
+    meta = read_meta(folder)
+    reader = SafeFileSystemReader(folder)
+    with reading(folder / ".metadata"):
+        stored = dict(reader.read_metadata().state_dict_metadata)
+    return folder, meta, reader, stored
 
 
 def read_meta(directory: str | os.PathLike) -> dict[str, Any]:

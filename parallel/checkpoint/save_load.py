@@ -27,15 +27,13 @@ from brickwork.checkpoint.folder import (
     COMPLETE_MARKER,
     META_FILE,
     UNLISTED,
-    is_complete,
     mark_complete,
+    open_checkpoint,
     quiet_single_process,
-    read_meta,
     reading,
-    verify_checkpoint,
 )
 from brickwork.checkpoint.manifest import CorruptCheckpointError, write_manifest
-from brickwork.checkpoint.safe_reader import SafeFileSystemReader, SafeLoadPlanner
+from brickwork.checkpoint.safe_reader import SafeLoadPlanner
 from brickwork.parallel.checkpoint.packed_shards import natural_order_view
 from brickwork.parallel.state import parallel_state
 from brickwork.parallel.tensor.styles import packed_names
@@ -105,18 +103,7 @@ def load_checkpoint(
     (files that do not match the manifest, or files rewritten together with it). ``verify=False``
     skips the manifest check (it reads every byte) for a folder the caller has just checked.
     """
-    folder = Path(directory)
-    if not is_complete(folder):
-        raise FileNotFoundError(
-            f"{folder} is not a complete checkpoint (no {COMPLETE_MARKER} marker: the save was interrupted "
-            "or never ran)"
-        )
-    if verify:
-        verify_checkpoint(folder)
-    meta = read_meta(folder)
-    reader = SafeFileSystemReader(folder)
-    with reading(folder / ".metadata"):
-        stored = dict(reader.read_metadata().state_dict_metadata)
+    folder, meta, reader, stored = open_checkpoint(directory, verify=verify)
     state: dict[str, Any] = {f"model.{k}": v for k, v in _model_state(model).items()}
     missing = [k for k in state if k not in stored]
     if missing:

@@ -24,12 +24,7 @@ def checked(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         calls.append(Path(folder))
         verify_checkpoint(folder)
 
-    modules = (
-        "brickwork.checkpoint.run_folder",
-        "brickwork.checkpoint.export",
-        "brickwork.parallel.checkpoint.save_load",
-    )
-    for name in modules:
+    for name in ("brickwork.checkpoint.run_folder", "brickwork.checkpoint.folder"):
         monkeypatch.setattr(importlib.import_module(name), "verify_checkpoint", verify)
     return calls
 

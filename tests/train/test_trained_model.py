@@ -52,7 +52,7 @@ def test_a_run_or_checkpoint_folder_is_checked_once(tmp_path: Path, monkeypatch:
         verify_checkpoint(folder)
 
     # Picking a run's newest intact checkpoint checks it; reading its weights must not check it again.
-    for name in ("brickwork.checkpoint.run_folder", "brickwork.checkpoint.export"):
+    for name in ("brickwork.checkpoint.run_folder", "brickwork.checkpoint.folder"):
         monkeypatch.setattr(importlib.import_module(name), "verify_checkpoint", verify)
     for source in (tmp_path / "run", step_dir):
         checked.clear()
