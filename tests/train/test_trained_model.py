@@ -1,22 +1,18 @@
 """``load_trained`` (``brickwork sample``) reads what ``from_pretrained`` reads, through the same reader:
-a save_pretrained folder, a run or checkpoint folder (its files checked once, not twice), with the
-run's window; a model that is no decoder LM, and anything unreadable, is a ConfigError naming
-RUN_OR_FOLDER."""
+a save_pretrained folder (a run or checkpoint folder: test_checked_once.py); a model that is no decoder
+LM, and anything unreadable, is a ConfigError naming RUN_OR_FOLDER."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 import torch
 
-from brickwork.checkpoint import verify_checkpoint
 from brickwork.cli import main
 from brickwork.data import ByteTokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, save_pretrained
-from brickwork.parallel import save_checkpoint
 from brickwork.train.trained_model import OPTION, load_trained
 
 TINY = {"decoder.num_layers": 1, "dim_model": 32, "decoder.block.attention.num_heads": 2}
@@ -38,29 +34,6 @@ def test_a_save_pretrained_folder_samples(tmp_path: Path, capsys: pytest.Capture
         assert torch.equal(trained.model.state_dict()[name], value), name
     assert main(["sample", str(tmp_path / "saved"), "--prompt", "Once", "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out.startswith("Once")
-
-
-def test_a_run_or_checkpoint_folder_is_checked_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = tiny()
-    step_dir = tmp_path / "run" / "checkpoints" / "step_000003"
-    save_checkpoint(step_dir, model, torch.optim.SGD(model.parameters(), lr=0.1), 3)
-    (tmp_path / "run" / "config.yaml").write_text("train: {seq_len: 16}\n")
-    checked: list[Path] = []
-
-    def verify(folder: Path) -> None:
-        checked.append(Path(folder))
-        verify_checkpoint(folder)
-
-    # Picking a run's newest intact checkpoint checks it; reading its weights must not check it again.
-    for name in ("brickwork.checkpoint.run_folder", "brickwork.checkpoint.folder"):
-        monkeypatch.setattr(importlib.import_module(name), "verify_checkpoint", verify)
-    for source in (tmp_path / "run", step_dir):
-        checked.clear()
-        trained = load_trained(str(source))
-        assert checked == [step_dir], source
-        assert trained.description == f"{source} at step 3"
-        assert trained.window == 16  # the run's train.seq_len, not the spec's max_seq_len
-        assert torch.equal(trained.model.lm_head.weight, model.lm_head.weight)
 
 
 def test_what_is_no_decoder_lm_or_unreadable_is_refused_naming_the_option(
