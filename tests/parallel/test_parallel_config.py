@@ -67,7 +67,7 @@ def test_user_dict_is_not_mutated() -> None:
         ({"mixed_precision": "fp8"}, ["mixed_precision", "bf16"]),
         ({"activation_checkpointing": "some"}, ["activation_checkpointing", "selective"]),
         ({"pipeline_schedule": "zb"}, ["pipeline_schedule", "interleaved_1f1b"]),
-        ({"data_parallel_size": 0}, ["data_parallel_size", ">= 1"]),
+        ({"data_parallel_size": 0}, ["data_parallel_size", "positive integer"]),
         ({"tensor_parallel_size": 1.5}, ["tensor_parallel_size"]),
         ({"cpu_offload": True}, ["cpu_offload", "zero_stage 2 or 3"]),
         ({"sequence_parallel": True}, ["sequence_parallel", "tensor_parallel_size > 1"]),
