@@ -42,7 +42,8 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
 
     ``model`` is one built by brickwork (it carries ``.spec``), whole in this process: gather a
     parallelized model's weights with ``brickwork.parallel.full_state_dict`` first. Each file is
-    written beside its final name and renamed into place, so a folder never holds a half-written one.
+    written beside its final name and renamed into place, so a folder never holds a half-written one,
+    nor, after an overwrite cut short, one save's spec beside another's weights.
     """
     spec = getattr(model, "spec", None)
     if not isinstance(spec, Mapping):
@@ -56,8 +57,14 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
         )
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    _write(folder / SPEC_FILE, lambda path: dump_spec(dict(spec), path))
-    _write(folder / WEIGHTS_FILE, lambda path: save_file(weights, path, metadata={"format": "pt"}))
+    spec_partial, weights_partial = _partial(folder / SPEC_FILE), _partial(folder / WEIGHTS_FILE)
+    dump_spec(dict(spec), spec_partial)
+    save_file(weights, weights_partial, metadata={"format": "pt"})
+    # The old spec goes first and the new one last: a save cut short in between leaves no spec.yaml
+    # (from_pretrained then says so), never a spec beside weights of the same shapes from another save.
+    (folder / SPEC_FILE).unlink(missing_ok=True)
+    os.replace(weights_partial, folder / WEIGHTS_FILE)
+    os.replace(spec_partial, folder / SPEC_FILE)
     return folder
 
 
@@ -112,6 +119,11 @@ def read_pretrained(path: str | os.PathLike, option: str = "path") -> Pretrained
     if (source / "config.json").is_file():
         return Pretrained(load_hf_checkpoint(source))
     if not is_complete(source) and not (source / "config.yaml").is_file():
+        if _partial(source / SPEC_FILE).is_file():
+            raise FileNotFoundError(
+                f"{str(source)!r} holds a save_pretrained that was cut short before its {SPEC_FILE} was "
+                "in place (the new files are the .partial ones beside it): save the model again"
+            )
         raise FileNotFoundError(
             f"{str(source)!r} is none of the folders from_pretrained reads: a save_pretrained folder "
             f"({SPEC_FILE} and {WEIGHTS_FILE}), a brickwork train run folder (config.yaml and "
@@ -147,7 +159,6 @@ def _load(spec: Mapping[str, Any], weights: dict[str, torch.Tensor], source: Pat
     return model
 
 
-def _write(final: Path, write: Any) -> None:
-    partial = final.with_name(f".{final.stem}.partial{final.suffix}")  # the suffix names the format
-    write(partial)
-    os.replace(partial, final)
+def _partial(final: Path) -> Path:
+    """Where ``final`` is written before it is renamed into place; the suffix names the format."""
+    return final.with_name(f".{final.stem}.partial{final.suffix}")

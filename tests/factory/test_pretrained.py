@@ -5,6 +5,7 @@ preset names in ``build_model``, and clear errors for damaged or foreign files."
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,32 @@ def test_the_export_file_and_a_run_folder_load(tmp_path: Path) -> None:
         loaded = from_pretrained(source)
         assert loaded.lm_head.weight is loaded.token_embedding.weight, source
         assert_same(model, loaded)
+
+
+def test_an_overwrite_cut_short_never_loads_one_saves_spec_with_anothers_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    save_pretrained(tiny(), tmp_path / "saved")
+    second = tiny(seed=1)
+    second.spec = {**second.spec, "dropout": 0.25}  # same shapes: nothing but the files tells them apart
+    rename = os.replace
+
+    def killed_before_the_spec(source: Path, target: Path) -> None:
+        if Path(target).name == "spec.yaml":
+            raise KeyboardInterrupt
+        rename(source, target)
+
+    monkeypatch.setattr(os, "replace", killed_before_the_spec)
+    with pytest.raises(KeyboardInterrupt):
+        save_pretrained(second, tmp_path / "saved")
+    monkeypatch.undo()
+    with pytest.raises(FileNotFoundError, match=r"save_pretrained that was cut short.*save the model again"):
+        from_pretrained(tmp_path / "saved")
+    save_pretrained(second, tmp_path / "saved")
+    loaded = from_pretrained(tmp_path / "saved")
+    assert loaded.spec["dropout"] == 0.25
+    assert_same(second, loaded)
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == ["model.safetensors", "spec.yaml"]
 
 
 def test_damaged_or_foreign_files_are_refused_naming_them(tmp_path: Path) -> None:
