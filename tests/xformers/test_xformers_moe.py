@@ -67,7 +67,11 @@ def test_round_robin_spreads_tokens_evenly_and_has_no_router() -> None:
 
 @pytest.mark.parametrize(
     ("options", "path"),
-    [({"number_of_local_experts": 5}, "number_of_local_experts"), ({"gate": "top_3"}, "gate")],
+    [
+        ({"number_of_local_experts": 5}, "number_of_local_experts"),
+        ({"gate": "top_3"}, "gate"),
+        ({"hidden_layer_multiplier": 0}, "hidden_dim"),  # as xformers' MLP names it: not taken as "unset"
+    ],
 )
 def test_bad_options_are_named(options: dict, path: str) -> None:
     with pytest.raises(ConfigError, match=rf"^{path}: "):

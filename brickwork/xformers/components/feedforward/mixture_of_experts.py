@@ -87,7 +87,7 @@ class MixtureOfExperts(Feedforward):
         except ValueError:
             raise ConfigError(f"unknown gate {gate!r}", "gate", [g.value for g in GateConfig], gate) from None
         if expert_constructor is None:
-            multiplier = hidden_layer_multiplier or DEFAULT_MULTIPLIER
+            multiplier = DEFAULT_MULTIPLIER if hidden_layer_multiplier is None else hidden_layer_multiplier
 
             def expert_constructor() -> nn.Module:
                 return MLP(dim_model, dropout, activation, multiplier)
