@@ -108,7 +108,7 @@ def check_value(value: Any, annotation: Any, path: str) -> Any:
     # Python's bool is an int, but a spec's true is no number.
     if isinstance(value, accepted) and not (isinstance(value, bool) and annotation is not bool):
         return float(value) if annotation is float else value
-    raise ConfigError(f"expected {type_name(annotation)}, got {_show(value)}{_hint(value, annotation)}", path)
+    raise ConfigError(f"expected {type_name(annotation)}, got {_show(value)}", path)
 
 
 def _check_union(value: Any, args: tuple[Any, ...], path: str) -> Any:
@@ -174,16 +174,6 @@ def _show(value: Any) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"
-
-
-def _hint(value: Any, annotation: Any) -> str:
-    if annotation is float and isinstance(value, str):
-        try:
-            float(value)
-        except ValueError:
-            return ""
-        return " (YAML 1.1 reads an exponent without a dot, like 1e-5, as text: write 1.0e-5)"
-    return ""
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

@@ -1,23 +1,20 @@
 """Command-line style dotted overrides: ``decoder.num_layers=4``, ``position={name: rotary}``.
 
-The value is read as YAML (through ``yaml.safe_load``), so ``4`` is an int, ``true`` a bool, ``null``
-None and ``{name: local, window_size: 64}`` a mapping; an unquoted ``1e-3``, which YAML 1.1 reads as
-text, is the number it means on a command line. Assigning a mapping replaces the whole value at that
-key; to change one option, name its full path.
+The value is read as YAML by the spec files' own loader, so ``4`` is an int, ``1e-3`` a float,
+``true`` a bool, ``null`` None and ``{name: local, window_size: 64}`` a mapping. Assigning a mapping
+replaces the whole value at that key; to change one option, name its full path.
 """
 
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
 
 from brickwork.errors import ConfigError, join_path
-
-EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")  # 1e-3, 5E+2, .5e1: no dot needed
+from brickwork.factory.spec_io import SpecLoader
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -32,10 +29,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if any(not p for p in parts):
         raise ConfigError(f"override {text!r} has an empty key segment", key)
     try:
-        value = yaml.safe_load(raw)
+        value = yaml.load(raw, Loader=SpecLoader)  # SpecLoader is a SafeLoader
     except yaml.YAMLError as err:
         raise ConfigError(f"the value {raw!r} is not valid YAML: {err}", key) from None
-    return parts, float(value) if EXPONENT.match(raw.strip()) else value  # quoted, it stays text
+    return parts, value
 
 
 def set_dotted(spec: dict[str, Any], parts: list[str], value: Any) -> None:

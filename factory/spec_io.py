@@ -1,7 +1,8 @@
-"""Reading and writing specs as YAML (``yaml.safe_load``) or JSON (the standard library).
+"""Reading and writing specs as YAML (PyYAML's safe loader) or JSON (the standard library).
 
-``dump_spec`` writes a canonical text, so dump -> load -> dump is byte-identical. Duplicate keys in a
-file are an error rather than "the last one wins".
+An exponent without a dot (``1e-5``), text to YAML 1.1, is the number it means, as in YAML 1.2; the
+same loader reads command-line overrides. ``dump_spec`` writes a canonical text, so dump -> load ->
+dump is byte-identical. Duplicate keys in a file are an error rather than "the last one wins".
 
 Loading takes time linear in the file's size whatever it holds. A YAML alias is walked once however
 often it is referenced, and a spec whose aliases would expand to more than ``MAX_EXPANDED_NODES``
@@ -15,6 +16,7 @@ import functools
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,15 @@ MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 100
 YAML_SUFFIXES = (".yaml", ".yml")
 JSON_SUFFIXES = (".json",)
+
+
+class SpecLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (no tag builds an object), reading ``1e-5``, ``5E+2`` and ``.5e1`` as floats."""
+
+
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+.0123456789")
+)
 
 
 def spec_format(path: str | os.PathLike[str]) -> str:
@@ -60,9 +71,10 @@ def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str
         raise ConfigError(f"unknown spec format {fmt!r}", choices=["json", "yaml"], got=fmt)
     try:
         if fmt == "yaml":
-            if (root := yaml.compose(text, Loader=yaml.SafeLoader)) is not None:
+            loader = SpecLoader(text)  # composed once: the nodes are checked before any is built
+            if (root := loader.get_single_node()) is not None:
                 _check_yaml_nodes(root, source)
-            data = yaml.safe_load(text)
+            data = None if root is None else loader.construct_document(root)
         else:
             data = json.loads(text, object_pairs_hook=functools.partial(_json_object, source))
             _check_depth(data, source)

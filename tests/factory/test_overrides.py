@@ -12,7 +12,7 @@ from brickwork.factory.overrides import parse_override
 def test_values_are_read_as_yaml() -> None:
     assert parse_override("a.b=4") == (["a", "b"], 4)
     assert parse_override("a=1.0e-5") == (["a"], 1e-5)
-    assert parse_override("a=1e-5") == (["a"], 1e-5)  # YAML 1.1 alone reads it as text
+    assert parse_override("a=1e-5") == (["a"], 1e-5)  # text to YAML 1.1
     assert parse_override("a='1e-5'") == (["a"], "1e-5")
     assert parse_override("a=true") == (["a"], True)
     assert parse_override("a=null") == (["a"], None)

@@ -1,6 +1,7 @@
 """load_spec / dump_spec: safe YAML and JSON, byte-stable round trips, strict parsing."""
 
 import pytest
+import yaml
 from factory_specs import TINY_SPECS
 
 from brickwork.factory import ConfigError, build_model, dump_spec, load_spec, parse_spec
@@ -23,6 +24,13 @@ def test_yaml_keeps_types(tmp_path) -> None:
     path = tmp_path / "s.yaml"
     dump_spec({"eps": 1e-5, "n": 3, "flag": True, "none": None, "layers": {3: {"x": [1, 2]}}}, path)
     assert load_spec(path) == {"eps": 1e-5, "n": 3, "flag": True, "none": None, "layers": {3: {"x": [1, 2]}}}
+
+
+def test_an_exponent_without_a_dot_is_a_number() -> None:
+    # YAML 1.1 reads these as text; a spec (and an override, which shares the loader) means the number.
+    text = "a: 1e-5\nb: 5E+2\nc: -.5e1\nd: '1e-5'\ne: 1.5e\nf: 12\n"
+    assert parse_spec(text, "yaml") == {"a": 1e-5, "b": 500.0, "c": -5.0, "d": "1e-5", "e": "1.5e", "f": 12}
+    assert yaml.safe_load("a: 1e-5") == {"a": "1e-5"}  # the global safe loader is left as it was
 
 
 def test_yaml_is_read_safely() -> None:

@@ -110,7 +110,7 @@ def test_missing_keys() -> None:
         (lambda s: s.update(tie_embeddings="yes"), "tie_embeddings", "expected bool"),
         (lambda s: s["decoder"].update(num_layers=True), "decoder.num_layers", "expected int, got bool"),
         (lambda s: block(s).update(attention=[4]), "decoder.block.attention", "expected a mapping"),
-        (lambda s: block(s)["norm"].update(eps="1e-5"), "decoder.block.norm.eps", "write 1.0e-5"),
+        (lambda s: block(s)["norm"].update(eps="1e-5"), "decoder.block.norm.eps", "expected float, got str"),
         (
             lambda s: block(s)["attention"].update(dropout=None),
             "decoder.block.attention.dropout",
