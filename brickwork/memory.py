@@ -1,7 +1,8 @@
 """Bytes: what a module's tensors take, what a device has free, and how a size is printed.
 
-The factory refuses a model whose weights cannot fit, the trainer a batch that cannot, and ``dist:
-auto`` sizes its layouts by what each process has free; all three read these same figures.
+The factory refuses a model whose weights cannot fit (:func:`check_fits`), the trainer a batch that
+cannot, and ``dist: auto`` sizes its layouts by what each process has free; all three read these same
+figures.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import os
 
 import torch
 from torch import nn
+
+from brickwork.errors import ConfigError
 
 
 def weight_bytes(model: nn.Module) -> tuple[int, str, int]:
@@ -50,3 +53,25 @@ def format_bytes(count: float) -> str:
             return f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} PiB"
+
+
+def check_fits(weights: nn.Module, device: torch.device, copies: int = 1, path: str = "") -> None:
+    """Raise ConfigError when ``copies`` of the parameters and buffers of ``weights`` exceed the memory
+    free on ``device``.
+
+    ``weights`` (a model, or one layer of a stack of ``copies``) is built on the meta device, which
+    records every shape and allocates nothing, so ``dim_model=2**40`` is refused before the allocator
+    runs out or the machine swaps. Only an impossible model is refused: training needs more than the
+    weights, but how much depends on the optimizer and the batch.
+    """
+    total, largest, largest_bytes = weight_bytes(weights)
+    free = available_bytes(device)
+    if total * copies <= free:
+        return
+    what = f"{copies} layers of {format_bytes(total)} each" if copies > 1 else "the model's weights"
+    raise ConfigError(
+        f"{what} would take {format_bytes(total * copies)} (the largest, {largest}, "
+        f"{format_bytes(largest_bytes)}), more than the {format_bytes(free)} free on {device.type}; "
+        "make dim_model, vocab_size or the layer count smaller",
+        path,
+    )
