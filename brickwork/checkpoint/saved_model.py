@@ -1,0 +1,111 @@
+"""A saved model on disk: the ``save_pretrained`` folder, and finding a model's spec and weights in any
+of the forms ``from_pretrained`` reads.
+
+The folder holds ``spec.yaml`` (the resolved spec) and ``model.safetensors`` (each weight once: a tied
+head is stored under the embedding's name only). Each file is written beside its final name and
+renamed into place, the old spec removed first and the new one renamed last, so the folder never
+holds a half-written file, nor, after an overwrite cut short, one save's spec beside another's
+weights. The other forms are a ``brickwork train`` run folder (its newest intact, complete
+checkpoint), one checkpoint folder, and the single file ``brickwork export`` writes. What is read
+here is the spec as stored and the weights; the factory builds the model from them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from brickwork.checkpoint.export import read_checkpoint_weights, read_export, read_weights
+from brickwork.checkpoint.folder import is_complete
+from brickwork.checkpoint.run_folder import latest_checkpoint
+
+SPEC_FILE = "spec.yaml"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def write_saved_model(
+    folder: Path, write_spec: Callable[[Path], Any], weights: dict[str, torch.Tensor]
+) -> Path:
+    """Write a saved-model folder: ``write_spec(path)`` writes the spec file, ``weights`` are the
+    tensors (see :func:`unique_weights`). The folder is created if needed; returns it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_partial, weights_partial = _partial(folder / SPEC_FILE), _partial(folder / WEIGHTS_FILE)
+    write_spec(spec_partial)
+    save_file(weights, weights_partial, metadata={"format": "pt"})
+    # A save cut short between these renames leaves no spec.yaml (read_saved_model then says so),
+    # never a spec beside another save's weights of the same shapes.
+    (folder / SPEC_FILE).unlink(missing_ok=True)
+    os.replace(weights_partial, folder / WEIGHTS_FILE)
+    os.replace(spec_partial, folder / SPEC_FILE)
+    return folder
+
+
+def unique_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state dict with each tied Parameter once, under its first name, as contiguous CPU
+    tensors."""
+    seen: dict[int, str] = {}
+    aliases = set()
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in seen:
+            aliases.add(name)
+        seen.setdefault(id(param), name)
+    return {
+        name: value.detach().cpu().contiguous()
+        for name, value in model.state_dict().items()
+        if name not in aliases
+    }
+
+
+@dataclass(frozen=True)
+class SavedModel:
+    """A model's spec and weights as stored, and where they came from."""
+
+    spec: Mapping[str, Any] | Path | str  # a checkpoint's spec; the spec file; an export's JSON text
+    weights: dict[str, torch.Tensor]
+    source: Path  # the file or folder the weights were read from, to name in errors
+    checkpoint: Path | None = None  # the checkpoint folder read, for a run or checkpoint folder
+    step: int | None = None  # the training step of a checkpoint, or of an export file that names one
+
+
+def read_saved_model(path: str | os.PathLike, option: str = "path") -> SavedModel:
+    """The spec and weights saved at ``path``: a save_pretrained folder, a run folder, a checkpoint
+    folder or an export file. FileNotFoundError when none is there; a ConfigError about a run folder's
+    checkpoints names ``option``; a damaged file raises an error naming it."""
+    source = Path(path)
+    if source.is_file():
+        text, weights, metadata = read_export(source)
+        step = metadata.get("step", "")
+        return SavedModel(text, weights, source, step=int(step) if step.isdigit() else None)
+    if not source.is_dir():
+        raise FileNotFoundError(f"{str(source)!r} does not exist")
+    if (source / SPEC_FILE).is_file():
+        return SavedModel(source / SPEC_FILE, read_weights(source / WEIGHTS_FILE), source / WEIGHTS_FILE)
+    if not is_complete(source) and not (source / "config.yaml").is_file():
+        if _partial(source / SPEC_FILE).is_file():
+            raise FileNotFoundError(
+                f"{str(source)!r} holds a save_pretrained that was cut short before its {SPEC_FILE} was "
+                "in place (the new files are the .partial ones beside it): save the model again"
+            )
+        raise FileNotFoundError(
+            f"{str(source)!r} is none of the folders from_pretrained reads: a save_pretrained folder "
+            f"({SPEC_FILE} and {WEIGHTS_FILE}), a brickwork train run folder (config.yaml and "
+            "checkpoints/), a checkpoint folder (.complete), or an HF model folder (config.json)"
+        )
+    folder = source if is_complete(source) else latest_checkpoint(source, option, intact=True)[1]
+    # latest_checkpoint has just checked the run's checkpoint against its manifest: not read twice.
+    weights, meta = read_checkpoint_weights(folder, verify=folder == source)
+    if not isinstance(meta.get("spec"), Mapping):
+        raise ValueError(f"checkpoint {str(folder)!r} records no model spec: it cannot be rebuilt alone")
+    return SavedModel(meta["spec"], weights, folder, folder, meta["step"])
+
+
+def _partial(final: Path) -> Path:
+    """Where ``final`` is written before it is renamed into place; the suffix names the format."""
+    return final.with_name(f".{final.stem}.partial{final.suffix}")
