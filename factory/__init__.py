@@ -1,7 +1,5 @@
 """The factory: specs (dict / YAML / JSON) -> checked typed configs -> blocks and whole models."""
 
-from brickwork.blocks.initialization import INIT_REGISTRY, InitScheme, register_init
-from brickwork.blocks.summary import summary
 from brickwork.errors import ConfigError
 from brickwork.factory.build import apply_overrides, build_block, build_model, resolve_spec
 from brickwork.factory.hf import from_hf, load_hf_checkpoint, to_hf
@@ -11,9 +9,7 @@ from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
 from brickwork.factory.xformers import from_xformers_config
 
 __all__ = [
-    "INIT_REGISTRY",
     "ConfigError",
-    "InitScheme",
     "apply_overrides",
     "build_block",
     "build_model",
@@ -26,9 +22,7 @@ __all__ = [
     "load_hf_checkpoint",
     "load_spec",
     "parse_spec",
-    "register_init",
     "resolve_spec",
     "save_pretrained",
-    "summary",
     "to_hf",
 ]

@@ -2,7 +2,8 @@
 
 from factory_specs import tiny_decoder
 
-from brickwork.factory import build_model, summary
+from brickwork.blocks import summary
+from brickwork.factory import build_model
 
 
 def test_summary_lists_layers_components_counts_and_shapes() -> None:

@@ -6,11 +6,12 @@ import pytest
 import torch
 from factory_specs import tiny_encoder
 
+from brickwork.blocks import INIT_REGISTRY
 from brickwork.components.attention import ATTENTION_REGISTRY
 from brickwork.components.feedforward import FEEDFORWARD_REGISTRY
 from brickwork.components.positional import POSITIONAL_REGISTRY
 from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY
-from brickwork.factory import INIT_REGISTRY, build_model
+from brickwork.factory import build_model
 
 # Options a component cannot do without in these tiny models.
 REQUIRED_OPTIONS: dict[str, dict[str, Any]] = {
