@@ -19,6 +19,7 @@ from typing import Any
 from torch import nn
 
 from brickwork.checks import check_positive_int, check_probability
+from brickwork.errors import ConfigError, join_path
 
 ChoiceSpec = dict[str, Any] | str
 PositionSpec = dict[str, Any] | str | list[dict[str, Any] | str] | None
@@ -36,11 +37,21 @@ class StackSection:
 
     num_layers: int
     block: dict[str, Any]
-    layers: dict[int | str, dict[str, Any]] = field(default_factory=dict)
+    layers: dict[int | str, dict[str, Any]] = field(default_factory=dict)  # keyed by int once checked
     reversible: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int(self.num_layers, "num_layers")
+        layers: dict[int | str, dict[str, Any]] = {}
+        for key, value in self.layers.items():
+            index = int(key) if isinstance(key, str) and key.strip().isdigit() else key  # a JSON key
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.num_layers:
+                reason = f"must be a layer index in [0, num_layers={self.num_layers}), got {key!r}"
+                raise ConfigError(reason, join_path("layers", key))
+            if index in layers:
+                raise ConfigError(f"layer {index} is overridden twice", join_path("layers", key))
+            layers[index] = value
+        self.layers = layers
 
 
 @dataclass(kw_only=True)

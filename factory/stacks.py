@@ -65,15 +65,14 @@ def walk_stack(
     stack: StackSection, name: str, scope: Scope
 ) -> tuple[Stack, dict[str, Any], list[dict[str, Any]]]:
     """The built stack, its resolved spec and its blocks' resolved attention-side positions."""
-    overrides = layer_overrides(stack.layers, stack.num_layers, join_path(name, "layers"))
     with torch.device("meta"):  # the stack's block, for its resolved spec and size: allocates nothing
         base, norm, base_spec, hook_specs = walk_block(stack.block, join_path(name, "block"), scope)
     if stack.num_layers > LAYERS_CHECKED_FIRST and scope.device is not None:
         check_fits(base, scope.device, stack.num_layers, join_path(name, "num_layers"))
     blocks, diffs = [], {}
     for i in range(stack.num_layers):
-        path = join_path(name, "layers", i) if i in overrides else join_path(name, "block")
-        block, _, block_spec, _ = walk_block(merge_spec(stack.block, overrides.get(i, {})), path, scope)
+        path = join_path(name, "layers", i) if i in stack.layers else join_path(name, "block")
+        block, _, block_spec, _ = walk_block(merge_spec(stack.block, stack.layers.get(i, {})), path, scope)
         blocks.append(block)
         if diff := diff_spec(base_spec, block_spec):
             diffs[i] = diff
@@ -83,23 +82,6 @@ def walk_stack(
     spec["reversible"] = True  # written only when on, so that existing resolved specs stay as they are
     layers = construct(ReversibleLayers, "", {"blocks": join_path(name, "reversible")}, blocks=blocks)
     return Stack(layers, norm), spec, hook_specs
-
-
-def layer_overrides(layers: Mapping[Any, Any], num_layers: int, path: str) -> dict[int, Any]:
-    """``layers`` with keys as ints in [0, num_layers); digit strings (JSON keys) are accepted."""
-    out: dict[int, Any] = {}
-    for key, value in layers.items():
-        index = int(key) if isinstance(key, str) and key.strip().isdigit() else key
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
-            raise ConfigError(
-                f"layer index must be an integer in [0, {num_layers}) "
-                f"({join_path(path.rsplit('.', 1)[0], 'num_layers')}={num_layers}), got {key!r}",
-                join_path(path, str(key)),
-            )
-        if index in out:
-            raise ConfigError(f"layer {index} is overridden twice", join_path(path, str(key)))
-        out[index] = value
-    return out
 
 
 def walk_block(spec: Any, path: str, scope: Scope) -> tuple[Block, functools.partial, dict, list]:
