@@ -17,7 +17,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +73,11 @@ def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str
         if fmt == "yaml":
             loader = SpecLoader(text)  # composed once: the nodes are checked before any is built
             if (root := loader.get_single_node()) is not None:
-                _check_yaml_nodes(root, source)
+                _check_size(root, _yaml_children, source)
             data = None if root is None else loader.construct_document(root)
         else:
             data = json.loads(text, object_pairs_hook=functools.partial(_json_object, source))
-            _check_depth(data, source)
+            _check_size(data, _json_children, source)
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise ConfigError(f"{source} is not valid {fmt.upper()}: {err}") from None
     except RecursionError:
@@ -87,34 +87,37 @@ def parse_spec(text: str, fmt: str = "yaml", source: str = "<spec>") -> dict[str
     return data
 
 
-def _check_yaml_nodes(
-    node: yaml.Node, source: str, path: str = "", depth: int = 0, sizes: dict | None = None
-) -> int:
-    """How many values ``node`` expands to; duplicate keys, self-referencing aliases, deep nesting and
-    alias bombs are a ConfigError.
+def _check_size(root: Any, children: Callable[[Any, str, str], list], source: str) -> None:
+    """Refuse ``root`` (a YAML node, or JSON data) when it nests deeper than ``MAX_DEPTH``, holds an
+    alias that refers to itself, or expands to more than ``MAX_EXPANDED_NODES`` values (an alias
+    bomb); ``children(node, source, path)`` lists a node's children with their key paths and refuses
+    a duplicate key.
 
     An aliased node is the same object wherever it is referenced, so its size is computed once and
     reused (``sizes``: id -> size, or None while the node is being walked). The depth bound comes
     before Python's recursion limit.
     """
-    sizes = {} if sizes is None else sizes
-    key = id(node)
-    if key in sizes:
-        if sizes[key] is None:
+    sizes: dict[int, int | None] = {}
+
+    def size(node: Any, path: str, depth: int) -> int:
+        if (known := sizes.get(id(node), 0)) is None:
             raise ConfigError(f"{source} has an alias that refers to itself", path)
-        return sizes[key]
-    if depth > MAX_DEPTH:
-        raise ConfigError(f"{source} nests more than {MAX_DEPTH} levels deep", path)
-    sizes[key] = None
-    children = _yaml_children(node, source, path)
-    sizes[key] = 1 + sum(_check_yaml_nodes(c, source, p, depth + 1, sizes) for c, p in children)
-    if sizes[key] > MAX_EXPANDED_NODES:
-        raise ConfigError(
-            f"{source} expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
-            "(an alias bomb?)",
-            path,
-        )
-    return sizes[key]
+        if known:
+            return known
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{source} nests more than {MAX_DEPTH} levels deep", path)
+        sizes[id(node)] = None
+        total = 1 + sum(size(child, at, depth + 1) for child, at in children(node, source, path))
+        if total > MAX_EXPANDED_NODES:
+            raise ConfigError(
+                f"{source} expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
+                "(an alias bomb?)",
+                path,
+            )
+        sizes[id(node)] = total
+        return total
+
+    size(root, "", 0)
 
 
 def _yaml_children(node: yaml.Node, source: str, path: str) -> list[tuple[yaml.Node, str]]:
@@ -135,17 +138,10 @@ def _yaml_children(node: yaml.Node, source: str, path: str) -> list[tuple[yaml.N
     return []
 
 
-def _check_depth(data: Any, source: str) -> None:
-    """JSON has no aliases, only depth to bound."""
-    stack = [(data, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ConfigError(f"{source} nests more than {MAX_DEPTH} levels deep")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
+def _json_children(value: Any, _source: str, path: str) -> list[tuple[Any, str]]:
+    """JSON has no aliases, only depth to bound (a duplicate key is found as it is read)."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [(child, join_path(path, k)) for k, child in items]
 
 
 def _json_object(source: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -1,9 +1,7 @@
 """Stacks, blocks and attention layers, each built from its spec section and resolved back into it.
 
-Every choice is checked by its class's ``Config`` and every component's cross-option rules by the
-component; errors get the key path in front (``construct``). What the enclosing model fixes for a
-stack's blocks (the width, causality, the attention-side positions, the depths) travels in a
-:class:`Scope`.
+What the enclosing model fixes for a stack's blocks (the width, causality, the attention-side
+positions, the depths) travels in a :class:`Scope`.
 """
 
 from __future__ import annotations
@@ -130,16 +128,9 @@ def walk_attention(
         if key not in keys and key != "dim_model":
             raise ConfigError(f"unknown key {key!r}", join_path(path, str(key)), choices=keys, got=key)
     layer_spec = {k: v for k, v in spec.items() if k != "mechanism"}
-    layer_config = to_config(config_cls, layer_spec, path, dim_model=scope.dim_model)
-    layer = {k: v for k, v in config_to_dict(layer_config).items() if k not in SET_BY_BLOCK}
-    _, dim_head = construct(
-        check_geometry,
-        path,
-        dim_model=scope.dim_model,
-        num_heads=layer["num_heads"],
-        num_kv_heads=layer["num_kv_heads"],
-        dim_head=layer["dim_head"],
-    )
+    config = to_config(config_cls, layer_spec, path, dim_model=scope.dim_model)  # geometry checked too
+    layer = {k: v for k, v in config_to_dict(config).items() if k not in SET_BY_BLOCK}
+    _, dim_head = check_geometry(config.dim_model, config.num_heads, config.num_kv_heads, config.dim_head)
 
     mechanism_path = join_path(path, "mechanism")
     name_path = join_path(mechanism_path, "name")

@@ -93,6 +93,12 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(num_heads * dim_head, dim_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
+    @staticmethod
+    def check_options(options: Any) -> None:
+        """The head geometry, checked with the other options (``MultiHeadAttention.Config``) before
+        anything is built."""
+        check_geometry(options.dim_model, options.num_heads, options.num_kv_heads, options.dim_head)
+
     def qkv_layout(self) -> QKVLayout:
         """How ``qkv_proj``'s rows (and its output's last dim) hold the heads, at the current head counts."""
         return QKVLayout(self.num_heads, self.num_kv_heads, self.dim_head)
