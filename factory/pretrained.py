@@ -11,13 +11,12 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from brickwork.checkpoint import SPEC_FILE, read_saved_model, unique_weights, write_saved_model
+from brickwork.checkpoint import SPEC_FILE, SavedModel, read_saved_model, unique_weights, write_saved_model
 from brickwork.errors import ConfigError
 from brickwork.factory.build import build_model
 from brickwork.factory.hf import load_hf_checkpoint
@@ -43,15 +42,6 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
     return write_saved_model(Path(directory), functools.partial(dump_spec, dict(spec)), weights)
 
 
-@dataclass(frozen=True)
-class Pretrained:
-    """A model :func:`read_pretrained` read, and where from."""
-
-    model: nn.Module
-    checkpoint: Path | None = None  # the checkpoint folder read, for a run or checkpoint folder
-    step: int | None = None  # the training step of a checkpoint, or of an export file that names one
-
-
 def from_pretrained(path: str | os.PathLike) -> nn.Module:
     """The model saved at ``path``, with its weights, in train mode as ``build_model`` returns it.
 
@@ -61,15 +51,16 @@ def from_pretrained(path: str | os.PathLike) -> nn.Module:
     FileNotFoundError when nothing is there; ValueError naming the file when it is damaged, not a
     brickwork file, or does not fit its spec.
     """
-    return read_pretrained(path).model
+    return read_pretrained(path)[0]
 
 
-def read_pretrained(path: str | os.PathLike, option: str = "path") -> Pretrained:
-    """:func:`from_pretrained`'s model, with the checkpoint and step it came from; a ConfigError about
-    a run folder's checkpoints names ``option``, the caller's name for ``path``."""
+def read_pretrained(path: str | os.PathLike, option: str = "path") -> tuple[nn.Module, SavedModel | None]:
+    """:func:`from_pretrained`'s model, with what it was read from (its checkpoint and step; None for
+    an HF folder); a ConfigError about a run folder's checkpoints names ``option``, the caller's name
+    for ``path``."""
     source = Path(path)
     if source.is_dir() and not (source / SPEC_FILE).is_file() and (source / "config.json").is_file():
-        return Pretrained(load_hf_checkpoint(source))
+        return load_hf_checkpoint(source), None
     saved = read_saved_model(source, option)
     spec = saved.spec
     if isinstance(spec, Path):
@@ -87,4 +78,4 @@ def read_pretrained(path: str | os.PathLike, option: str = "path") -> Pretrained
         model.load_state_dict(saved.weights, strict=True)
     except (RuntimeError, ValueError) as err:
         raise ValueError(f"the weights in {str(saved.source)!r} do not fit its spec: {err}") from None
-    return Pretrained(model, saved.checkpoint, saved.step)
+    return model, saved

@@ -44,16 +44,17 @@ def load_trained(path: str, tokenizer: str | None = None, device: str = "cpu") -
     run kept."""
     source = Path(path).expanduser()
     try:
-        found = read_pretrained(source, OPTION)
+        model, saved = read_pretrained(source, OPTION)
     except (FileNotFoundError, ValueError) as err:
         if isinstance(err, ConfigError) and err.path == OPTION:
             raise
         raise ConfigError(str(err), OPTION) from None
-    model, kind = found.model, found.model.spec["model"]  # a built model's kind is one of MODELS
+    kind = model.spec["model"]  # a built model's kind is one of MODELS
     if MODELS[kind].task != "causal_lm":
         raise ConfigError(f"{path!r} holds a model of kind {kind!r}; only decoder LMs generate text", OPTION)
     # A checkpoint's run keeps its tokenizer and window; a saved or HF folder may keep a tokenizer.json.
-    folder = found.checkpoint.parent.parent if found.checkpoint else source if source.is_dir() else None
+    checkpoint, step = (saved.checkpoint, saved.step) if saved else (None, None)
+    folder = checkpoint.parent.parent if checkpoint else source if source.is_dir() else None
     run = load_spec(folder / "config.yaml") if folder and (folder / "config.yaml").is_file() else {}
     window = (run.get("train") or {}).get("seq_len") or model.spec.get("max_seq_len")
     chosen = load_tokenizer(tokenizer, "--tokenizer") if tokenizer else _kept_tokenizer(folder, model)
@@ -63,7 +64,7 @@ def load_trained(path: str, tokenizer: str | None = None, device: str = "cpu") -
             f"{model.vocab_size:,}",
             "--tokenizer",
         )
-    what = str(source) if found.step is None else f"{source} at step {found.step}"
+    what = str(source) if step is None else f"{source} at step {step}"
     return Trained(model.to(device).eval(), chosen, window, what)
 
 
