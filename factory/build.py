@@ -87,14 +87,12 @@ def apply_overrides(spec: Mapping[str, Any], overrides: Overrides, validate: boo
     return out
 
 
-def resolve_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved form of a model spec (one with ``model``) or a block spec, as ``.spec`` of what
-    they build, checked on the meta device: nothing is allocated."""
-    device = torch.get_default_device()
+def resolve_spec(spec: SpecSource) -> dict[str, Any]:
+    """The resolved form of a model spec (one with ``model``) or a block spec, given as ``build_model``
+    takes it, as ``.spec`` of what they build; checked on the meta device: nothing is allocated."""
+    data, device = read_spec(spec), torch.get_default_device()
     with torch.device("meta"):
-        if isinstance(spec, Mapping) and "model" not in spec:
-            return build_block(spec).spec
-        return walk_model(spec, device)[1]
+        return walk_model(data, device)[1] if "model" in data else build_block(data).spec
 
 
 def build_model(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
@@ -163,11 +161,9 @@ def build_block(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
     return block
 
 
-def walk_model(data: Any, device: torch.device) -> tuple[nn.Module, dict[str, Any], tuple[Any, int]]:
+def walk_model(data: Mapping, device: torch.device) -> tuple[nn.Module, dict[str, Any], tuple[Any, int]]:
     """(model, resolved spec, (init scheme, depth of the deepest stack)) of a model spec; ``device``
     is where it goes, whose free memory a very deep stack is checked against before it is built."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"a model spec must be a mapping, got {type(data).__name__}")
     name = data.get("model")
     if not isinstance(name, str) or name not in MODELS:
         reason = "missing required key" if "model" not in data else f"unknown model kind {name!r}"

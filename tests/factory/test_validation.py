@@ -253,7 +253,7 @@ def test_registry_options_are_checked_by_the_components_own_config() -> None:
 
 
 def test_a_spec_must_be_a_mapping() -> None:
-    with pytest.raises(ConfigError, match="a model spec must be a mapping"):
+    with pytest.raises(ConfigError, match=r"a spec must be a mapping or a \.yaml/\.json path, got list"):
         from brickwork.factory import resolve_spec
 
         resolve_spec(["model"])
