@@ -7,7 +7,7 @@ from brickwork.blocks.encoder import Encoder
 from brickwork.blocks.encoder_decoder import EncoderDecoder
 from brickwork.blocks.heads import MaskedLMHead, Pooler
 from brickwork.blocks.image_encoder import ImageEncoder, PatchEmbedding
-from brickwork.blocks.initialization import INIT_REGISTRY, InitScheme, register_init
+from brickwork.blocks.initialization import INIT_REGISTRY, InitScheme, init_model, register_init
 from brickwork.blocks.model_kind import ModelKind
 from brickwork.blocks.models import MODELS
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, shift_labels
@@ -30,6 +30,7 @@ __all__ = [
     "ModelKind",
     "PatchEmbedding",
     "Pooler",
+    "init_model",
     "register_init",
     "shift_labels",
     "summary",

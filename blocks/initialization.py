@@ -1,4 +1,5 @@
-"""Weight init schemes, chosen by the spec's ``init`` key and applied after a model is built.
+"""Weight init schemes, chosen by the spec's ``init`` key and applied after a model is built
+(:func:`init_model`).
 
 Each scheme walks the modules in their registration order and draws from torch's global RNG, so
 ``torch.manual_seed(s)`` before ``build_model`` gives the same weights every time. Shared (tied)
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 
 from brickwork.checks import Flag, PositiveFloat
+from brickwork.components.residual import NORM_REGISTRY, DeepNormResidual, deepnorm_init_
 from brickwork.registry import Registry
 
 
@@ -50,10 +52,19 @@ class InitScheme:
             param.normal_(0.0, self.weight_std(name, param))
 
 
+def init_model(model: nn.Module, scheme: InitScheme, num_layers: int) -> None:
+    """Initialise ``model`` by ``scheme`` (``num_layers``: the depth of its deepest stack), then
+    down-scale the branches of its deepnorm blocks by their ``beta``, as DeepNet does whatever the
+    scheme."""
+    scheme.apply(model, num_layers)
+    for module in model.modules():
+        residual = getattr(module, "residual", None)
+        if isinstance(residual, DeepNormResidual) and residual.beta != 1.0:
+            deepnorm_init_(module, residual.beta)
+
+
 def is_norm(module: nn.Module) -> bool:
     """Whether ``module`` is a normalisation layer (a registered norm or one of torch's)."""
-    from brickwork.components.residual import NORM_REGISTRY
-
     registered = tuple(NORM_REGISTRY.get(n) for n in NORM_REGISTRY.names())
     return isinstance(module, (*registered, nn.LayerNorm, nn.RMSNorm, nn.GroupNorm))
 

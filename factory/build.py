@@ -24,12 +24,11 @@ from torch import nn
 
 from brickwork.blocks import MODELS
 from brickwork.blocks.block import CrossBlockSpec
-from brickwork.blocks.initialization import INIT_REGISTRY
+from brickwork.blocks.initialization import INIT_REGISTRY, init_model
 from brickwork.blocks.model_kind import PositionSpec
 from brickwork.checks import check_positive_int
 from brickwork.components.configurable import options_dataclass
 from brickwork.components.positional import POSITIONAL_REGISTRY
-from brickwork.components.residual import DeepNormResidual, deepnorm_init_
 from brickwork.errors import ConfigError
 from brickwork.factory.choice import build_choice, configure
 from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
@@ -113,11 +112,7 @@ def build_model(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
                 raise
             raise ConfigError(f"the spec's sizes give a tensor too large for any machine ({err})") from None
     model, resolved, (scheme, depth) = walk_model(data, device)
-    scheme.apply(model, depth)
-    for module in model.modules():  # DeepNet's down-scaling of the branches in deepnorm blocks
-        residual = getattr(module, "residual", None)
-        if isinstance(residual, DeepNormResidual) and residual.beta != 1.0:
-            deepnorm_init_(module, residual.beta)
+    init_model(model, scheme, depth)
     model.spec = resolved
     return model
 
