@@ -28,8 +28,7 @@ from brickwork.errors import ConfigError, join_path
 # A real spec has a few hundred values and nests under ten levels; these bounds leave ample room.
 MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 100
-YAML_SUFFIXES = (".yaml", ".yml")
-JSON_SUFFIXES = (".json",)
+FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}  # by file suffix
 
 
 class SpecLoader(yaml.SafeLoader):
@@ -44,13 +43,9 @@ SpecLoader.add_implicit_resolver(
 def spec_format(path: str | os.PathLike[str]) -> str:
     """``"yaml"`` or ``"json"`` from the file suffix."""
     suffix = Path(path).suffix.lower()
-    if suffix in YAML_SUFFIXES:
-        return "yaml"
-    if suffix in JSON_SUFFIXES:
-        return "json"
-    raise ConfigError(
-        f"spec file {os.fspath(path)!r} has suffix {suffix!r}", choices=YAML_SUFFIXES + JSON_SUFFIXES
-    )
+    if suffix not in FORMATS:
+        raise ConfigError(f"spec file {os.fspath(path)!r} has suffix {suffix!r}", choices=FORMATS)
+    return FORMATS[suffix]
 
 
 def load_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
