@@ -29,11 +29,8 @@ def config_fields(cls: type) -> dict[str, Any]:
     except (NameError, TypeError):
         # An annotation naming something only imported for type checkers: accept any value there.
         hints = {}
-    return {
-        f.name: hints.get(f.name, Any)
-        for f in dataclasses.fields(cls)
-        if f.init and not f.name.startswith("_")
-    }
+    fields = [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+    return {f.name: hints.get(f.name, Any) for f in fields}
 
 
 def to_config(cls: type[C], data: Any, path: str = "", /, **fixed: Any) -> C:
@@ -53,10 +50,10 @@ def to_config(cls: type[C], data: Any, path: str = "", /, **fixed: Any) -> C:
         if key in fixed:
             if value != fixed[key] or type(value) is not type(fixed[key]):
                 raise ConfigError(f"is set to {fixed[key]!r} by the enclosing spec, got {value!r}", key_path)
-            continue
-        if key not in fields:
+        elif key in fields:
+            kwargs[key] = check_value(value, fields[key], key_path)
+        else:
             raise ConfigError(f"unknown key {key!r}", key_path, choices=settable, got=key)
-        kwargs[key] = check_value(value, fields[key], key_path)
     for f in dataclasses.fields(cls):
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if required and f.name in settable and f.name not in kwargs:
@@ -84,8 +81,7 @@ def check_value(value: Any, annotation: Any, path: str) -> Any:
     """``value`` if it fits ``annotation`` (converted: int -> float, list -> tuple, dict -> dataclass)."""
     if annotation is Any or annotation is object:
         return value
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Union or origin is types.UnionType:
         return _check_union(value, args, path)
     if origin is Literal:
@@ -154,8 +150,7 @@ def type_name(annotation: Any) -> str:
     """A short readable name for an annotation: ``int``, ``float | null``, ``list[int]``."""
     if annotation is None or annotation is _NoneType:
         return "null"
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Union or origin is types.UnionType:
         return " | ".join(type_name(a) for a in args)
     if origin is Literal:
@@ -171,9 +166,7 @@ def type_name(annotation: Any) -> str:
 
 def _show(value: Any) -> str:
     text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{type(value).__name__} {text}"
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
