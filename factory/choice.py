@@ -21,22 +21,17 @@ def lookup(registry: Registry[Any], spec: Any, path: str) -> tuple[type, dict[st
     if not isinstance(spec, str | Mapping):
         raise ConfigError(f"expected a registered name or a mapping with a 'name' key, got {spec!r}", path)
     data = {"name": spec} if isinstance(spec, str) else dict(spec)
+    name_path = join_path(path, "name")
     if "name" not in data:
         raise ConfigError(
-            f"missing required key 'name' (the {registry.family})",
-            join_path(path, "name"),
-            choices=registry.names(),
+            f"missing required key 'name' (the {registry.family})", name_path, choices=registry.names()
         )
-    return registry.get(data["name"], join_path(path, "name")), data
+    return registry.get(data["name"], name_path), data
 
 
 def configure(cls: type, data: Mapping[str, Any], path: str, **fixed: Any) -> tuple[dict, dict]:
-    """(constructor options, resolved spec) of choice ``data`` for ``cls``, checked by its ``Config``.
-
-    ``fixed`` holds values the enclosing spec determines (``dim_model``, ``num_heads``, ...); those the
-    Config declares are filled in, may only be repeated in ``data`` with the same value, and are left
-    out of the resolved spec.
-    """
+    """(constructor options, resolved spec) of choice ``data`` for ``cls``, checked by its ``Config``;
+    of ``fixed`` (``dim_model``, ``num_heads``, ...), those the Config declares are filled in."""
     options = {k: v for k, v in data.items() if k != "name"}
     fields = config_fields(options_dataclass(cls))
     fixed = {k: v for k, v in fixed.items() if k in fields}
@@ -64,10 +59,7 @@ def merge_spec(base: Any, override: Any) -> Any:
         return override
     if "name" in override and "name" in base and override["name"] != base["name"]:
         return dict(override)
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = merge_spec(base[key], value) if key in base else value
-    return out
+    return {**base, **{key: merge_spec(base.get(key), value) for key, value in override.items()}}
 
 
 def diff_spec(base: Any, target: Any) -> Any:
@@ -76,10 +68,4 @@ def diff_spec(base: Any, target: Any) -> Any:
         return target
     if "name" in target and target.get("name") != base.get("name"):
         return dict(target)
-    out = {}
-    for key, value in target.items():
-        if key not in base:
-            out[key] = value
-        elif base[key] != value:
-            out[key] = diff_spec(base[key], value)
-    return out
+    return {k: diff_spec(base.get(k), v) for k, v in target.items() if k not in base or base[k] != v}
