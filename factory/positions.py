@@ -15,15 +15,11 @@ Position = tuple[type, dict[str, Any], str]  # a position choice: its class, its
 
 
 def split_positions(value: Any, path: str = "position") -> tuple[list[Position], list[Position]]:
-    """(additive, attention-side) position choices.
-
-    ``position`` is null, ``none``, one choice, or a list with at most one of each kind (an additive
-    table, a rotary hook, a bias), e.g. ``[{name: learned}, {name: rotary}]``.
-    """
-    named_none = isinstance(value, Mapping) and value.get("name") == NO_POSITION
-    if value is None or value == NO_POSITION or named_none:
-        if named_none and len(value) > 1:
-            raise ConfigError("position 'none' takes no options", path)
+    """(additive, attention-side) position choices of ``position``: null, ``none``, one choice, or a list
+    with at most one of each kind, e.g. ``[{name: learned}, {name: rotary}]``."""
+    if isinstance(value, Mapping) and value.get("name") == NO_POSITION and len(value) > 1:
+        raise ConfigError("position 'none' takes no options", path)
+    if value in (None, NO_POSITION, {"name": NO_POSITION}):
         return [], []
     items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
     additive, hooks, seen = [], [], {}
