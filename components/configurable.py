@@ -28,10 +28,7 @@ class _DerivedConfig:
 
 
 class Configurable(nn.Module):
-    """A module whose options are its constructor's parameters, checked as they come in.
-
-    Subclasses write a typed ``__init__`` and, for cross-option rules, ``check_options(options)``.
-    """
+    """A module whose options are its constructor's parameters, checked as they come in."""
 
     Config: ClassVar[Any] = _DerivedConfig()
     config: Any
@@ -46,9 +43,7 @@ class Configurable(nn.Module):
         def checked_init(self: nn.Module, *args: Any, **kw: Any) -> None:
             bound = inspect.signature(init).bind(self, *args, **kw)
             bound.apply_defaults()
-            options = dict(bound.arguments)
-            del options[next(iter(options))]  # self
-            config = cls.Config(**options)
+            config = cls.Config(**dict(list(bound.arguments.items())[1:]))  # all but self
             init(self, *args, **kw)
             # Set after the body: a subclass's call through super().__init__ must not win.
             self.config = config
@@ -79,10 +74,8 @@ def _checks(annotation: Any) -> tuple[list[Any], bool]:
 
 @functools.cache
 def options_dataclass(cls: type) -> type:
-    """``cls.Config`` when a class declares one by hand; otherwise a dataclass of its ``__init__``
-    parameters whose construction runs each parameter's checks, then ``cls.check_options``.
-
-    Works for any class (a user's plugin need not derive from :class:`Configurable`)."""
+    """``cls.Config`` when a class declares one by hand, else the one made from its ``__init__``; for any
+    class (a user's plugin need not derive from :class:`Configurable`)."""
     declared = cls.__dict__.get("Config") if issubclass(cls, Configurable) else getattr(cls, "Config", None)
     if isinstance(declared, type) and dataclasses.is_dataclass(declared):
         return declared
@@ -97,11 +90,9 @@ def options_dataclass(cls: type) -> type:
             continue
         annotation = hints.get(param.name, Any)
         checks[param.name] = _checks(annotation)
-        if param.default is param.empty:
-            fields.append((param.name, annotation))
-        else:
-            fields.append((param.name, annotation, dataclasses.field(default=param.default)))
-    cross = getattr(cls, "check_options", None)
+        default = dataclasses.MISSING if param.default is param.empty else param.default
+        fields.append((param.name, annotation, dataclasses.field(default=default)))
+    cross = getattr(cls, "check_options", lambda options: None)
 
     def __post_init__(self: Any) -> None:
         for name, (field_checks, optional) in checks.items():
@@ -109,8 +100,7 @@ def options_dataclass(cls: type) -> type:
             if not (optional and value is None):
                 for check in field_checks:
                     check(value, name)
-        if cross is not None:
-            cross(self)
+        cross(self)
 
     config = dataclasses.make_dataclass(
         f"{cls.__name__}Config", fields, namespace={"__post_init__": __post_init__}, kw_only=True
