@@ -30,15 +30,11 @@ class Registry(Generic[T]):
             if not isinstance(name, str) or not name:
                 raise ValueError(f"{self.family} registry: name must be a non-empty string, got {name!r}")
             if name in self._entries:
-                raise ValueError(
-                    f"{self.family} registry: {name!r} is already registered to "
-                    f"{self._entries[name].__qualname__}"
-                )
+                taken = self._entries[name].__qualname__
+                raise ValueError(f"{self.family} registry: {name!r} is already registered to {taken}")
             if not (isinstance(c, type) and issubclass(c, self.base)):
-                raise TypeError(
-                    f"{self.family} registry: {c!r} registered as {name!r} must subclass "
-                    f"{self.base.__qualname__}"
-                )
+                base = self.base.__qualname__
+                raise TypeError(f"{self.family} registry: {c!r} registered as {name!r} must subclass {base}")
             self._entries[name] = c
             return c
 
