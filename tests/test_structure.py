@@ -142,3 +142,9 @@ def test_parallel_functions_stay_short_and_the_dist_dict_is_parsed_in_two_places
 def test_each_model_kind_is_named_in_at_most_three_files(figures):
     for kind, files in figures.model_kind_files.items():
         assert len(files) <= 3, (kind, files)
+
+
+def test_the_spec_machinery_stays_under_its_line_budget(figures):
+    # factory/ without its adapters and preset data, plus configurable, registry and checks: the code
+    # between a spec and the components must stay smaller than the components it builds.
+    assert figures.spec_machinery_lines < 1300, figures.spec_machinery_files
