@@ -105,8 +105,8 @@ def _check_size(root: Any, children: Callable[[Any, str, str], list], source: st
         total = 1 + sum(size(child, at, depth + 1) for child, at in children(node, source, path))
         if total > MAX_EXPANDED_NODES:
             raise ConfigError(
-                f"{source} expands to more than {MAX_EXPANDED_NODES:,} values through its aliases "
-                "(an alias bomb?)",
+                f"{source} expands to more than {MAX_EXPANDED_NODES:,} values, counting an alias's values "
+                "wherever it is used (an alias bomb?)",
                 path,
             )
         sizes[id(node)] = total

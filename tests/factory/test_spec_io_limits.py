@@ -22,7 +22,7 @@ def test_the_alias_bomb_is_a_config_error_in_under_a_second() -> None:
     text = alias_bomb()
     assert len(text.encode()) < 600
     started = time.perf_counter()
-    with pytest.raises(ConfigError, match=r"expands to more than 100,000 values through its aliases"):
+    with pytest.raises(ConfigError, match=r"expands to more than 100,000 values, counting an alias's"):
         parse_spec(text, "yaml", source="bomb.yaml")
     assert time.perf_counter() - started < 1.0
 
