@@ -117,11 +117,11 @@ class ReversibleLayers(nn.ModuleList):
     def __init__(self, blocks: Sequence[Block]) -> None:
         for i, block in enumerate(blocks):
             # The coupling calls each sublayer on its norm's output itself, so any other residual
-            # style, or a third sublayer, would be silently dropped.
+            # style (a subclass of pre-norm included), or a third sublayer, would be silently dropped.
             if (
                 not isinstance(block, Block)
                 or block.cross_attention is not None
-                or not (isinstance(block.residual, PreNormResidual))
+                or type(block.residual) is not PreNormResidual
             ):
                 raise ConfigError(
                     "a reversible stack couples pre-norm self-attention sublayers; block "
