@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from brickwork.errors import ConfigError
 from brickwork.memory import available_bytes
-from brickwork.parallel.planner import DEVICE_PRESETS, Device, plan
+from brickwork.parallel.planner import Device, plan
+from brickwork.parallel.planner.devices import running_preset
 from brickwork.parallel.planner.report import plan_table
 from brickwork.train.config import TrainConfig
 
@@ -49,16 +50,15 @@ def wants_auto(dist_dict: Any) -> bool:
 
 
 def local_device(world_size: int, per_node: int) -> Device:
-    """This process's device as the planner sees it: its free memory now, and a preset's rates when
-    its name matches one (the rates rank layouts; the memory decides what fits)."""
+    """This process's device as the planner sees it: its free memory now, and its preset's rates when
+    one describes it (:func:`running_preset`; the rates rank layouts, the memory decides what fits)."""
     if torch.cuda.is_available():
-        index = int(os.environ.get("LOCAL_RANK", "0"))
-        name = torch.cuda.get_device_name(index)
-        free = available_bytes(torch.device("cuda", index))
-        for preset_name, preset in DEVICE_PRESETS.items():
-            if preset_name.split("-")[0] in name:
-                return dataclasses.replace(preset, memory_bytes=free, reserved_bytes=0)
-        return Device(name, free, 100e12, 20e12)
+        gpu = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        free = available_bytes(gpu)
+        preset = running_preset(gpu)
+        if preset is not None:
+            return dataclasses.replace(preset, memory_bytes=free, reserved_bytes=0)
+        return Device(torch.cuda.get_device_name(gpu), free, 100e12, 20e12)
     free = available_bytes(torch.device("cpu")) // per_node
     # A CPU process: tens of GFLOP/s, and gloo's few GB/s between processes.
     return Device(

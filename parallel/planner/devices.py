@@ -9,6 +9,9 @@ peaks. The presets carry the vendor's peak rates; their achievable fraction and 
 planner's assumptions, checked against Table 1 of Narayanan et al. 2021 (docs/parallel.md,
 "Planning a layout").
 
+:func:`running_preset` finds the preset of the GPU a process computes on (``brickwork train`` divides
+by its peak for the MFU it logs, ``dist: auto`` plans with its rates).
+
 A cluster string is ``"8xH100-80GB"`` (one node of 8), ``"48x8xA100-80GB"`` (48 nodes of 8) or a
 bare name (one device); a list of device descriptions makes a mixed cluster.
 """
@@ -21,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
+
+import torch
 
 from brickwork.errors import ConfigError
 
@@ -58,10 +63,16 @@ class Device:
             if not getattr(self, key) > 0:
                 raise ConfigError(f"must be > 0, got {getattr(self, key)!r}", f"device.{key}")
 
+    def peak_flops(self, precision: str) -> float:
+        """The dense peak FLOP/s of matmuls at the train step's ``precision``: the fp32 peak for
+        ``fp32`` (brickwork leaves torch's TF32 switch off, so fp32 matmuls run in fp32), the bf16 peak
+        for ``bf16``, ``bf16-mixed`` and ``fp16`` (whose matmuls run in 16 bits, at the same peak on
+        the presets' devices)."""
+        return self.peak_flops_fp32 if precision == "fp32" else self.peak_flops_bf16
+
     def rate(self, precision: str) -> float:
         """FLOP/s this device sustains on training matmuls at ``precision``."""
-        peak = self.peak_flops_fp32 if precision == "fp32" else self.peak_flops_bf16
-        return peak * self.achievable_fraction
+        return self.peak_flops(precision) * self.achievable_fraction
 
 
 RUNTIME = 1536 * MiB  # CUDA context, NCCL buffers and cuBLAS workspace on a GPU
@@ -80,6 +91,36 @@ DEVICE_PRESETS: dict[str, Device] = {
         "H200", 143771 * MiB, 989 * TERA, 67 * TERA, 0.55, 360 * GIGA, 45 * GIGA, RUNTIME, 4800 * GIGA
     ),
 }
+
+# How torch.cuda.get_device_name spells each preset family's boards ("NVIDIA A100-SXM4-40GB", "NVIDIA
+# A100 80GB PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H200"). The presets carry the SXM boards' peaks;
+# an A100 PCIe has the same, but an H100 PCIe (756 dense bf16 TFLOP/s) or NVL, or an H200 NVL, has
+# lower ones, so those boards match no preset. A GH200 is not an H200 either: the word must stand alone.
+_BOARD_NAMES = {
+    "A100": re.compile(r"\bA100\b", re.IGNORECASE),
+    "H100": re.compile(r"\bH100\b(?!.*\b(?:PCIe|NVL)\b)", re.IGNORECASE),
+    "H200": re.compile(r"\bH200\b(?!.*\bNVL\b)", re.IGNORECASE),
+}
+
+
+def preset_for(device_name: str, memory_bytes: int) -> Device | None:
+    """The preset of the GPU that torch calls ``device_name`` (``torch.cuda.get_device_name``), with
+    ``memory_bytes`` of memory (its ``total_memory``, which tells a family's sizes apart: A100 40GB
+    and 80GB), or None when no preset describes it."""
+    for family, pattern in _BOARD_NAMES.items():
+        if pattern.search(device_name):
+            sizes = [d for name, d in DEVICE_PRESETS.items() if name.split("-")[0] == family]
+            return min(sizes, key=lambda d: abs(d.memory_bytes - memory_bytes))
+    return None
+
+
+def running_preset(device: torch.device) -> Device | None:
+    """The preset of the device this process computes on; None on a CPU or a GPU no preset describes."""
+    if device.type != "cuda":
+        return None
+    properties = torch.cuda.get_device_properties(device)
+    return preset_for(properties.name, properties.total_memory)
+
 
 # A user's device: these keys, in these units, over a preset's values (``preset``) or standalone.
 _USER_KEYS = {

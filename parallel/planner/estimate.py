@@ -172,7 +172,7 @@ def estimate_layout(
     costs = _stage_costs(facts, layout, placement, ranks, seq_len, groups, links)
     time = _step_time(facts, layout, placement, ranks, costs, links)
     tokens = global_batch * seq_len
-    peak = sum(dev.rate(layout.precision) / dev.achievable_fraction for dev in cluster.devices)
+    peak = sum(dev.peak_flops(layout.precision) for dev in cluster.devices)
     executed = step_flops(facts, tokens, seq_len, c.activation_checkpointing)
     return Plan(
         dist=compact_dist(c),
