@@ -21,6 +21,7 @@ from brickwork.parallel import parallel_state, split_rows
 from brickwork.train.checkpoint import save_run_checkpoint
 from brickwork.train.config import TrainConfig
 from brickwork.train.metrics import MetricsLog, plot_losses
+from brickwork.train.mfu import run_utilization
 from brickwork.train.optim import learning_rate, set_learning_rate
 from brickwork.train.retention import retain
 from brickwork.train.step import TrainStep, evaluate
@@ -71,7 +72,8 @@ def run_loop(
     """Train from ``state.step`` to ``cfg.steps``; returns the final validation loss.
 
     ``inputs`` is what one sample is (the model kind's, ``MODELS[kind].inputs``): the rate counts
-    tokens, or whole images.
+    tokens, or whole images. ``model`` carries its ``.spec`` (``build_model`` attaches it), from which
+    the MFU of each step is counted (brickwork/train/mfu.py).
 
     Every rank runs it. Only the main process writes files and prints. Evaluation and checkpointing
     happen after the steps that are multiples of their intervals and after the last step.
@@ -90,6 +92,12 @@ def run_loop(
                 width = len(str(cfg.steps))
                 logger.info(f"step {0:>{width}}/{cfg.steps}  val loss {val_loss:.4f} before training")
         items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
+        layout = parallel_state(model)
+        # The FLOPs per token and the peak, once: a step's record then costs a multiplication.
+        devices = layout.mesh.size()
+        utilization = run_utilization(model.spec, cfg.seq_len, cfg.precision, layout.device, devices)
+        if utilization.unknown is not None and is_main:
+            logger.info(f"mfu is null in metrics.jsonl: {utilization.unknown}")
         rate_name, rate_unit = f"{inputs}_per_s", {"tokens": "tok/s", "images": "img/s"}[inputs]
         recent: deque[float] = deque(maxlen=20)
         bar = tqdm(
@@ -119,7 +127,8 @@ def run_loop(
                     f"or set train.grad_clip (now {cfg.grad_clip})"
                 )
             rate = items_per_step * len(recent) / sum(recent)
-            record = {"step": done, "loss": loss, "lr": lr, rate_name: round(rate, 1)}
+            mfu = utilization.mfu(rate)
+            record = {"step": done, "loss": loss, "lr": lr, rate_name: round(rate, 1), "mfu": mfu}
             record.update({k: v for k, v in step.metrics.items() if k != "skipped" or v})
             _record(is_main, log, record)
             if step.metrics.get("skipped") and is_main:
@@ -132,9 +141,10 @@ def run_loop(
                     _stop_on_validation(val_loss, done)
                 if is_main:
                     eta = _clock(sum(recent) / len(recent) * (cfg.steps - done))
+                    utilized = f"  MFU {mfu:.1%}" if mfu is not None else ""
                     logger.info(
                         f"step {done:>{len(str(cfg.steps))}}/{cfg.steps}  train loss {loss:.4f}  "
-                        f"val loss {val_loss:.4f}  {rate:,.0f} {rate_unit}  ETA {eta}"
+                        f"val loss {val_loss:.4f}  {rate:,.0f} {rate_unit}{utilized}  ETA {eta}"
                     )
             if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
                 folder = save_run_checkpoint(

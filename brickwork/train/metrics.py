@@ -14,10 +14,11 @@ from brickwork.errors import ConfigError
 class MetricsLog:
     """Appends records to ``RUN/metrics.jsonl``.
 
-    Training records carry ``step``, ``loss``, ``lr``, ``tokens_per_s``; evaluation records carry
-    ``step`` and ``val_loss``. The file is standard JSON: a non-finite number is written as null. A
-    crash can cut the last line off mid-write; reading leaves it out, and a resume drops it. With
-    ``tensorboard`` (a folder), every number of a record is also a TensorBoard scalar at its step.
+    Training records carry ``step``, ``loss``, ``lr``, ``tokens_per_s`` and ``mfu`` (null where it is
+    unknown: brickwork/train/mfu.py); evaluation records carry ``step`` and ``val_loss``. The file is
+    standard JSON: a non-finite number is written as null. A crash can cut the last line off
+    mid-write; reading leaves it out, and a resume drops it. With ``tensorboard`` (a folder), every
+    number of a record is also a TensorBoard scalar at its step.
     """
 
     def __init__(self, path: Path, tensorboard: Path | None = None) -> None:
