@@ -36,7 +36,7 @@ def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
     config = launched_config(dist_config)
     start_process_group(config)
     device_type = mesh_device_type(config)
-    if device_type == "cuda":
+    if device_type == "cuda":  # again, for a process group the caller started
         torch.cuda.set_device(local_device_index())
     shape = (
         config.pipeline_parallel_size,
@@ -79,20 +79,32 @@ def data_mesh(mesh: DeviceMesh) -> DeviceMesh:
 def start_process_group(config: ParallelConfig) -> None:
     """Start the default process group if it is not up: from the torchrun environment, or, in a plain
     ``python`` process (no ``RANK`` in the environment), as a world of one. The dist dict's
-    ``timeout_s`` bounds how long the start, and every collective after it, waits for a peer."""
+    ``timeout_s`` bounds how long the start, and every collective after it, waits for a peer.
+
+    On CUDA the group is bound to this process's GPU (made the current device first): every
+    collective, ``barrier`` included, then knows its device instead of guessing the current one (and
+    warning that it does), and NCCL sets its communicators up at the start rather than lazily."""
     if dist.is_initialized():
         return
-    backend = "nccl" if mesh_device_type(config) == "cuda" else "gloo"
     timeout = timedelta(seconds=config.timeout_s)
+    backend, gpu = "gloo", None
+    if mesh_device_type(config) == "cuda":
+        backend, gpu = "nccl", torch.device("cuda", local_device_index())
+        torch.cuda.set_device(gpu)
     if "RANK" in os.environ:
-        dist.init_process_group(backend, timeout=timeout)
+        dist.init_process_group(backend, timeout=timeout, device_id=gpu)
     else:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        store = dist.HashStore()
+        dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout, device_id=gpu)
 
 
 def local_device_index() -> int:
     """This process's GPU on its node: torchrun's ``LOCAL_RANK``. The global rank modulo the device
     count is only a fallback for launchers that do not set it: on nodes with different GPU counts, or
-    ranks not numbered node by node, it would put two processes on one GPU."""
+    ranks not numbered node by node, it would put two processes on one GPU. Before the process group
+    is up, the global rank is the environment's ``RANK`` (0 in a plain ``python`` process)."""
     local = os.environ.get("LOCAL_RANK")
-    return int(local) if local is not None else dist.get_rank() % torch.cuda.device_count()
+    if local is not None:
+        return int(local)
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+    return rank % torch.cuda.device_count()

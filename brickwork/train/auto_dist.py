@@ -19,10 +19,12 @@ import torch.distributed as dist
 
 from brickwork.errors import ConfigError
 from brickwork.memory import available_bytes
+from brickwork.parallel.mesh import start_process_group
 from brickwork.parallel.planner import Device, plan
 from brickwork.parallel.planner.devices import running_preset
 from brickwork.parallel.planner.report import plan_table
 from brickwork.train.config import TrainConfig
+from brickwork.train.distributed import check_world
 
 # The keys a plan decides; any other key the user gave beside ``auto`` stays as it is.
 PLANNED_KEYS = (
@@ -77,6 +79,10 @@ def local_device(world_size: int, per_node: int) -> Device:
 def choose_layout(spec: dict[str, Any], dist_dict: Any, train: TrainConfig) -> dict[str, Any]:
     """The dist dict the planner picks for ``spec`` on the launched world, merged over the user's
     other ``dist`` keys; printed on rank 0."""
+    others = {k: v for k, v in dist_dict.items() if k != "auto"} if isinstance(dist_dict, Mapping) else {}
+    clash = sorted(set(others) & set(PLANNED_KEYS))
+    if clash:
+        raise ConfigError(f"dist.auto picks {clash} itself; give them without auto, or drop them", "dist")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     device = local_device(world, per_node)
@@ -90,23 +96,19 @@ def choose_layout(spec: dict[str, Any], dist_dict: Any, train: TrainConfig) -> d
         optimizer=train.optimizer,
         grad_accum_steps=train.grad_accum_steps,
     )
-    chosen = _agree(plans[0].dist, world)
+    chosen = _agree(plans[0].dist, world, others)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"dist: auto picked {plans[0].name} of {len(plans)} layouts that fit:\n{plan_table(plans, 3)}")
-    others = {k: v for k, v in dist_dict.items() if k != "auto"} if isinstance(dist_dict, Mapping) else {}
-    clash = sorted(set(others) & set(PLANNED_KEYS))
-    if clash:
-        raise ConfigError(f"dist.auto picks {clash} itself; give them without auto, or drop them", "dist")
     return {**others, **{k: v for k, v in chosen.items() if k in PLANNED_KEYS}}
 
 
-def _agree(chosen: dict[str, Any], world: int) -> dict[str, Any]:
-    """Rank 0's choice on every rank (free memory differs a little from process to process)."""
+def _agree(chosen: dict[str, Any], world: int, others: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's choice on every rank (free memory differs a little from process to process), over
+    the process group the run then keeps, started as the user's other ``dist`` keys (a device type, a
+    timeout) say."""
     if world == 1:
         return chosen
-    if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+    start_process_group(check_world(others))
     shared = [chosen]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]
