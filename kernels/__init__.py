@@ -134,6 +134,8 @@ def fused_linear_cross_entropy(
     reduction: str = "mean",
     chunk_size: int | None = None,
     backend: str | None = None,
+    *,
+    vocab_size: int | None = None,
 ) -> torch.Tensor:
     """``cross_entropy(hidden @ weight.T + bias, labels)`` without materialising the logits.
 
@@ -146,10 +148,16 @@ def fused_linear_cross_entropy(
     logits are computed in the weight's dtype and the softmax in float32. Differentiable in hidden,
     weight and bias: the forward pass computes their gradients, the backward pass scales them. The torch
     path does not chunk logits that fit one chunk (``linear_cross_entropy.linear_cross_entropy_torch``).
+
+    ``vocab_size`` is the real vocabulary of a weight that holds padding rows after it (a model's
+    ``vocab_multiple``): only the first ``vocab_size`` classes are scored (labels must lie below it),
+    the padding takes part in no softmax, and its rows (and bias entries) get zero gradient. None: every
+    row is a class.
     """
-    check_linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
+    check_linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size, vocab_size)
+    args = (hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
     if use_triton(backend, hidden):
         from .fused.cross_entropy import linear_cross_entropy_triton
 
-        return linear_cross_entropy_triton(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
-    return linear_cross_entropy_torch(hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
+        return linear_cross_entropy_triton(*args, vocab_size=vocab_size)
+    return linear_cross_entropy_torch(*args, vocab_size=vocab_size)

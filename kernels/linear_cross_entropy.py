@@ -27,6 +27,11 @@ which computes gradients in its forward pass and writes into buffers in place, c
 ``torch.compile`` on CUDA with wrong gradients (torch 2.11, Triton and torch chunk steps alike).
 
 The torch path does not chunk logits that fit one chunk (:func:`linear_cross_entropy_torch`).
+
+A model whose head holds padding rows of its own (its ``vocab_multiple``, brickwork/layout/vocab_padding.py)
+passes its real vocabulary as ``vocab_size``: the weight's rows from there on are padding, and every
+path scores the first ``vocab_size`` columns only, as the chunk step does with the CUDA alignment
+padding. Padding rows get zero gradient.
 """
 
 from __future__ import annotations
@@ -106,8 +111,10 @@ def check_linear_cross_entropy(
     ignore_index: int,
     reduction: str,
     chunk_size: int | None,
+    vocab_size: int | None = None,
 ) -> None:
-    """Shapes, dtypes, devices and options of ``fused_linear_cross_entropy``; labels in [0, V) or ignored.
+    """Shapes, dtypes, devices and options of ``fused_linear_cross_entropy``; ``vocab_size`` in
+    [1, V] or None; labels in [0, vocab_size) (or [0, V)) or ignored.
 
     Label values are checked for CPU tensors in eager mode only. On a GPU the check would be a
     host-device synchronisation, stalling the host until the forward pass has run, and a compiled
@@ -129,6 +136,12 @@ def check_linear_cross_entropy(
             "hidden [..., D] and weight [V, D] must agree on D, "
             f"got {tuple(hidden.shape)} and {tuple(weight.shape)}"
         )
+    rows = weight.shape[0]
+    if vocab_size is not None and (
+        isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 1 <= vocab_size <= rows
+    ):
+        reason = f"vocab_size must be an int in [1, {rows}] (the weight's rows) or None, got {vocab_size!r}"
+        raise ConfigError(reason, path="vocab_size")
     if weight.dtype != hidden.dtype:
         raise TypeError(f"weight has dtype {weight.dtype} but hidden has {hidden.dtype}; they must match")
     if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != hidden.dtype):
@@ -145,10 +158,11 @@ def check_linear_cross_entropy(
     if len(devices) > 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
     if labels.device.type == "cpu" and not torch.compiler.is_compiling():
-        bad = (labels != ignore_index) & ((labels < 0) | (labels >= weight.shape[0]))
+        vocab = rows if vocab_size is None else vocab_size
+        bad = (labels != ignore_index) & ((labels < 0) | (labels >= vocab))
         if bad.any():
             raise ValueError(
-                f"label {labels[bad][0].item()} is outside [0, {weight.shape[0]}) and is not ignore_index "
+                f"label {labels[bad][0].item()} is outside [0, {vocab}) and is not ignore_index "
                 f"({ignore_index})"
             )
 
@@ -157,13 +171,13 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     """Forward computes the loss and every needed gradient chunk by chunk; backward scales them."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, bias, ignore_index, reduction, chunk_size, chunk_step):
+    def forward(ctx, hidden, weight, labels, bias, ignore_index, reduction, chunk_size, chunk_step, vocab):
         needs_hidden, needs_weight, _, needs_bias = ctx.needs_input_grad[:4]
         compute_grad = needs_hidden or needs_weight or needs_bias
         n_tokens, device = hidden.shape[0], hidden.device
-        vocab = weight.shape[0]
+        rows = weight.shape[0]  # vocab of them real, the others the caller's padding
         if pads_vocabulary(weight):
-            pad = -vocab % VOCAB_ALIGNMENT
+            pad = -rows % VOCAB_ALIGNMENT
             weight = F.pad(weight, (0, 0, 0, pad))
             bias = None if bias is None else F.pad(bias, (0, pad))
         # Sums across chunks in float32 (float64 inputs: float64); a weight of that dtype adds in place.
@@ -179,7 +193,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         for start in range(0, n_tokens, chunk_size):
             end = min(start + chunk_size, n_tokens)
             chunk = hidden[start:end]
-            logits = F.linear(chunk, weight, bias)  # [C, V] or [C, Vp]; becomes d loss_sum / d logits
+            logits = F.linear(chunk, weight, bias)  # [C, rows] or aligned; becomes d loss_sum / d logits
             # The whole buffer: the chunk step also zeroes the padding columns' gradient, so they add
             # nothing below (they are 0 for finite hidden states, but 0 * inf is NaN).
             loss_sum += chunk_step(logits, labels[start:end], ignore_index, compute_grad, vocab).sum()
@@ -199,7 +213,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         grads = [grad_hidden, grad_weight, grad_bias]
         if scale is not None:
             grads = [None if g is None else g.mul_(scale) for g in grads]
-        grads[1:] = [None if g is None else g[:vocab].to(weight.dtype) for g in grads[1:]]
+        grads[1:] = [None if g is None else g[:rows].to(weight.dtype) for g in grads[1:]]
         ctx.save_for_backward(*grads)
         return loss_sum if scale is None else loss_sum * scale
 
@@ -210,7 +224,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight, grad_bias = (
             None if g is None else g.mul_(grad_loss) for g in ctx.saved_tensors
         )
-        return grad_hidden, grad_weight, None, grad_bias, None, None, None, None
+        return grad_hidden, grad_weight, None, grad_bias, None, None, None, None, None
 
 
 def linear_cross_entropy_torch(
@@ -221,6 +235,7 @@ def linear_cross_entropy_torch(
     ignore_index: int,
     reduction: str,
     chunk_size: int | None,
+    vocab_size: int | None = None,
 ) -> torch.Tensor:
     """The torch path on checked inputs; hidden [..., D] -> a scalar, float32 (float64 inputs: float64).
 
@@ -234,8 +249,10 @@ def linear_cross_entropy_torch(
     n_tokens = math.prod(hidden.shape[:-1])
     chunk = chunk_size or default_chunk_size(n_tokens, weight.shape[0])
     if chunk < n_tokens or hidden.dtype not in (torch.float32, torch.float64):
-        return linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk)
-    logits = F.linear(hidden, weight, bias).reshape(-1, weight.shape[0])
+        return linear_cross_entropy(
+            hidden, weight, labels, bias, ignore_index, reduction, chunk, vocab_size=vocab_size
+        )
+    logits = F.linear(hidden, weight, bias).reshape(-1, weight.shape[0])[:, :vocab_size]
     return F.cross_entropy(logits, labels.reshape(-1), ignore_index=ignore_index, reduction=reduction)
 
 
@@ -248,18 +265,22 @@ def linear_cross_entropy(
     reduction: str,
     chunk_size: int | None,
     chunk_step: ChunkStep = cross_entropy_chunk_ref,
+    *,
+    vocab_size: int | None = None,
 ) -> torch.Tensor:
     """The chunked loss on checked inputs with the given chunk step; hidden [..., D] -> a scalar.
 
-    The loss is float32 (float64 for float64 inputs, which only the torch twin takes).
+    The loss is float32 (float64 for float64 inputs, which only the torch twin takes). ``vocab_size``:
+    the weight's real rows (None: all of them).
     """
     hidden2 = hidden.reshape(-1, hidden.shape[-1])
     labels1 = labels.reshape(-1)
     chunk = chunk_size or default_chunk_size(hidden2.shape[0], weight.shape[0])
+    vocab = weight.shape[0] if vocab_size is None else vocab_size
     if torch.compiler.is_compiling():
-        return checkpointed_chunks(hidden2, weight, labels1, bias, ignore_index, reduction, chunk)
+        return checkpointed_chunks(hidden2, weight, labels1, bias, ignore_index, reduction, chunk, vocab)
     return _FusedLinearCrossEntropy.apply(
-        hidden2, weight, labels1, bias, ignore_index, reduction, chunk, chunk_step
+        hidden2, weight, labels1, bias, ignore_index, reduction, chunk, chunk_step, vocab
     )
 
 
@@ -269,9 +290,11 @@ def _chunk_loss_sum(
     bias: torch.Tensor | None,
     labels: torch.Tensor,
     ignore_index: int,
+    vocab: int | None,
 ) -> torch.Tensor:
-    """The summed loss of one chunk [C, D]: logits in the weight's dtype, the softmax in float32 or wider."""
-    logits = F.linear(chunk, weight, bias).to(_compute_dtype(chunk))
+    """The summed loss of one chunk [C, D] over the first ``vocab`` classes (None: all): logits in the
+    weight's dtype, the softmax in float32 or wider."""
+    logits = F.linear(chunk, weight, bias)[:, :vocab].to(_compute_dtype(chunk))
     return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
 
 
@@ -283,8 +306,10 @@ def checkpointed_chunks(
     ignore_index: int,
     reduction: str,
     chunk_size: int,
+    vocab_size: int | None = None,
 ) -> torch.Tensor:
-    """The loss as the compiled path computes it: hidden [N, D], labels [N] -> a scalar.
+    """The loss as the compiled path computes it: hidden [N, D], labels [N] -> a scalar; scored over the
+    weight's first ``vocab_size`` rows (None: all).
 
     Each chunk's loss is checkpointed, so the backward pass recomputes its logits rather than keeping
     them: one chunk of logits is alive at a time, at the cost of one more matmul per chunk.
@@ -297,6 +322,7 @@ def checkpointed_chunks(
             bias,
             labels[start : start + chunk_size],
             ignore_index,
+            vocab_size,
             use_reentrant=False,
         )
         for start in range(0, hidden.shape[0], chunk_size)

@@ -7,16 +7,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from brickwork.layout.vocab_padding import padded_names
 from brickwork.parallel.state import parallel_state
 from brickwork.parallel.tensor.styles import packed_names, unpack_full
-from brickwork.parallel.tensor.vocab_padding import padded_names
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The full weights with the single-process model's names, as CPU tensors, on every rank.
 
     DTensors are gathered, packed columns put back, pipeline stages merged, a padded vocabulary's
-    padding dropped (parallel/tensor/vocab_padding.py). Collective: every rank calls it. A module that
+    padding dropped (brickwork/layout/vocab_padding.py). Collective: every rank calls it. A module that
     ``parallelize`` did not lay out gives its own, its DTensors (Megatron-style layers, a module sharded
     by ``apply_tensor_parallel`` alone) gathered.
     """

@@ -18,6 +18,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.device_mesh import DeviceMesh
 
 from brickwork.errors import ConfigError
+from brickwork.layout.vocab_padding import unpadded_state_dict
 from brickwork.parallel.mesh import mesh_device
 from brickwork.parallel.tensor.styles import PACKED_ATTR
 from brickwork.parallel.tensor.vocab_padding import pad_source
@@ -61,13 +62,15 @@ def uses_meta_init(model: nn.Module, device: torch.device) -> bool:
 
 
 def take_source(model: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
-    """Keep rank 0's full state dict, leave its parameters on meta like the others', share buffers.
+    """Keep rank 0's full state dict (a padded vocabulary's real rows), leave its parameters on meta like
+    the others', share buffers.
 
     Buffers (rotary tables, ALiBi slopes...) are small and may not be in the state dict, so every
     rank gets rank 0's real ones now, before tensor parallel slices any of them.
     """
     rank = dist.get_rank()
-    source = {k: v.detach() for k, v in model.state_dict().items()} if rank == 0 else {}
+    # The real rows of a vocabulary the model padded itself: the layout may pad it another way.
+    source = {k: v.detach() for k, v in unpadded_state_dict(model).items()} if rank == 0 else {}
     meta: dict[int, nn.Parameter] = {}
     for module in model.modules():
         for name, param in list(module.named_parameters(recurse=False)):

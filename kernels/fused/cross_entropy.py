@@ -90,6 +90,7 @@ def linear_cross_entropy_triton(
     ignore_index: int,
     reduction: str,
     chunk_size: int | None,
+    vocab_size: int | None = None,
 ) -> torch.Tensor:
     """``fused_linear_cross_entropy`` with the Triton chunk step, on inputs its checks accepted.
 
@@ -99,5 +100,6 @@ def linear_cross_entropy_triton(
     check_float("hidden", hidden, KERNEL_DTYPES)
     check_launch(hidden, weight, labels, bias)
     return linear_cross_entropy(
-        hidden, weight, labels, bias, ignore_index, reduction, chunk_size, cross_entropy_chunk_forward
-    )
+        hidden, weight, labels, bias, ignore_index, reduction, chunk_size, cross_entropy_chunk_forward,
+        vocab_size=vocab_size,
+    )  # fmt: skip

@@ -34,10 +34,10 @@ from brickwork.checkpoint.folder import (
 )
 from brickwork.checkpoint.manifest import CorruptCheckpointError, write_manifest
 from brickwork.checkpoint.safe_reader import SafeLoadPlanner
+from brickwork.layout.vocab_padding import VocabPadding, padded_names
 from brickwork.parallel.checkpoint.packed_shards import natural_order_view
 from brickwork.parallel.state import parallel_state
 from brickwork.parallel.tensor.styles import packed_names
-from brickwork.parallel.tensor.vocab_padding import VocabPadding, padded_names
 
 
 def save_checkpoint(

@@ -25,6 +25,7 @@ from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 
 from brickwork.errors import ConfigError
 from brickwork.layout import PlanValue
+from brickwork.layout.vocab_padding import VocabPadding, module_padding, pad_vocabulary
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.expert_parallel import expert_module_paths
 from brickwork.parallel.plans import plan_for
@@ -46,12 +47,7 @@ from brickwork.parallel.tensor.plan import (
     tp_divide,
 )
 from brickwork.parallel.tensor.styles import make_style
-from brickwork.parallel.tensor.vocab_padding import (
-    VocabPadding,
-    pad_vocabulary,
-    remap_ids_hook,
-    unpad_logits_hook,
-)
+from brickwork.parallel.tensor.vocab_padding import remap_ids_hook
 
 
 @dataclass(frozen=True)
@@ -115,8 +111,8 @@ def apply_tensor_parallel(
     ["split_size", "num_heads"]}``, for models without ``tp_divide``). Under ``sequence_parallel``
     the model's ``layers`` get their input split on the sequence dim (unless ``split_input`` is False:
     a later pipeline stage, whose input arrives split already). A vocabulary that the TP size does
-    not divide is padded to a multiple of ``tp × vocab_multiple``. At tensor_parallel_size 1 the plan
-    is only checked.
+    not divide is padded to a multiple of ``tp × vocab_multiple``, and one the model padded itself is
+    laid out again over the ranks. At tensor_parallel_size 1 the plan is only checked.
     """
     layout = tensor_parallel_plan(model, config, plan, divide)
     if config.tensor_parallel_size == 1:
@@ -125,12 +121,8 @@ def apply_tensor_parallel(
     entries, whole = layout.entries, layout.whole
     divided = divided_attributes(model, layout.divide, tp_mesh.size(), whole)
     tied = _tied_parameters(model)
-    paddings = _pad_vocabularies(model, entries, tp_mesh.size(), config.vocab_multiple)
+    _pad_vocabularies(model, entries, tp_mesh.size(), config.vocab_multiple)
     parallelize_module(model, tp_mesh, _styles(model, entries, tp_mesh, config.sequence_parallel))
-    for path, padding in paddings.items():
-        module = model.get_submodule(path)
-        if not isinstance(module, nn.Embedding):
-            module.register_forward_hook(unpad_logits_hook(padding))
     if config.sequence_parallel:
         _split_sequence_at_layers(model, tp_mesh, split_input)
     _divide_attributes(model, divided, tp_mesh, whole)
@@ -138,33 +130,32 @@ def apply_tensor_parallel(
     return model
 
 
-def _pad_vocabularies(
-    model: nn.Module, entries: Sequence[PlanEntry], tp: int, vocab_multiple: int
-) -> dict[str, VocabPadding]:
-    """Pad every paddable module whose vocabulary ``tp`` does not divide; path -> its padding.
+def _pad_vocabularies(model: nn.Module, entries: Sequence[PlanEntry], tp: int, vocab_multiple: int) -> None:
+    """Pad every paddable module whose vocabulary ``tp`` does not divide, or that the model padded
+    itself (brickwork/layout/vocab_padding.py), for ``tp`` ranks.
 
-    A vocabulary that ``tp`` divides keeps its exact layout. Every vocabulary-parallel embedding first
-    checks its ids against the real vocabulary, then (when padded) moves them to their padded rows;
-    both hooks come before the style's own input hook.
+    A vocabulary that ``tp`` divides keeps its exact layout. A model's own padding keeps its rows where
+    ``tp`` divides them, laid out per shard. Every vocabulary-parallel embedding first checks its ids
+    against the real vocabulary, then (when padded) moves them to their padded rows; both hooks come
+    before the style's own input hook.
     """
-    for entry in entries:
-        module = model.get_submodule(entry.path)
-        if entry.style == "vocab" and isinstance(module, nn.Embedding):
-            module.register_forward_pre_hook(ids_in_range_hook(module.num_embeddings))
-    by_size: dict[int, list[str]] = {}
+    groups: dict[VocabPadding, list[str]] = {}
     for path, size in paddable_paths(model, entries).items():
-        if size % tp:
-            by_size.setdefault(size, []).append(path)
-    out = {}
-    for size, paths in by_size.items():
-        padding = VocabPadding.for_size(size, tp, vocab_multiple)
-        pad_vocabulary(model, paths, padding)
-        out.update(dict.fromkeys(paths, padding))
-    for path, padding in out.items():
         module = model.get_submodule(path)
+        own = module_padding(module)
+        vocab = size if own is None else own.vocab
         if isinstance(module, nn.Embedding):
-            module.register_forward_pre_hook(remap_ids_hook(padding))
-    return out
+            module.register_forward_pre_hook(ids_in_range_hook(vocab))
+        if own is not None and size % tp == 0:
+            groups.setdefault(VocabPadding(vocab, size, tp), []).append(path)
+        elif own is not None or size % tp:
+            groups.setdefault(VocabPadding.for_size(vocab, tp, vocab_multiple), []).append(path)
+    for padding, paths in groups.items():
+        pad_vocabulary(model, paths, padding)
+        for path in paths:
+            module = model.get_submodule(path)
+            if isinstance(module, nn.Embedding):
+                module.register_forward_pre_hook(remap_ids_hook(padding))
 
 
 def _styles(

@@ -23,8 +23,8 @@ from vocab_padding_cases import (
 )
 
 from brickwork.errors import ConfigError
+from brickwork.layout.vocab_padding import VocabPadding
 from brickwork.parallel import ParallelConfig, export, spawn
-from brickwork.parallel.tensor.vocab_padding import VocabPadding
 
 pytest.importorskip("transformers")
 
