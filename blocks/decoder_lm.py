@@ -18,6 +18,7 @@ from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
 from brickwork.components.attention import KVCache
 from brickwork.kernels import fused_linear_cross_entropy
+from brickwork.layout.vocab_padding import pad_own_vocabulary
 
 
 class DecoderLM(nn.Module):
@@ -28,6 +29,10 @@ class DecoderLM(nn.Module):
     ``position`` is an additive positional module (sine/learned) or None when positions live inside
     attention (rotary, ALiBi). The logits are ``head(layers(embed(ids)))``, so the pipeline layer can
     split the model by those three without knowing it.
+
+    ``vocab_multiple`` pads the embedding and head rows to a multiple of it, for aligned GEMMs; the
+    padding never shows (brickwork/layout/vocab_padding.py): the logits keep ``vocab_size`` columns,
+    and the loss scores those only.
     """
 
     def __init__(
@@ -39,6 +44,7 @@ class DecoderLM(nn.Module):
         tie_embeddings: bool = True,
         dropout: float = 0.0,
         max_seq_len: int | None = None,
+        vocab_multiple: int = 1,
     ) -> None:
         super().__init__()
         if not layers:
@@ -54,6 +60,7 @@ class DecoderLM(nn.Module):
         self.lm_head = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
             tie_weights(self, "lm_head.weight", "token_embedding.weight")
+        pad_own_vocabulary(self, ["token_embedding", "lm_head"], vocab_size, vocab_multiple)
 
     def tp_plan(self) -> dict[str, str]:
         """Vocab-parallel embedding, and an LM head whose logits stay split on the vocabulary."""
@@ -143,7 +150,9 @@ class DecoderLM(nn.Module):
             dtype = torch.get_autocast_dtype(device)
             hidden, weight = hidden.to(dtype), weight.to(dtype)
         targets = targets.to(hidden.device)
-        loss = fused_linear_cross_entropy(hidden, weight, targets, ignore_index=ignore_index, reduction="sum")
+        loss = fused_linear_cross_entropy(
+            hidden, weight, targets, ignore_index=ignore_index, reduction="sum", vocab_size=self.vocab_size
+        )
         return loss, (targets != ignore_index).sum()
 
     def hidden_states(
@@ -167,7 +176,8 @@ class DecoderLM(nn.Module):
 
     @property
     def head_weight(self) -> torch.Tensor:
-        """The LM head's weight [vocab, d] (the token embedding's when tied); the head has no bias."""
+        """The LM head's weight [rows, d] (the token embedding's when tied); the head has no bias. Its
+        first ``vocab_size`` rows are the vocabulary's, any others padding (``vocab_multiple``)."""
         return self.lm_head.weight
 
     @torch.no_grad()
@@ -217,6 +227,7 @@ def build_decoder_lm(spec: DecoderLMSpec, position: nn.Module | None, decoder: S
         tie_embeddings=spec.tie_embeddings,
         dropout=spec.dropout,
         max_seq_len=spec.max_seq_len,
+        vocab_multiple=spec.vocab_multiple,
     )
 
 

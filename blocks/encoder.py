@@ -18,6 +18,7 @@ from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
 from brickwork.components.feedforward.activations import check_activation
 from brickwork.errors import ConfigError
+from brickwork.layout.vocab_padding import pad_own_vocabulary
 
 
 class Encoder(nn.Module):
@@ -27,6 +28,7 @@ class Encoder(nn.Module):
     ``attention_mask`` has 1 for real tokens and 0 for padding. With an MLM head, ``labels=`` [B, T]
     (the original ids at the positions they score, -100 elsewhere) returns a
     :class:`~brickwork.blocks.output.LossOutput` with the logits, as HF's ``BertForMaskedLM`` does.
+    ``vocab_multiple`` pads the embedding and the MLM decoder as DecoderLM's does: unseen outside.
     """
 
     # What HF's Trainer reads: it passes num_items_in_batch and counts the labels as they are.
@@ -45,6 +47,7 @@ class Encoder(nn.Module):
         pooler: bool = False,
         dropout: float = 0.0,
         tie_embeddings: bool = True,
+        vocab_multiple: int = 1,
     ) -> None:
         super().__init__()
         if not layers:
@@ -62,6 +65,8 @@ class Encoder(nn.Module):
         if mlm_head is not None and tie_embeddings:
             tie_weights(self, "mlm_head.decoder.weight", "token_embedding.weight")
         self.pooler = Pooler(dim) if pooler else None
+        vocabulary = ["token_embedding"] + (["mlm_head.decoder"] if mlm_head is not None else [])
+        pad_own_vocabulary(self, vocabulary, vocab_size, vocab_multiple)
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """[B, T] ids -> [B, T, d]."""
@@ -141,6 +146,7 @@ def build_encoder(spec: EncoderSpec, position: nn.Module | None, encoder: Stack)
         pooler=spec.pooler,
         dropout=spec.dropout,
         tie_embeddings=spec.tie_embeddings,
+        vocab_multiple=spec.vocab_multiple,
     )
 
 

@@ -16,6 +16,7 @@ from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
 from brickwork.layout import Stage, StageRecipe
+from brickwork.layout.vocab_padding import pad_own_vocabulary
 
 
 class EncoderDecoder(nn.Module):
@@ -25,6 +26,7 @@ class EncoderDecoder(nn.Module):
     masks both encoder self-attention and decoder cross-attention. ``labels=`` [B, T] (the target ids
     that ``tgt_ids``, shifted right, lead to; -100 = not scored) returns a
     :class:`~brickwork.blocks.output.LossOutput` with the logits, as HF's seq2seq models do.
+    ``vocab_multiple`` pads the embedding and head as DecoderLM's does: unseen outside.
     """
 
     accepts_loss_kwargs = True  # HF's Trainer passes num_items_in_batch
@@ -39,6 +41,7 @@ class EncoderDecoder(nn.Module):
         decoder_final_norm: nn.Module | None = None,
         tie_embeddings: bool = True,
         dropout: float = 0.0,
+        vocab_multiple: int = 1,
     ) -> None:
         super().__init__()
         if not encoder_layers or not decoder_layers:
@@ -57,6 +60,7 @@ class EncoderDecoder(nn.Module):
         self.lm_head = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
             tie_weights(self, "lm_head.weight", "token_embedding.weight")
+        pad_own_vocabulary(self, ["token_embedding", "lm_head"], vocab_size, vocab_multiple)
 
     def stage_recipe(self) -> EncoderDecoderStages:
         """How pipeline parallel splits this model into stages."""
@@ -161,6 +165,7 @@ def build_encoder_decoder(
         decoder_final_norm=decoder.final_norm(spec),
         tie_embeddings=spec.tie_embeddings,
         dropout=spec.dropout,
+        vocab_multiple=spec.vocab_multiple,
     )
 
 

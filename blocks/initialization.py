@@ -3,7 +3,8 @@
 
 Each scheme walks the modules in their registration order and draws from torch's global RNG, so
 ``torch.manual_seed(s)`` before ``build_model`` gives the same weights every time. Shared (tied)
-parameters are initialised once, by their first owner.
+parameters are initialised once, by their first owner. A padded vocabulary (``vocab_multiple``) draws
+for its real rows only, so it gets the weights of the unpadded model, and zero padding rows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from torch import nn
 
 from brickwork.checks import Flag, PositiveFloat
 from brickwork.components.residual import NORM_REGISTRY, DeepNormResidual, deepnorm_init_
+from brickwork.layout.vocab_padding import PADDED_ATTR
 from brickwork.registry import Registry
 
 
@@ -35,11 +37,19 @@ class InitScheme:
         seen: set[int] = set()
         with torch.no_grad():
             for name, module in model.named_modules():
+                paddings = getattr(module, PADDED_ATTR, {})
                 for param_name, param in module.named_parameters(recurse=False):
                     if id(param) in seen:
                         continue
                     seen.add(id(param))
-                    self._init_parameter(name, module, param_name, param)
+                    padding = paddings.get(param_name)
+                    if padding is None:
+                        self._init_parameter(name, module, param_name, param)
+                        continue
+                    # A padded vocabulary's real rows take the draws of an unpadded one; the padding is 0.
+                    real = param.new_empty((padding.vocab, *param.shape[1:]))
+                    self._init_parameter(name, module, param_name, real)
+                    param.copy_(padding.pad(real))
 
     def _init_parameter(self, name: str, module: nn.Module, param_name: str, param: torch.Tensor) -> None:
         if is_norm(module):

@@ -72,15 +72,18 @@ class ModelSpec:
 
 @dataclass(kw_only=True)
 class TokenModelSpec(ModelSpec):
-    """A model over token ids."""
+    """A model over token ids. ``vocab_multiple`` pads the embedding and vocabulary head to a multiple
+    of it inside the model (1: no padding); outside, the vocabulary is ``vocab_size``."""
 
     vocab_size: int
     max_seq_len: int | None = None
     tie_embeddings: bool = True
+    vocab_multiple: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive_int(self.vocab_size, "vocab_size")
+        check_positive_int(self.vocab_multiple, "vocab_multiple")
         if self.max_seq_len is not None:
             check_positive_int(self.max_seq_len, "max_seq_len")
 

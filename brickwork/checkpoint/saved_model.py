@@ -2,12 +2,13 @@
 of the forms ``from_pretrained`` reads.
 
 The folder holds ``spec.yaml`` (the resolved spec) and ``model.safetensors`` (each weight once: a tied
-head is stored under the embedding's name only). Each file is written beside its final name and
-renamed into place, the old spec removed first and the new one renamed last, so the folder never
-holds a half-written file, nor, after an overwrite cut short, one save's spec beside another's
-weights. The other forms are a ``brickwork train`` run folder (its newest intact, complete
-checkpoint), one checkpoint folder, and the single file ``brickwork export`` writes. What is read
-here is the spec as stored and the weights; the factory builds the model from them.
+head is stored under the embedding's name only; a vocabulary the model pads, by its real rows only).
+Each file is written beside its final name and renamed into place, the old spec removed first and the
+new one renamed last, so the folder never holds a half-written file, nor, after an overwrite cut
+short, one save's spec beside another's weights. The other forms are a ``brickwork train`` run
+folder (its newest intact, complete checkpoint), one checkpoint folder, and the single file
+``brickwork export`` writes. What is read here is the spec as stored and the weights; the factory
+builds the model from them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch import nn
 from brickwork.checkpoint.export import read_checkpoint_weights, read_export, read_weights
 from brickwork.checkpoint.folder import is_complete
 from brickwork.checkpoint.run_folder import latest_checkpoint
+from brickwork.layout.vocab_padding import unpadded_state_dict
 
 SPEC_FILE = "spec.yaml"
 WEIGHTS_FILE = "model.safetensors"
@@ -49,7 +51,7 @@ def write_saved_model(
 
 def unique_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     """``model``'s state dict with each tied Parameter once, under its first name, as contiguous CPU
-    tensors."""
+    tensors; a padded vocabulary's real rows only (``vocab_multiple``: the spec pads them again)."""
     seen: dict[int, str] = {}
     aliases = set()
     for name, param in model.named_parameters(remove_duplicate=False):
@@ -58,7 +60,7 @@ def unique_weights(model: nn.Module) -> dict[str, torch.Tensor]:
         seen.setdefault(id(param), name)
     return {
         name: value.detach().cpu().contiguous()
-        for name, value in model.state_dict().items()
+        for name, value in unpadded_state_dict(model).items()
         if name not in aliases
     }
 

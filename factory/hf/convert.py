@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from brickwork.errors import ConfigError
+from brickwork.layout.vocab_padding import unpadded_state_dict
 
 from .bert import Bert
 from .config import HFConfig, config_dict
@@ -60,27 +61,32 @@ def hf_state_to_brickwork(
     return spec, to_brickwork_state(family, variant, spec, state)
 
 
-def build_from_hf(config: Any, architecture: str, state: Mapping[str, torch.Tensor]) -> nn.Module:
-    """Build the spec's model and load the converted weights strictly."""
+def build_from_hf(
+    config: Any, architecture: str, state: Mapping[str, torch.Tensor], vocab_multiple: int = 1
+) -> nn.Module:
+    """Build the spec's model (its vocabulary padded to a multiple of ``vocab_multiple``) and load the
+    converted weights strictly."""
     from brickwork.factory import build_model
 
     spec, bw_state = hf_state_to_brickwork(config, architecture, state)
-    model = build_model(spec)
-    model.load_state_dict(bw_state, strict=True)
+    model = build_model({**spec, "vocab_multiple": vocab_multiple})
+    model.load_state_dict(bw_state, strict=True)  # the real rows: the model pads them
     return model
 
 
-def from_hf(hf_model: nn.Module) -> nn.Module:
+def from_hf(hf_model: nn.Module, *, vocab_multiple: int = 1) -> nn.Module:
     """A brickwork model with the weights and outputs of a transformers model; ``.spec`` is its spec.
 
     Supports ``GPT2LMHeadModel``, ``BertModel`` (with or without pooler), ``BertForMaskedLM``,
     ``LlamaForCausalLM`` and ``GPTNeoXForCausalLM``. The result has the HF model's dtype, device and
     train/eval mode. An HF option brickwork cannot express raises ConfigError naming it.
+    ``vocab_multiple`` (the spec key) pads the vocabulary inside the model, e.g. 64 for GPT-2's 50257:
+    the outputs stay the HF model's.
     """
     config = getattr(hf_model, "config", None)
     if config is None or not isinstance(hf_model, nn.Module):
         raise TypeError(f"from_hf expects a transformers model, got {type(hf_model).__name__}")
-    model = build_from_hf(config, type(hf_model).__name__, hf_model.state_dict())
+    model = build_from_hf(config, type(hf_model).__name__, hf_model.state_dict(), vocab_multiple)
     if hasattr(hf_model, "loss_type"):
         # HF's Trainer counts num_items_in_batch by it (after the causal shift only for "ForCausalLM";
         # a GPT2LMHeadModel's is None), so the copy is trained on the very losses of the original.
@@ -102,7 +108,8 @@ def family_of_spec(spec: Mapping[str, Any]) -> Family:
 def to_hf(model: nn.Module) -> nn.Module:
     """The transformers model with ``model``'s weights; ``model`` must carry its ``.spec``.
 
-    Needs ``transformers``. The HF model has ``model``'s dtype, device and train/eval mode.
+    Needs ``transformers``. The HF model has ``model``'s dtype, device and train/eval mode, and the
+    real vocabulary (``vocab_size`` rows) of a model that pads its own.
     """
     spec = getattr(model, "spec", None)
     if not isinstance(spec, Mapping):
@@ -114,7 +121,7 @@ def to_hf(model: nn.Module) -> nn.Module:
     variant = family.variants[key]
     hf_class = getattr(transformers, variant.architecture)
     hf_model = hf_class(hf_class.config_class(**kwargs), **variant.init)
-    state = to_hf_state(family, variant, spec, model.state_dict())
+    state = to_hf_state(family, variant, spec, unpadded_state_dict(model))  # HF's rows: the real ones
     hf_model.load_state_dict(state, strict=True)
     reference = next(model.parameters())
     return hf_model.to(device=reference.device, dtype=reference.dtype).train(model.training)
