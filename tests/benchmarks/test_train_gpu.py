@@ -1,0 +1,165 @@
+"""The GPU training benchmark in its CPU form: every row runs, every row trains the same problem, and
+the ratios and targets are computed from the rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import torch
+
+from brickwork.benchmarks import train_gpu
+from brickwork.benchmarks.train_gpu_report import add_ratios, markdown, peak_flops, verdicts
+from brickwork.benchmarks.train_gpu_rows import Row, compile_override
+from brickwork.benchmarks.train_gpu_shapes import GPT2_TINY, TINY_SHAPES
+from brickwork.factory import build_model
+from brickwork.train.config import TrainConfig
+
+CUDA = torch.cuda.is_available()
+MODES = ("eager", "compiled") if CUDA else ("eager",)
+CLI_COMPILE = "compile" in {f.name for f in fields(TrainConfig)}
+
+
+def run(out: Path, *args: str) -> dict:
+    """The benchmark's tiny form with two timed steps a row; its JSON results, and the Markdown as
+    ``markdown``."""
+    assert train_gpu.main(["--tiny", "--steps", "2", "--warmup", "1", "--out", str(out), *args]) == 0
+    (written,) = out.glob("train_gpu_*_tiny.json")
+    return {**json.loads(written.read_text()), "markdown": Path(str(written)[: -len(".json")] + ".md")}
+
+
+def expected_failure(row: dict) -> bool:
+    """A compiled brickwork train row, refused while the CLI has no train.compile."""
+    return not CLI_COMPILE and row["implementation"] == "cli" and row["mode"] == "compiled"
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run(tmp_path_factory.mktemp("train_gpu"))
+
+
+def test_every_row_is_measured_and_written(cpu_run: dict) -> None:
+    names = [f"{s.name}/{i}/{m}" for s in TINY_SHAPES for i in ("plain", "brickwork", "cli") for m in MODES]
+    rows = cpu_run["rows"]
+    assert [r["row"] for r in rows] == names
+    assert cpu_run["scale"] == "tiny" and (cpu_run["steps"], cpu_run["warmup"]) == (2, 1)
+    for row in rows:
+        if expected_failure(row):
+            assert "compile" in row["error"]
+            continue
+        assert "error" not in row, row["row"]
+        assert row["tokens_per_s"] > 0 and row["wall_s"] > 0
+        tokens = GPT2_TINY.tokens  # both tiny shapes train 2 x 32 tokens a step
+        assert row["step_ms"] == pytest.approx(1e3 * tokens / row["tokens_per_s"])
+    table = cpu_run["markdown"].read_text()
+    assert all(f"| {name} |" in table for name in names)
+
+
+def test_every_row_trains_the_same_problem(cpu_run: dict) -> None:
+    # At random weights (std 0.02) the logits are near zero: the first loss is near ln(vocabulary)
+    # for every implementation of a shape, whatever its loop, if they train the same problem.
+    rows = [r for r in cpu_run["rows"] if "error" not in r]
+    for shape in TINY_SHAPES:
+        losses = [r["first_loss"] for r in rows if r["shape"] == shape.name]
+        assert len(losses) >= 3
+        assert max(abs(loss - math.log(shape.vocab)) for loss in losses) < 0.1, losses
+        params = {
+            r["implementation"]: r["params"] for r in rows if r["shape"] == shape.name and "params" in r
+        }
+        assert params["plain"] == params["brickwork"]
+
+
+@pytest.mark.parametrize("shape", TINY_SHAPES, ids=lambda s: s.name)
+def test_the_plain_model_has_brickworks_weights_shapes(shape) -> None:
+    def shapes(model: torch.nn.Module) -> list[tuple[int, ...]]:
+        return sorted(tuple(p.shape) for p in model.parameters())
+
+    assert shapes(shape.plain_model()) == shapes(build_model(shape.spec()))
+
+
+def test_ratios_are_the_rows_own(cpu_run: dict) -> None:
+    rows = {r["row"]: r for r in cpu_run["rows"]}
+    for shape in TINY_SHAPES:
+        plain = rows[f"{shape.name}/plain/eager"]
+        assert "x_plain" not in plain
+        for implementation in ("brickwork", "cli"):
+            row = rows[f"{shape.name}/{implementation}/eager"]
+            assert row["x_plain"] == pytest.approx(row["tokens_per_s"] / plain["tokens_per_s"])
+    # Judged on CUDA at the full shapes only; a CPU run lists the targets without a verdict.
+    assert cpu_run["targets"] and all(line["met"] is None for line in cpu_run["targets"])
+
+
+def synthetic(implementation: str, mode: str, tokens_per_s: float, peak_gib: float) -> dict:
+    return {"row": f"gpt2-small/{implementation}/{mode}", "shape": "gpt2-small", "family": "gpt2",
+            "implementation": implementation, "mode": mode, "tokens_per_s": tokens_per_s, "step_ms": 1.0,
+            "peak_gib": peak_gib, "first_loss": 10.8, "wall_s": 1.0}  # fmt: skip
+
+
+def test_targets_judge_each_covered_row() -> None:
+    rows = [
+        synthetic("plain", "eager", 200.0, 16.0),
+        synthetic("plain", "compiled", 400.0, 8.0),
+        synthetic("brickwork", "eager", 300.0, 8.0),  # 1.5x eager: met; memory 1.0x: met
+        synthetic("brickwork", "compiled", 380.0, 9.0),  # 0.95x: not met; memory 1.125x: not met
+        synthetic("cli", "eager", 280.0, 7.0),  # 1.4x: met
+        {**synthetic("cli", "compiled", 0.0, 0.0), "error": "ConfigError: train.compile: unknown key"},
+    ]
+    add_ratios(rows)
+    assert rows[3]["compiled_x_eager"] == pytest.approx(380 / 300)
+    assert rows[1]["compiled_x_eager"] == pytest.approx(2.0)
+    lines = {(line["target"][:20], line["row"]): line for line in verdicts(rows, judged=True)}
+    met = {key: line["met"] for key, line in lines.items()}
+    assert met == {
+        ("brickwork train comp", "gpt2-small/cli/compiled"): None,  # failed: no ratio to judge
+        ("brickwork model comp", "gpt2-small/brickwork/compiled"): False,
+        ("eager brickwork >= 1", "gpt2-small/brickwork/eager"): True,
+        ("eager brickwork >= 1", "gpt2-small/cli/eager"): True,
+        ("brickwork peak memor", "gpt2-small/brickwork/eager"): True,
+        ("brickwork peak memor", "gpt2-small/brickwork/compiled"): False,
+        ("brickwork peak memor", "gpt2-small/cli/eager"): True,
+        ("brickwork peak memor", "gpt2-small/cli/compiled"): None,
+    }
+    metadata = {"device": "NVIDIA H100 80GB HBM3", "timestamp": "t", "torch": "2", "scale": "full",
+                "precision": "bf16-mixed", "warmup": 5, "steps": 10, "mfu_convention": "6N",
+                "targets_judged": True}  # fmt: skip
+    table = markdown(metadata, rows, verdicts(rows, judged=True))
+    target = "brickwork model compiled, bare loop >= 1.0x plain compiled"
+    assert f"| {target} | gpt2-small/brickwork/compiled | 0.95 | **no** |" in table
+    assert "| gpt2-small/cli/compiled | failed: ConfigError: train.compile: unknown key |" in table
+
+
+def test_peak_comes_from_the_planners_presets() -> None:
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16-mixed") == pytest.approx(989e12)
+    assert peak_flops("NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(67e12)
+    assert peak_flops("NVIDIA H100 PCIe", "bf16-mixed") is None  # a lower peak than the preset's board
+    assert peak_flops("CPU AMD EPYC", "fp32") is None
+
+
+def test_cli_rows_switch_compile_by_the_train_option() -> None:
+    assert compile_override("compiled") == ["train.compile=true"]
+    assert compile_override("eager") == (["train.compile=false"] if CLI_COMPILE else [])
+
+
+def test_rows_are_selected_by_pattern() -> None:
+    every = train_gpu.select_rows(TINY_SHAPES, ["*"], compiled=True)
+    assert len(every) == 12 and every[0] == Row(TINY_SHAPES[0], "plain", "eager")
+    eager = train_gpu.select_rows(TINY_SHAPES, ["llama*"], compiled=False)
+    assert [r.name for r in eager] == [f"llama-tiny/{i}/eager" for i in ("plain", "brickwork", "cli")]
+
+
+@pytest.mark.slow
+def test_compiled_rows_train_like_the_eager_ones(tmp_path: Path) -> None:
+    rows = {r["row"]: r for r in run(tmp_path, "--cpu-compile", "--rows", "gpt2*")["rows"]}
+    assert len(rows) == 6
+    for implementation in ("plain", "brickwork", "cli"):
+        compiled = rows[f"gpt2-tiny/{implementation}/compiled"]
+        if expected_failure(compiled):
+            assert "compile" in compiled["error"]
+            continue
+        eager = rows[f"gpt2-tiny/{implementation}/eager"]
+        # The same weights and first batch: compiling changes the kernels, not the loss.
+        assert compiled["first_loss"] == pytest.approx(eager["first_loss"], abs=1e-4)
+        assert compiled["compiled_x_eager"] == pytest.approx(compiled["tokens_per_s"] / eager["tokens_per_s"])
