@@ -31,15 +31,17 @@ from pathlib import Path
 
 import torch
 
+from brickwork.train.mfu import run_utilization
+
 from .report import device_name, device_slug
-from .train_gpu_report import add_ratios, markdown, peak_flops, verdicts
+from .train_gpu_report import add_ratios, markdown, verdicts
 from .train_gpu_rows import IMPLEMENTATIONS, MODES, Row, Settings, measure
 from .train_gpu_shapes import FULL_SHAPES, TINY_SHAPES, Shape
 
 MFU_CONVENTION = (
-    "model FLOPs per token 6·N + 12·L·H·Q·T (N: the weights in matmuls, LM head included; the whole "
-    "attention square), times tokens/s, over the device's dense peak at the step's precision "
-    "(parallel/planner/devices.py presets)."
+    "as brickwork train logs it (brickwork/train/mfu.py): model FLOPs per token 6·N + 12·L·H·Q·T "
+    "(N: the weights in matmuls, LM head included; the whole attention square) times tokens/s, over "
+    "the device's dense peak at the step's precision (parallel/planner/devices.py presets)."
 )
 
 
@@ -88,13 +90,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"no row matches {ns.rows}" + ("" if cuda else " (compiled rows need --cpu-compile)"))
     precision = "bf16-mixed" if cuda else "fp32"
     name = device_name(device)
-    peak = peak_flops(name, precision)
-    flops = {shape.name: shape.flops_per_token() for shape in shapes}
+    # Every row of a shape is divided by the same FLOPs: the plain models have brickwork's weights.
+    utilization = {s.name: run_utilization(s.spec(), s.seq_len, precision, device, 1) for s in shapes}
+    first = utilization[shapes[0].name]
     metadata = {
         "device": name, "torch": torch.__version__, "cuda": torch.version.cuda,
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "scale": "tiny" if tiny else "full", "precision": precision, "warmup": ns.warmup, "steps": ns.steps,
-        "peak_flops": peak, "flops_per_token": flops, "mfu_convention": MFU_CONVENTION,
+        "peak_flops": first.peak_flops, "mfu_convention": MFU_CONVENTION, "mfu_unknown": first.unknown,
+        "flops_per_token": {shape: u.flops_per_token for shape, u in utilization.items()},
         "targets_judged": cuda and not tiny,
     }  # fmt: skip
 
@@ -108,8 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for number, row in enumerate(rows, start=1):
             log(f"[{number}/{len(rows)}] {row.name} ...")
             result = measure(row, settings)
-            if "tokens_per_s" in result and peak is not None:
-                result["mfu"] = result["tokens_per_s"] * flops[row.shape.name] / peak
+            if "tokens_per_s" in result:
+                result["mfu"] = utilization[row.shape.name].mfu(result["tokens_per_s"])
             log(f"[{number}/{len(rows)}] {row.name:<28} {describe(result)}")
             results.append(result)
     log(f"{len(rows)} rows in {time.perf_counter() - started:.0f} s")

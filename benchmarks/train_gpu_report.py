@@ -1,5 +1,5 @@
-"""What the GPU training benchmark derives from its rows: MFU, the ratios between rows, the issue's
-targets met or not, and the Markdown table.
+"""What the GPU training benchmark derives from its rows: the ratios between rows, the issue's targets
+met or not, and the Markdown table.
 
 Ratios are of tokens/s: each brickwork row (``brickwork``, ``cli``) over the ``plain`` row of the same
 shape and mode (``x_plain``), each compiled row over the eager row of the same shape and
@@ -10,28 +10,6 @@ shape's plain compiled row (``memory_x_plain_compiled``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-# How torch.cuda.get_device_name spells the boards whose peaks the planner's presets carry
-# (parallel/planner/devices.py). Exact names only: an H100 PCIe or NVL has lower peaks than the SXM
-# board's, and no MFU is better than a wrong one.
-BOARD_PRESETS = {
-    "NVIDIA H100 80GB HBM3": "H100-80GB",
-    "NVIDIA H200": "H200",
-    "NVIDIA A100-SXM4-80GB": "A100-80GB",
-    "NVIDIA A100-SXM4-40GB": "A100-40GB",
-}
-
-
-def peak_flops(device_name: str, precision: str) -> float | None:
-    """The dense peak FLOP/s of the named device at the train step's ``precision`` (fp32's for
-    ``fp32``, bf16's otherwise), from the planner's presets; None for a CPU or an unknown board."""
-    from brickwork.parallel.planner.devices import DEVICE_PRESETS
-
-    preset = BOARD_PRESETS.get(device_name)
-    if preset is None:
-        return None
-    device = DEVICE_PRESETS[preset]
-    return device.peak_flops_fp32 if precision == "fp32" else device.peak_flops_bf16
 
 
 def succeeded(row: dict) -> bool:
@@ -134,6 +112,8 @@ def markdown(metadata: dict, rows: list[dict], lines: list[dict]) -> str:
     for line in lines:
         met = {True: "yes", False: "**no**", None: "n/a"}[line["met"]]
         out.append(f"| {line['target']} | {line['row']} | {_cell(line['value'], '.2f')} | {met} |")
+    if metadata.get("mfu_unknown"):
+        out += ["", f"MFU unknown: {metadata['mfu_unknown']}."]
     if not metadata["targets_judged"]:
         out += ["", "The targets are judged on CUDA at the full shapes only."]
     return "\n".join(out) + "\n"

@@ -215,7 +215,4 @@ def run_cli(row: Row, settings: Settings) -> dict:
     tokens_per_s = statistics.median(r["tokens_per_s"] for r in timed)
     result = {"tokens_per_s": tokens_per_s, "step_ms": 1e3 * shape.tokens / tokens_per_s}
     result["first_loss"] = records[0]["loss"]
-    logged = [r["mfu"] for r in timed if r.get("mfu") is not None]
-    if logged:
-        result["logged_mfu"] = statistics.median(logged)
     return result

@@ -18,9 +18,6 @@ from typing import Any
 
 from torch import nn
 
-from brickwork.parallel.planner.flops import step_flops
-from brickwork.parallel.planner.model_facts import model_facts
-
 from . import llama_reference, nanogpt_reference
 
 
@@ -76,12 +73,6 @@ class Shape:
             self.vocab, self.seq_len, self.layers, self.heads, self.kv_heads, self.dim, self.hidden
         )
         return llama_reference.Llama(config)
-
-    def flops_per_token(self) -> float:
-        """Model FLOPs of one trained token: the planner's count (parallel/planner/flops.py), which
-        is nanoGPT's ``6·N + 12·L·H·Q·T``: N the weights that take part in a matmul (the LM head's
-        included; embedding lookups, biases and norm gains left out), the whole attention square."""
-        return step_flops(model_facts(self.spec()), tokens=1, seq_len=self.seq_len, recompute="none")
 
 
 GPT2_SMALL = Shape("gpt2-small", "gpt2", 12, 768, 12, 12, 3072, 50257, 1024, 16)

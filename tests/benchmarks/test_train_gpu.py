@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from brickwork.benchmarks import train_gpu
-from brickwork.benchmarks.train_gpu_report import add_ratios, markdown, peak_flops, verdicts
+from brickwork.benchmarks.train_gpu_report import add_ratios, markdown, verdicts
 from brickwork.benchmarks.train_gpu_rows import Row, compile_override
 from brickwork.benchmarks.train_gpu_shapes import GPT2_TINY, TINY_SHAPES
 from brickwork.factory import build_model
@@ -66,10 +66,6 @@ def test_every_row_trains_the_same_problem(cpu_run: dict) -> None:
         losses = [r["first_loss"] for r in rows if r["shape"] == shape.name]
         assert len(losses) >= 3
         assert max(abs(loss - math.log(shape.vocab)) for loss in losses) < 0.1, losses
-        params = {
-            r["implementation"]: r["params"] for r in rows if r["shape"] == shape.name and "params" in r
-        }
-        assert params["plain"] == params["brickwork"]
 
 
 @pytest.mark.parametrize("shape", TINY_SHAPES, ids=lambda s: s.name)
@@ -77,7 +73,9 @@ def test_the_plain_model_has_brickworks_weights_shapes(shape) -> None:
     def shapes(model: torch.nn.Module) -> list[tuple[int, ...]]:
         return sorted(tuple(p.shape) for p in model.parameters())
 
-    assert shapes(shape.plain_model()) == shapes(build_model(shape.spec()))
+    # Up to the rows brickwork may pad its vocabulary with inside (vocab_multiple), the same weights.
+    unpadded = {**shape.spec(), "vocab_multiple": 1}
+    assert shapes(shape.plain_model()) == shapes(build_model(unpadded))
 
 
 def test_ratios_are_the_rows_own(cpu_run: dict) -> None:
@@ -131,11 +129,11 @@ def test_targets_judge_each_covered_row() -> None:
     assert "| gpt2-small/cli/compiled | failed: ConfigError: train.compile: unknown key |" in table
 
 
-def test_peak_comes_from_the_planners_presets() -> None:
-    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16-mixed") == pytest.approx(989e12)
-    assert peak_flops("NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(67e12)
-    assert peak_flops("NVIDIA H100 PCIe", "bf16-mixed") is None  # a lower peak than the preset's board
-    assert peak_flops("CPU AMD EPYC", "fp32") is None
+def test_mfu_is_brickwork_trains_and_unknown_on_a_cpu(cpu_run: dict) -> None:
+    if CUDA:
+        pytest.skip("on CUDA the MFU of a known board is a number")
+    assert cpu_run["peak_flops"] is None and "no peak FLOP/s is known for cpu" in cpu_run["mfu_unknown"]
+    assert all(row.get("mfu") is None for row in cpu_run["rows"])
 
 
 def test_cli_rows_switch_compile_by_the_train_option() -> None:
