@@ -24,6 +24,8 @@ _GPT2_BLOCK = {
     "residual": {"name": "pre"},
 }
 
+# Every preset with a vocabulary pads it to a multiple of 64 inside the model (vocab_multiple): the
+# head's GEMMs keep cuBLAS's aligned kernels; the logits and loss keep the real vocabulary.
 PRESETS: dict[str, dict[str, Any]] = {
     # GPT-2 small (Radford et al. 2019): 124,439,808 parameters with the tied LM head.
     "gpt2": {
@@ -34,6 +36,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "position": {"name": "learned"},
         "dropout": 0.1,
         "tie_embeddings": True,
+        "vocab_multiple": 64,
         "init": {"name": "normal", "std": 0.02, "scaled_residual": True},
         "decoder": {"num_layers": 12, "block": _GPT2_BLOCK},
     },
@@ -43,6 +46,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "vocab_size": 256,
         "dim_model": 128,
         "max_seq_len": 256,
+        "vocab_multiple": 64,
         "position": {"name": "learned"},
         "init": {"name": "normal", "std": 0.02, "scaled_residual": True},
         "decoder": {
@@ -68,6 +72,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "final_norm": False,
         "head": "mlm",
         "tie_embeddings": True,
+        "vocab_multiple": 64,
         "init": {"name": "normal", "std": 0.02},
         "encoder": {
             "num_layers": 12,
@@ -87,6 +92,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_seq_len": 2048,
         "position": {"name": "rotary", "base": 10000.0},
         "tie_embeddings": False,
+        "vocab_multiple": 64,
         "init": {"name": "normal", "std": 0.02},
         "decoder": {
             "num_layers": 8,
@@ -108,6 +114,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "position": {"name": "rotary"},
         "dropout": 0.1,
         "tie_embeddings": True,
+        "vocab_multiple": 64,
         "init": {"name": "normal", "std": 0.02},
         "encoder": {
             "num_layers": 6,

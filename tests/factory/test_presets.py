@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from brickwork.factory import ConfigError, build_model, get_preset, list_presets
+from brickwork.layout.vocab_padding import padded_names
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 
@@ -15,6 +16,16 @@ def documented_counts() -> dict[str, int]:
     """Preset name -> parameter count from the presets table of docs/spec.md."""
     rows = re.findall(r"^\| `([\w-]+)` \| \w+ \| .* \| ([\d,]+) \|$", DOCS.read_text(), flags=re.M)
     return {name: int(count.replace(",", "")) for name, count in rows}
+
+
+def real_parameters(model: torch.nn.Module) -> int:
+    """The parameters of ``model`` with its real vocabulary: the padding rows its ``vocab_multiple``
+    adds hold no weights (they stay zero) and are not counted."""
+    padded = padded_names([model])
+    return sum(
+        (padded[name].unpad(param) if name in padded else param).numel()
+        for name, param in model.named_parameters()
+    )
 
 
 def gpt2_parameters(vocab: int, positions: int, dim: int, layers: int, hidden: int) -> int:
@@ -35,7 +46,8 @@ def test_gpt2_has_the_gpt2_small_parameter_count() -> None:
     spec = get_preset("gpt2")
     spec["decoder"]["num_layers"] = 1
     model = build_model(spec)
-    assert sum(p.numel() for p in model.parameters()) == gpt2_parameters(50257, 1024, 768, 1, 3072)
+    assert real_parameters(model) == gpt2_parameters(50257, 1024, 768, 1, 3072)
+    assert model.token_embedding.weight.shape[0] == 50304  # vocab_multiple: 64, as nanoGPT's
     assert model.lm_head.weight is model.token_embedding.weight
     assert hasattr(model.layers[0].attention, "qkv_proj")
 
@@ -50,7 +62,7 @@ def test_docs_list_every_preset() -> None:
 def test_preset_builds_runs_and_matches_its_documented_size(name: str) -> None:
     torch.manual_seed(0)
     model = build_model(get_preset(name))
-    assert sum(p.numel() for p in model.parameters()) == documented_counts()[name]
+    assert real_parameters(model) == documented_counts()[name]
     spec = model.spec
     if spec["model"] == "image_encoder":
         out = model(torch.randn(1, spec["channels"], spec["image_size"], spec["image_size"]))
@@ -75,6 +87,12 @@ def test_llama_preset_is_llama_shaped() -> None:
     assert type(layer.attention_norm).__name__ == "RMSNorm"
     assert type(layer.feedforward).__name__ == "SwiGLU"
     assert layer.attention.num_kv_heads == 2 and layer.attention.rotary is not None
+
+
+def test_every_preset_with_a_vocabulary_pads_it_to_a_multiple_of_64() -> None:
+    for name in list_presets():
+        spec = get_preset(name)
+        assert spec.get("vocab_multiple") == (64 if "vocab_size" in spec else None), name
 
 
 def test_presets_are_exact_names_and_fresh_copies() -> None:
