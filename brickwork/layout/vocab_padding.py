@@ -83,26 +83,29 @@ class VocabPadding:
             return full.narrow(dim, 0, self.vocab)
         return full.index_select(dim, self.real_index(full.device))
 
-    def unpadded_view(self, padded: torch.Tensor, dim: int = 0) -> torch.Tensor:
-        """The real rows of ``padded`` (padded along ``dim``), sharing its storage: at ``tp=1`` of a
-        plain tensor, else of a DTensor sharded over one mesh dim of ``tp`` ranks (a DTensor of the
-        ``vocab`` rows, unevenly sharded as ``torch.chunk`` splits them).
+    def has_view(self, padded: torch.Tensor, dim: int = 0) -> bool:
+        """Whether :meth:`unpadded_view` can show the real rows of ``padded`` as a view: at ``tp=1`` of
+        a plain tensor, else of a DTensor sharded over one mesh dim of ``tp`` ranks."""
+        if not isinstance(padded, DTensor):
+            return self.tp == 1
+        dim = dim % padded.dim()
+        return tuple(padded.placements) == (Shard(dim),) and padded.device_mesh.size() == self.tp
 
-        Any other tensor (e.g. FSDP's shards) raises ValueError.
+    def unpadded_view(self, padded: torch.Tensor, dim: int = 0) -> torch.Tensor:
+        """The real rows of ``padded`` (padded along ``dim``), sharing its storage: a plain tensor's
+        prefix, or the DTensor of the ``vocab`` rows, unevenly sharded as ``torch.chunk`` splits them.
+
+        A tensor without such a view (:meth:`has_view`; e.g. FSDP's shards) raises ValueError.
         """
         dim = dim % padded.dim()
-        if self.tp == 1 and not isinstance(padded, DTensor):
-            return padded.narrow(dim, 0, self.vocab)
-        if (
-            not isinstance(padded, DTensor)
-            or tuple(padded.placements) != (Shard(dim),)
-            or padded.device_mesh.size() != self.tp
-        ):
+        if not self.has_view(padded, dim):
             placements = padded.placements if isinstance(padded, DTensor) else "a plain tensor"
             raise ValueError(
                 f"a vocabulary padded over {self.tp} rank(s) is unpadded as a view from a tensor split "
                 f"that way only, got {placements}; use full_state_dict() for this layout"
             )
+        if not isinstance(padded, DTensor):
+            return padded.narrow(dim, 0, self.vocab)
         mesh = padded.device_mesh
         rows = self.real_rows(mesh.get_local_rank())
         return _narrowed(padded, mesh, dim, rows, self.vocab)

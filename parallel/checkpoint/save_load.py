@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from brickwork.checkpoint.folder import (
     COMPLETE_MARKER,
@@ -60,7 +61,7 @@ def save_checkpoint(
         (folder / COMPLETE_MARKER).unlink(missing_ok=True)
         (folder / "rng").mkdir(parents=True, exist_ok=True)
     _barrier()
-    state = {f"model.{k}": v for k, v in _model_state(model).items()}
+    state = {f"model.{k}": v for k, v in _model_state(model)[0].items()}
     if optimizer is not None:
         state.update(_optimizer_state(model, optimizer))
     with quiet_single_process():
@@ -104,18 +105,24 @@ def load_checkpoint(
     skips the manifest check (it reads every byte) for a folder the caller has just checked.
     """
     folder, meta, reader, stored = open_checkpoint(directory, verify=verify)
-    state: dict[str, Any] = {f"model.{k}": v for k, v in _model_state(model).items()}
+    model_state, copies = _model_state(model)
+    state: dict[str, Any] = {f"model.{k}": v for k, v in model_state.items()}
     missing = [k for k in state if k not in stored]
     if missing:
         raise CorruptCheckpointError(f"{folder} has no weights for {[k[6:] for k in missing]}")
     destinations = _optimizer_destinations(model, optimizer, stored) if optimizer is not None else {}
-    state.update({key: tensor for key, (_, _, tensor, _) in destinations.items()})
+    state.update({key: d.tensor for key, d in destinations.items()})
     with reading(folder), quiet_single_process():
         dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=not dist.is_initialized())
-    for param, name, _, value in destinations.values():
-        if isinstance(value, DTensor) and not isinstance(param, DTensor):
+    for name, (param, padding) in copies.items():
+        _write_back(param, padding.pad(state[f"model.{name}"]))
+    for d in destinations.values():
+        if d.copied_from is not None:
+            _write_back(d.kept, d.copied_from.pad(d.tensor))
+        value = d.kept
+        if isinstance(value, DTensor) and not isinstance(d.param, DTensor):
             value = value.to_local()  # a LocalShards shard keeps plain local state
-        _local_optimizer(model, optimizer).state[param][name] = value
+        _local_optimizer(model, optimizer).state[d.param][d.name] = value
     if optimizer is not None and meta.get("param_groups"):
         _restore_hyperparameters(optimizer, meta["param_groups"])
     rank, _ = _rank_and_world()
@@ -128,22 +135,44 @@ def load_checkpoint(
     return meta
 
 
-def _model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+def _model_state(
+    model: nn.Module,
+) -> tuple[dict[str, torch.Tensor], dict[str, tuple[torch.Tensor, VocabPadding]]]:
     """The model's state dict, by single-process names: DTensors where sharded, sharing storage with
-    the parameters (so DCP loads in place); a padded vocabulary as the view of its real rows, a packed
-    ``colwise:N`` parameter in the single-process column order (parallel/checkpoint/packed_shards.py)."""
+    the parameters (so DCP loads in place); a padded vocabulary by its real rows, a packed
+    ``colwise:N`` parameter in the single-process column order (parallel/checkpoint/packed_shards.py).
+
+    Also, by name, (tensor, padding) of each padded tensor whose real rows no view shows (FSDP's
+    shards of the rows): its entry is a gathered copy of them, which a load writes back.
+    """
     state = parallel_state(model)
     local = model.state_dict() if state is None else state.local_state_dict()
-    padded = padded_names(state.modules) if state is not None else {}
+    padded = _padded(model)
     packed = _packed(model)
-    out = {}
+    out, copies = {}, {}
     for name, value in local.items():
         if name in padded:
-            value = padded[name].unpadded_view(value)
-        elif name in packed:
-            value = natural_order_view(value, *packed[name])
-        out[name] = value
-    return out
+            out[name] = _real_rows(padded[name], value)
+            if not padded[name].has_view(value):
+                copies[name] = (value, padded[name])
+        else:
+            out[name] = natural_order_view(value, *packed[name]) if name in packed else value
+    return out, copies
+
+
+def _real_rows(padding: VocabPadding, value: torch.Tensor) -> torch.Tensor:
+    """The real rows of a padded tensor: a view of them, or where there is none (:meth:`VocabPadding.
+    has_view`) a copy of them gathered from every rank (collective), replicated."""
+    if padding.has_view(value):
+        return padding.unpadded_view(value)
+    return padding.unpad(value.full_tensor() if isinstance(value, DTensor) else value).clone()
+
+
+def _write_back(target: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy the whole padded ``full`` into ``target``, a DTensor: this rank's part of it, as laid out."""
+    mesh, placements = target.device_mesh, target.placements
+    local = distribute_tensor(full.to(target.device), mesh, placements, src_data_rank=None).to_local()
+    target.to_local().copy_(local)
 
 
 def _packed(model: nn.Module) -> dict[str, tuple[int, torch.Tensor]]:
@@ -189,7 +218,7 @@ def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
             if isinstance(value, torch.Tensor):
                 value = _as_global(value, param)
                 if name in padded and value.shape == _param_shape(param):
-                    value = padded[name].unpadded_view(value)
+                    value = _real_rows(padded[name], value)
                 elif name in packed and value.shape == _param_shape(param):
                     value = natural_order_view(value, *packed[name])
                 out[f"optim.{name}.{key}"] = value
@@ -198,7 +227,7 @@ def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
 
 def _padded(model: nn.Module) -> dict[str, VocabPadding]:
     state = parallel_state(model)
-    return padded_names(state.modules) if state is not None else {}
+    return padded_names(state.modules if state is not None else [model])
 
 
 def _param_shape(param: torch.Tensor) -> torch.Size:
@@ -207,16 +236,29 @@ def _param_shape(param: torch.Tensor) -> torch.Size:
     return torch.Size(spec.shape) if spec is not None else param.shape
 
 
+@dataclass(frozen=True)
+class _Destination:
+    """Where one optimizer state tensor of a checkpoint loads: ``param``'s state ``name``. DCP fills
+    ``tensor``, an empty tensor laid out like the parameter; the optimizer keeps ``kept``: the same, or
+    for a padded vocabulary the padded one that ``tensor`` is a view of, or, where there is no view, a
+    copy of (``copied_from``, the padding, which the load writes back through)."""
+
+    param: torch.Tensor
+    name: str
+    tensor: torch.Tensor
+    kept: torch.Tensor
+    copied_from: VocabPadding | None = None
+
+
 def _optimizer_destinations(
     model: nn.Module, optimizer: torch.optim.Optimizer, stored: Mapping[str, Any]
-) -> dict[str, tuple[torch.Tensor, str, torch.Tensor, torch.Tensor]]:
-    """For each optimizer state tensor in the checkpoint that this rank's optimizer holds: its
-    parameter, state key, an empty tensor laid out like the parameter to load it into, and the tensor
-    the optimizer keeps (the same, or for a padded vocabulary the padded one it is a view of)."""
+) -> dict[str, _Destination]:
+    """A :class:`_Destination` for each optimizer state tensor in the checkpoint that this rank's
+    optimizer holds."""
     local = _local_optimizer(model, optimizer)
     owned = {id(p) for group in local.param_groups for p in group["params"]}
     padded, packed = _padded(model), _packed(model)
-    out: dict[str, tuple[torch.Tensor, str, torch.Tensor, torch.Tensor]] = {}
+    out: dict[str, _Destination] = {}
     done: set[int] = set()
     for name, param in _trainable(model).items():
         prefix = f"optim.{name}."
@@ -232,14 +274,16 @@ def _optimizer_destinations(
             kept = _as_global(torch.zeros_like(param, dtype=dtype), param)
             # A padded vocabulary's state is stored unpadded: it loads into the real rows of ``kept``;
             # a packed parameter's in the single-process order.
-            tensor = kept
+            tensor, copied_from = kept, None
             if name in padded:
-                tensor = padded[name].unpadded_view(kept)
+                tensor = _real_rows(padded[name], kept)
+                copied_from = None if padded[name].has_view(kept) else padded[name]
             elif name in packed:
                 tensor = natural_order_view(kept, *packed[name])
             if tuple(md.size) != tuple(tensor.shape):
                 tensor = kept = torch.zeros(tuple(md.size), dtype=dtype)
-            out[key] = (param, key[len(prefix) :], tensor, kept)
+                copied_from = None
+            out[key] = _Destination(param, key[len(prefix) :], tensor, kept, copied_from)
     return out
 
 

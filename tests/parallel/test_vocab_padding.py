@@ -1,5 +1,6 @@
-"""A vocabulary tensor parallel does not divide is padded inside the model and invisible outside:
-HF GPT-2's 50257 and an odd brickwork vocabulary train like one process, and checkpoints reshard."""
+"""A vocabulary tensor parallel does not divide, or that the model pads itself (vocab_multiple), is
+padded inside the model and invisible outside: HF GPT-2's 50257 and an odd brickwork vocabulary
+train like one process, and checkpoints reshard."""
 
 from __future__ import annotations
 
@@ -152,11 +153,47 @@ def test_zero3_and_pipeline_over_tp2_and_a_tp4_reload(
         _check_run(rank["pp2tp2"], ref_pipeline)
         torch.testing.assert_close(rank["tp4"]["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(rank["tp4"]["next_loss"], saved_run["next_loss"], rtol=1e-5, atol=1e-5)
-        assert "use full_state_dict()" in rank["refused"]
-        torch.testing.assert_close(rank["ddp"]["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
-    one = load_run(str(tmp_path / "ddp"), None)  # DDP over TP keeps local shards: their state unpadded too
-    torch.testing.assert_close(one["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(one["next_loss"], saved_run["next_loss"], rtol=1e-5, atol=1e-5)
+        for run in ("zero3-load", "zero3-save", "ddp"):
+            torch.testing.assert_close(rank[run]["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(rank[run]["next_loss"], saved_run["next_loss"], rtol=1e-5, atol=1e-5)
+    # DDP over TP keeps local shards, ZeRO-3 over TP gathers the real rows: either state is unpadded.
+    for run in ("ddp", "zero3"):
+        one = load_run(str(tmp_path / run), None)
+        torch.testing.assert_close(one["logits"], saved_run["logits"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(one["next_loss"], saved_run["next_loss"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("run", ["padded", "padded-zero3"])
+def test_a_self_padded_model_trains_like_one_process_and_like_the_unpadded_one(
+    run: str, tp2_results: list[dict]
+) -> None:
+    # vocab_multiple: 64 pads 101 to 128 rows, which tp=2 divides: no more rows, laid out per shard.
+    padded, unpadded = reference("padded"), reference("odd")
+    _check_run(padded, unpadded)  # one process: the same seed gives the very weights and losses
+    for rank in tp2_results:
+        _check_run(rank[run], padded)
+        assert rank[run]["embedding_rows"] == 128 // 2  # split over tp=2, or over dp=2 by FSDP
+        torch.testing.assert_close(rank["padded-generated"], generated(build("odd")), rtol=0, atol=0)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_a_self_padded_zero3_checkpoint_holds_the_real_rows(
+    saved: str, tp2_results: list[dict], tmp_path: Path
+) -> None:
+    folder = str(Path(saved) / "padded")
+    weights = load_file(export(folder, tmp_path / "padded.safetensors"))
+    assert weights["token_embedding.weight"].shape[0] == ODD_VOCAB  # FSDP's shards, gathered unpadded
+    build("odd").load_state_dict(weights, strict=True)
+    one = load_run(folder, None, "padded")
+    for rank in tp2_results:
+        for run in (one, rank["padded-load"]):  # in one process, and back under ZeRO-3 (written back)
+            torch.testing.assert_close(run["logits"], rank["padded-save"]["logits"], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(
+                run["next_loss"], rank["padded-save"]["next_loss"], rtol=1e-5, atol=1e-5
+            )
 
 
 def test_an_id_past_the_vocabulary_is_an_index_error_as_on_one_process(tp2_results: list[dict]) -> None:

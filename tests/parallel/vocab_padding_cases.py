@@ -1,6 +1,7 @@
 """Models with vocabularies tensor parallel does not divide, and what spawned ranks run on them:
-HF GPT-2 with its real vocabulary (50257) and a brickwork decoder with an odd one, trained through
-the TrainStep (loss-parallel cross entropy), checkpointed, and reloaded under other layouts."""
+HF GPT-2 with its real vocabulary (50257) and a brickwork decoder with an odd one (also padded by the
+model itself, vocab_multiple), trained through the TrainStep (loss-parallel cross entropy),
+checkpointed, and reloaded under other layouts."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ DIM, SEQ, BATCH, STEPS = 16, 8, 4, 3
 
 def build(kind: str, seed: int = 0) -> nn.Module:
     """``gpt2-hf``: HF GPT2LMHeadModel, vocab 50257, tied head. ``odd``: brickwork's gpt-tiny decoder,
-    vocab 101, tied head, 1 layer (``odd2``: 2 layers, for a pipeline)."""
+    vocab 101, tied head, 1 layer (``odd2``: 2 layers, for a pipeline; ``padded``: ``odd`` padded to
+    128 rows by its own ``vocab_multiple: 64``, whose seed gives it ``odd``'s weights)."""
     torch.manual_seed(seed)
     if kind == "gpt2-hf":
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -36,6 +38,7 @@ def build(kind: str, seed: int = 0) -> nn.Module:
         return GPT2LMHeadModel(config)
     spec = copy.deepcopy(get_preset("gpt-tiny"))
     spec.update(vocab_size=ODD_VOCAB, dim_model=DIM, max_seq_len=2 * SEQ)
+    spec["vocab_multiple"] = 64 if kind == "padded" else 1
     spec["decoder"]["num_layers"] = 2 if kind == "odd2" else 1
     spec["decoder"]["block"]["attention"]["num_heads"] = 4
     spec["decoder"]["block"]["feedforward"]["hidden_dim"] = 32
@@ -108,10 +111,10 @@ def train(kind: str, layout: dict[str, Any]) -> dict[str, Any]:
     return {"losses": losses, "logits": first, "state": full_state_dict(model), "embedding_rows": rows}
 
 
-def save_run(root: str, layout: dict[str, Any]) -> dict[str, Any]:
-    """The odd-vocabulary decoder: one AdamW step under ``layout``, saved to root; then its logits,
-    and the loss of one more step (which reads the optimizer state)."""
-    model = parallelize(build("odd"), layout)
+def save_run(root: str, layout: dict[str, Any], kind: str = "odd") -> dict[str, Any]:
+    """The odd-vocabulary decoder (or ``kind``): one AdamW step under ``layout``, saved to root; then
+    its logits, and the loss of one more step (which reads the optimizer state)."""
+    model = parallelize(build(kind), layout)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     step = TrainStep(model, opt, "causal_lm")
     ids, labels = batches("odd")
@@ -120,9 +123,10 @@ def save_run(root: str, layout: dict[str, Any]) -> dict[str, Any]:
     return {"logits": logits(model, ids[1]), "next_loss": step({"input_ids": ids[1], "labels": labels[1]})}
 
 
-def load_run(root: str, layout: dict[str, Any] | None) -> dict[str, Any]:
-    """Load the checkpoint of :func:`save_run` under ``layout`` (None: a plain single process)."""
-    model = build("odd", seed=1)  # other weights: everything must come from the checkpoint
+def load_run(root: str, layout: dict[str, Any] | None, kind: str = "odd") -> dict[str, Any]:
+    """Load the checkpoint of :func:`save_run` into ``kind`` under ``layout`` (None: a plain single
+    process)."""
+    model = build(kind, seed=1)  # other weights: everything must come from the checkpoint
     if layout is not None:
         model = parallelize(model, layout)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -156,13 +160,20 @@ def meta_built(layout: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def tp2_rank(root: str) -> dict[str, Any]:
-    """Both models at tp=2, greedy decoding, and the odd decoder's tp=2 checkpoint saved to root
-    (one spawn for all: process start-up dominates)."""
-    tp2 = {"tensor_parallel_size": 2}
+    """Both models at tp=2, greedy decoding, and the odd decoder's tp=2 checkpoint saved to root;
+    the self-padded decoder at tp=2 and under ZeRO-3 (dp=2), saved under ZeRO-3 to root/padded and
+    reloaded there (one spawn for all: process start-up dominates)."""
+    tp2, zero3 = {"tensor_parallel_size": 2}, {"data_parallel_size": 2, "zero_stage": 3}
+    padded_root = str(Path(root) / "padded")
     return {
         "gpt2-hf": train("gpt2-hf", tp2),
         "odd": train("odd", tp2),
         "odd-sp": train("odd", {**tp2, "sequence_parallel": True, "vocab_multiple": 8}),
+        "padded": train("padded", tp2),
+        "padded-zero3": train("padded", zero3),
+        "padded-generated": generated(parallelize(build("padded"), tp2)),
+        "padded-save": save_run(padded_root, zero3, "padded"),
+        "padded-load": load_run(padded_root, zero3, "padded"),
         "base": base_hidden(parallelize(build("gpt2-hf").transformer, tp2)),
         "generated": generated(parallelize(build("odd"), tp2)),
         "meta": meta_built(tp2),
@@ -181,26 +192,18 @@ def out_of_range(model: nn.Module) -> str:
     return ""
 
 
-def refused_save(root: str, layout: dict[str, Any]) -> str:
-    """The message with which ``save_checkpoint`` refuses the odd decoder under ``layout``."""
-    model = parallelize(build("odd"), layout)
-    try:
-        save_checkpoint(Path(root), model, None, 0)
-    except ValueError as error:
-        return str(error)
-    return ""
-
-
 def four_rank(root: str, scratch: str) -> dict[str, Any]:
     """GPT-2 at dp2×tp2 with ZeRO-3, the 2-layer odd decoder at pp2×tp2 (its tied embedding and head
-    on different stages), the tp=2 checkpoint in root reloaded at tp=4, and a checkpoint
-    of a padded vocabulary under ZeRO-3 over TP (refused) and under DDP over TP (saved to scratch/ddp;
-    every data-parallel rank takes the whole batch, so the run is the tp=2 run of :func:`save_run`)."""
+    on different stages), the tp=2 checkpoint in root reloaded at tp=4 and under ZeRO-3 over TP, and
+    checkpoints of a padded vocabulary under ZeRO-3 over TP (scratch/zero3, its real rows gathered)
+    and under DDP over TP (scratch/ddp); every data-parallel rank takes the whole batch, so each run
+    is the tp=2 run of :func:`save_run`."""
     zero3 = {"data_parallel_size": 2, "tensor_parallel_size": 2, "zero_stage": 3}
     return {
         "zero3": train("gpt2-hf", zero3),
         "pp2tp2": train("odd2", {"pipeline_parallel_size": 2, "tensor_parallel_size": 2}),
         "tp4": load_run(root, {"tensor_parallel_size": 4}),
-        "refused": refused_save(scratch, zero3),
+        "zero3-load": load_run(root, zero3),
+        "zero3-save": save_run(str(Path(scratch) / "zero3"), zero3),
         "ddp": save_run(str(Path(scratch) / "ddp"), {"data_parallel_size": 2, "tensor_parallel_size": 2}),
     }
