@@ -21,6 +21,7 @@ from brickwork.errors import ConfigError
 from brickwork.layout import PlanValue
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
 from brickwork.parallel.agreement import check_agreement
+from brickwork.parallel.compile import apply_compile, check_compilable
 from brickwork.parallel.config import ParallelConfig, WorldSizeError
 from brickwork.parallel.context_parallel import apply_context_parallel
 from brickwork.parallel.data.apply import apply_data_parallel
@@ -38,6 +39,7 @@ def parallelize(
     *,
     plan: Mapping[str, PlanValue] | None = None,
     divide: Mapping[str, Sequence[str]] | None = None,
+    compile: bool = False,
 ) -> nn.Module:
     """Lay ``model`` out over all ranks as the dist dict says, in place; every rank calls it.
 
@@ -51,6 +53,10 @@ def parallelize(
     neither: their plans come from parallel/plans/ by model type. Rank 0 may pass the real model
     while the others pass it built on the meta device (parallel/materialize.py), except under a
     pipeline. In a plain ``python`` process this is a world of one.
+
+    ``compile=True`` compiles each layer, and the head and loss, as regions of their own
+    (parallel/compile.py), after tensor parallel, expert parallel and activation checkpointing and
+    before data parallel; a layout that cannot compile is refused (ConfigError) before anything changes.
     """
     try:
         config = launched_config(dist_config)
@@ -58,17 +64,21 @@ def parallelize(
         _refuse_on_every_rank(model, err)
     if parallel_state(model) is not None:
         raise ValueError(f"this {type(model).__name__} is already parallelized; build a fresh model")
+    if compile:
+        check_compilable(model, config)
     start_process_group(config)
     # Before the mesh: building it is the first collective, where ranks with different layouts would hang.
     check_agreement(model, config)
     mesh = build_mesh(config)
     model = apply_context_parallel(model, mesh, config)  # hooks on the modules: pipeline stages keep them
     if config.pipeline_parallel_size > 1:
-        return apply_pipeline(model, mesh, config, plan=plan, divide=divide)
+        return apply_pipeline(model, mesh, config, plan=plan, divide=divide, compile=compile)
     source = place_on_device(model, mesh)
     model = apply_tensor_parallel(model, mesh, config, plan=plan, divide=divide)
     model = apply_expert_parallel(model, mesh, config)
     model = apply_activation_checkpointing(model, config)
+    if compile:
+        model = apply_compile(model, config)
     return apply_data_parallel(model, mesh, config, source=source)
 
 

@@ -42,7 +42,9 @@ class TrainConfig:
     tasks; image tasks take the model's image size. ``init_from`` is where a new run takes its
     starting weights (``brickwork train --init-from PATH``: anything ``from_pretrained`` reads).
     ``log_to=tensorboard`` also writes the metrics as TensorBoard events (``metrics.jsonl`` is always
-    written).
+    written). ``compile`` compiles each layer, and the head and loss, as regions of their own
+    (parallel/compile.py): ``auto`` is on where the run trains on CUDA and off on the CPU, where
+    Inductor's C++ build costs more than a small model's steps gain.
     """
 
     steps: int = 600
@@ -71,6 +73,7 @@ class TrainConfig:
     precision: str = "fp32"
     init_from: str | None = None
     log_to: str = "jsonl"
+    compile: str | bool = "auto"
 
     def __post_init__(self) -> None:
         if self.warmup_steps is None and isinstance(self.steps, int):
@@ -103,6 +106,9 @@ class TrainConfig:
         check_choice(self.device, "device", DEVICES)
         check_choice(self.precision, "precision", PRECISIONS)
         check_choice(self.log_to, "log_to", LOG_TO)
+        # A membership test alone would take 1 and 0 for True and False.
+        _check(isinstance(self.compile, bool) or self.compile == "auto", "compile",
+               "must be auto, true or false", self.compile)  # fmt: skip
         if self.log_to == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
             raise ConfigError("tensorboard is not installed: pip install tensorboard", "log_to")
 

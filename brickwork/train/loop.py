@@ -83,6 +83,9 @@ def run_loop(
     with closing(MetricsLog(run_dir / "metrics.jsonl", events if is_main else None)) as log:
         val_batches = [local_share(b, model) for b in state.val_batches]
         val_loss = state.val_loss
+        # A compiled run builds its graphs in its first evaluation and step: timed apart, said once,
+        # and kept out of the rate.
+        compiling_since = time.perf_counter() if step.compiled else None
         if state.step == 0:
             val_loss = evaluate(model, val_batches, task)
             _record(is_main, log, {"step": 0, "val_loss": val_loss})
@@ -118,15 +121,23 @@ def run_loop(
             batch = local_share(state.batches.next_batch(), model)
             started = time.perf_counter()
             loss = step(batch)
-            recent.append(time.perf_counter() - started)
+            took = time.perf_counter() - started
             done = index + 1
+            if compiling_since is not None:
+                if is_main:
+                    seconds = time.perf_counter() - compiling_since
+                    logger.info(f"compiled: the first evaluation and step took {seconds:.1f} s")
+                compiling_since = None
+            else:
+                recent.append(took)
             if not math.isfinite(loss) and not step.metrics.get("skipped"):
                 bar.close()
                 raise NonFiniteLoss(
                     f"the training loss became {loss} at step {done}; lower train.lr (now {cfg.lr}) "
                     f"or set train.grad_clip (now {cfg.grad_clip})"
                 )
-            rate = items_per_step * len(recent) / sum(recent)
+            per_step = sum(recent) / len(recent) if recent else took
+            rate = items_per_step / per_step
             mfu = utilization.mfu(rate)
             record = {"step": done, "loss": loss, "lr": lr, rate_name: round(rate, 1), "mfu": mfu}
             record.update({k: v for k, v in step.metrics.items() if k != "skipped" or v})
@@ -140,7 +151,7 @@ def run_loop(
                     bar.close()
                     _stop_on_validation(val_loss, done)
                 if is_main:
-                    eta = _clock(sum(recent) / len(recent) * (cfg.steps - done))
+                    eta = _clock(per_step * (cfg.steps - done))
                     utilized = f"  MFU {mfu:.1%}" if mfu is not None else ""
                     logger.info(
                         f"step {done:>{len(str(cfg.steps))}}/{cfg.steps}  train loss {loss:.4f}  "

@@ -28,6 +28,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from brickwork.components.feedforward.moe import MixtureOfExperts
 from brickwork.parallel import ParallelState, PipelinedModel, parallel_state
+from brickwork.parallel.compile import apply_compile, is_compiled
 from brickwork.train.batch import Batch, shard_sequence, share_batch, split_batch
 from brickwork.train.losses import IGNORE_INDEX
 from brickwork.train.precision import Precision
@@ -44,7 +45,9 @@ class TrainStep:
     the mean loss over the whole global batch, identical on every rank. After each call,
     ``metrics`` holds ``skipped`` (an fp16 overflow), ``grad_norm`` (when clipping), ``loss_scale``
     (fp16), and for MoE models ``aux_loss`` (the weighted load-balancing loss added, summed over the
-    MoE layers) and ``expert_counts`` (per MoE layer, summed over dp).
+    MoE layers) and ``expert_counts`` (per MoE layer, summed over dp). ``compile=True`` compiles a
+    plain model's layers, head and loss as regions (parallel/compile.py), in place; a parallelized
+    model is compiled by ``parallelize(..., compile=True)``, before data parallel wraps its layers.
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class TrainStep:
         grad_accum_steps: int = 1,
         precision: str = "fp32",
         grad_clip: float | None = None,
+        compile: bool = False,
     ) -> None:
         if (
             isinstance(grad_accum_steps, bool)
@@ -65,9 +69,15 @@ class TrainStep:
             raise ValueError(f"grad_accum_steps must be an integer >= 1, got {grad_accum_steps!r}")
         if grad_clip is not None and not (isinstance(grad_clip, int | float) and grad_clip > 0):
             raise ValueError(f"grad_clip must be a positive number or None, got {grad_clip!r}")
+        if not isinstance(compile, bool):
+            raise TypeError(f"compile must be True or False, got {compile!r}")
         self.model = model
         self.task = get_task(task)
         self.state = parallel_state(model)
+        if compile:
+            compile_model(model, self.state)
+        # Whether the regions run compiled, here or by parallelize: the loop times the first step apart.
+        self.compiled = all(is_compiled(m) for m in (self.state.modules if self.state else [model]))
         self.device = model_device(model)
         self.grad_accum_steps = grad_accum_steps
         self.grad_clip = grad_clip
@@ -213,6 +223,17 @@ class TrainStep:
             self.optimizer.step()
         for param in self.params:
             param.grad = None
+
+
+def compile_model(model: nn.Module, state: ParallelState | None) -> None:
+    """Compile a plain ``model``'s regions in place; a parallelized one must already be compiled."""
+    if state is None:
+        apply_compile(model)
+    elif not all(is_compiled(module) for module in state.modules):
+        raise ValueError(
+            "compile=True on a model parallelize() laid out without compiling it: pass compile=True to "
+            "parallelize instead, which compiles the layers before data parallel wraps them"
+        )
 
 
 @torch.no_grad()

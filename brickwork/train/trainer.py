@@ -29,6 +29,8 @@ from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import ParallelConfig, full_state_dict, parallel_state, parallelize
+from brickwork.parallel.compile import check_compilable
+from brickwork.parallel.mesh import mesh_device_type
 from brickwork.sampling import sample_ids
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import load_run_checkpoint
@@ -161,7 +163,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
     _check_fits(run, task)
     run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
     params = sum(p.numel() for p in model.parameters())
-    model = parallelize(model, _layout_config(run))
+    config = _layout_config(run)
+    model = parallelize(model, config, compile=_compiles(run.train.compile, model, config))
     layout = parallel_state(model)
     is_main = dist.get_rank() == 0
     say = logger.info if is_main else _quiet
@@ -290,6 +293,22 @@ def _layout_config(run: RunConfig) -> ParallelConfig:
     if run.train.precision == "bf16-mixed" and config.zero_stage >= 2:
         config = replace(config, mixed_precision="bf16")
     return config
+
+
+def _compiles(choice: str | bool, model: torch.nn.Module, config: ParallelConfig) -> bool:
+    """``train.compile``: ``auto`` is on where the layout computes on CUDA and the model and layout can
+    compile (saying why not when they cannot); ``true`` refuses a model or layout that cannot."""
+    if choice is False or (choice == "auto" and mesh_device_type(config) != "cuda"):
+        return False
+    try:
+        check_compilable(model, config)
+    except ConfigError as err:
+        if choice is True:
+            raise err.at("train") from None
+        if int(os.environ.get("RANK", "0")) == 0:
+            logger.info(f"train.compile=auto runs eager: {err.reason}")
+        return False
+    return True
 
 
 def _data(run: RunConfig, task: str, text: TextData | None) -> tuple[TaskBatches, list[dict], str]:

@@ -17,6 +17,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from brickwork.errors import ConfigError
 from brickwork.layout import PlanValue
 from brickwork.parallel.activation_checkpointing import apply_activation_checkpointing
+from brickwork.parallel.compile import apply_compile
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data.ddp import attach_ddp
 from brickwork.parallel.data.fsdp import apply_fsdp
@@ -59,9 +60,11 @@ def apply_pipeline(
     *,
     plan: Mapping[str, PlanValue] | None = None,
     divide: Mapping[str, Sequence[str]] | None = None,
+    compile: bool = False,
 ) -> PipelinedModel:
     """This rank's stages of ``model``, each laid out over "tp" and the data-parallel ranks, with their
-    schedule; ``plan`` and ``divide`` as ``apply_tensor_parallel`` takes them, for the whole model."""
+    schedule; ``plan`` and ``divide`` as ``apply_tensor_parallel`` takes them, for the whole model;
+    ``compile``: each stage's layers (and the last stage's head) compiled as regions (parallel/compile.py)."""
     check_pipeline(model, mesh)
     layout = tensor_parallel_plan(model, config, plan, divide)
     counts = stage_layer_counts(model, config)
@@ -69,13 +72,17 @@ def apply_pipeline(
     pp, pp_rank = config.pipeline_parallel_size, mesh["pp"].get_local_rank()
     stage_ids = [pp_rank + k * pp for k in range(config.virtual_pipeline_size)]
     stages = build_stage_modules(model, counts, stage_ids)
-    roots = [_lay_out(stage, mesh, config, layout) for stage in stages]
+    roots = [_lay_out(stage, mesh, config, layout, compile) for stage in stages]
     state = PipelineState(config, mesh, stages, roots, shared)
     return PipelinedModel(stages, roots, state, list(model.state_dict()), getattr(model, "spec", None))
 
 
 def _lay_out(
-    stage: PipelineStageModule, mesh: DeviceMesh, config: ParallelConfig, layout: TensorParallelPlan
+    stage: PipelineStageModule,
+    mesh: DeviceMesh,
+    config: ParallelConfig,
+    layout: TensorParallelPlan,
+    compile: bool,
 ) -> nn.Module:
     """Tensor parallel, activation checkpointing and data parallel on one stage; returns what the
     ``PipelineStage`` drives (the DDP object under DDP, else the stage)."""
@@ -86,6 +93,8 @@ def _lay_out(
     own_divide = {p: a for p, a in layout.divide.items() if fnmatch.filter(names, p)}
     apply_tensor_parallel(stage, mesh, config, plan=own_plan, divide=own_divide, split_input=stage.is_first)
     apply_activation_checkpointing(stage, config)
+    if compile:
+        apply_compile(stage, config)
     replicas = data_mesh(mesh)
     if config.zero_stage >= 2:
         apply_fsdp(stage, config, replicas)
