@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, from_pretrained, get_preset, save_pretrained
+from brickwork.layout.vocab_padding import padded_names
 from brickwork.parallel import export, save_checkpoint
 
 TINY = {"decoder.num_layers": 1, "dim_model": 32, "decoder.block.attention.num_heads": 2}
@@ -104,6 +105,31 @@ def test_the_export_file_and_a_run_folder_load(tmp_path: Path) -> None:
         loaded = from_pretrained(source)
         assert loaded.lm_head.weight is loaded.token_embedding.weight, source
         assert_same(model, loaded)
+
+
+def test_a_padded_vocabulary_is_saved_by_its_real_rows_and_padded_again(tmp_path: Path) -> None:
+    assert not padded_names([tiny()])  # gpt-tiny's 256 ids: a multiple of 64 already, nothing padded
+    torch.manual_seed(0)
+    padded = build_model("gpt-tiny", {**TINY, "vocab_size": 201})  # the preset's vocab_multiple: 64
+    assert padded.token_embedding.weight.shape[0] == 256 and padded.spec["vocab_multiple"] == 64
+    save_pretrained(padded, tmp_path / "saved")
+    stored = load_file(tmp_path / "saved" / "model.safetensors")
+    assert stored["token_embedding.weight"].shape[0] == 201 and "lm_head.weight" not in stored
+    step_dir = tmp_path / "run" / "checkpoints" / "step_000001"
+    save_checkpoint(step_dir, padded, torch.optim.AdamW(padded.parameters()), 1)
+    export(step_dir, tmp_path / "model.safetensors")
+    assert load_file(tmp_path / "model.safetensors")["lm_head.weight"].shape[0] == 201
+    for source in (tmp_path / "saved", tmp_path / "model.safetensors", step_dir):
+        loaded = from_pretrained(source)
+        assert loaded.lm_head.weight is loaded.token_embedding.weight, source
+        assert loaded.spec == padded.spec
+        assert_same(padded, loaded)
+    # The unpadded model takes the same file: the padding was never in it.
+    unpadded = build_model({**padded.spec, "vocab_multiple": 1})
+    unpadded.load_state_dict(stored, strict=True)
+    ids = torch.randint(0, 201, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(unpadded.eval()(ids), padded.eval()(ids), rtol=0, atol=0)
 
 
 def test_an_overwrite_cut_short_never_loads_one_saves_spec_with_anothers_weights(

@@ -155,6 +155,18 @@ def test_out_of_range_values(edit: Callable[[dict[str, Any]], None], path: str, 
     expect_error(mutated(tiny_decoder, edit), path, fragment)
 
 
+@pytest.mark.parametrize("base", [tiny_decoder, tiny_encoder, tiny_encoder_decoder])
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [(0, "must be a positive integer, got 0"), (-64, "positive"), (True, "expected int, got bool"),
+     (64.0, "expected int, got float"), ("64", "expected int, got str")],
+)  # fmt: skip
+def test_vocab_multiple_is_a_positive_int(
+    base: Callable[[], dict[str, Any]], value: Any, fragment: str
+) -> None:
+    expect_error({**base(), "vocab_multiple": value}, "vocab_multiple", fragment)
+
+
 def test_dim_model_must_divide_by_num_heads() -> None:
     spec = {**tiny_decoder(), "dim_model": 18}
     expect_error(spec, "decoder.block.attention.num_heads", "dim_model=18", "not divisible by num_heads=4")

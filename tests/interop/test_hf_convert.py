@@ -80,6 +80,22 @@ def test_round_trip_gives_identical_state_and_outputs(family: str) -> None:
         assert torch.equal(logits_of(back, **inputs), logits_of(hf, **inputs))
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_padded_vocabulary_converts_by_its_real_rows(family: str) -> None:
+    hf = hf_model(family, seed=4)
+    model = from_hf(hf, vocab_multiple=64)
+    assert model.spec["vocab_size"] == VOCAB and model.spec["vocab_multiple"] == 64
+    assert model.token_embedding.weight.shape[0] == 64
+    inputs = _inputs(family)
+    with torch.no_grad():
+        assert_close(model(**inputs), logits_of(hf, **inputs))
+    back = to_hf(model)  # HF's own vocabulary: the real rows
+    for key, value in hf.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+    with torch.no_grad():
+        assert torch.equal(logits_of(back, **inputs), logits_of(hf, **inputs))
+
+
 def test_variants_with_pooler_and_untied_heads() -> None:
     """BertModel with its pooler, and Llama / GPT-NeoX with tied and untied LM heads."""
     import transformers

@@ -128,6 +128,59 @@ def test_a_padded_vocabulary_gives_the_loss_and_gradients_of_the_unpadded_one(
     assert (padded[1][0][4] == 0).all() and padded[1][0][5:].isfinite().all()
 
 
+def _with_padding_rows(weight, bias, rows):
+    """``weight`` [V, D] and ``bias`` [V] with padding rows up to ``rows`` whose logits (3 per unit of
+    hidden, plus a bias of 50) would swamp any softmax they took part in."""
+    pad = rows - weight.shape[0]
+    padded = torch.cat([weight.detach(), torch.full((pad, weight.shape[1]), 3.0, dtype=weight.dtype)])
+    if bias is None:
+        return padded.requires_grad_(), None
+    return padded.requires_grad_(), torch.cat([bias.detach(), torch.full((pad,), 50.0)]).requires_grad_()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize(("chunk_size", "aligned"), [(8, False), (None, False), (8, True)])
+def test_vocab_size_scores_the_real_rows_only(monkeypatch, backend, reduction, chunk_size, aligned):
+    # A model's own padding (vocab_multiple): V = 53 real rows of 60. chunk_size None takes torch's own
+    # cross entropy on the torch path; ``aligned`` adds the CUDA alignment padding (to 64) on top.
+    hidden, weight, bias, labels = _problem(37, 16, 53, "cpu")
+    padded_weight, padded_bias = _with_padding_rows(weight, bias, 60)
+    monkeypatch.setattr(lce, "pads_vocabulary", lambda weight: aligned)
+    loss = fused_linear_cross_entropy(
+        hidden, padded_weight, labels, padded_bias, reduction=reduction, chunk_size=chunk_size,
+        backend=backend, vocab_size=53,
+    )  # fmt: skip
+    grads = torch.autograd.grad(loss, (hidden, padded_weight, padded_bias))
+    assert not grads[1][53:].any() and not grads[2][53:].any()  # the padding rows get no gradient
+    ref_loss, ref_grads = _reference(hidden, weight, bias, labels, reduction=reduction)
+    _check(
+        loss,
+        [grads[0], grads[1][:53], grads[2][:53]],
+        ref_loss,
+        ref_grads,
+        2e-5 if reduction == "mean" else 1e-4,
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_compiled_path_scores_the_real_rows_only_too(dtype):
+    hidden, weight, bias, labels = _problem(37, 16, 53, "cpu", dtype)
+    padded_weight, padded_bias = _with_padding_rows(weight, bias, 60)
+    inputs = (hidden, padded_weight, padded_bias)
+    plain = lce.checkpointed_chunks(hidden, padded_weight, labels, padded_bias, -100, "sum", 8, 53)
+    grads = torch.autograd.grad(plain, inputs)
+    assert not grads[1][53:].any() and not grads[2][53:].any()
+    ref_loss, ref_grads = _reference(hidden, weight, bias, labels, reduction="sum")
+    _check(
+        plain,
+        [grads[0], grads[1][:53], grads[2][:53]],
+        ref_loss,
+        ref_grads,
+        1e-4 if dtype == torch.float32 else 1e-10,
+    )
+
+
 def test_the_cpu_never_pads():
     assert not lce.pads_vocabulary(torch.empty(53, 4))
 
@@ -255,6 +308,11 @@ def test_bad_inputs_raise_clear_errors():
         fused_linear_cross_entropy(hidden, weight, torch.tensor([0, 10, -100, 2]))
     with pytest.raises(ValueError, match=r"bias must have shape \(10,\)"):
         fused_linear_cross_entropy(hidden, weight, labels, bias[:5])
+    for vocab_size in (0, 11, 1.5, True):
+        with pytest.raises(ConfigError, match=r"vocab_size: vocab_size must be an int in \[1, 10\]"):
+            fused_linear_cross_entropy(hidden, weight, labels, vocab_size=vocab_size)
+    with pytest.raises(ValueError, match=r"label 8 is outside \[0, 8\)"):  # a padding row is no class
+        fused_linear_cross_entropy(hidden, weight, torch.tensor([0, 8, -100, 2]), vocab_size=8)
 
 
 def _compiles_in_one_graph(device, backend):
