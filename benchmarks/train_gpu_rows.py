@@ -4,7 +4,8 @@
   in nanoGPT's loop: logits and ``F.cross_entropy``, backward, clipping at 1.0, fused AdamW, with
   ``torch.compile(model)`` for the compiled row, as nanoGPT compiles.
 - ``brickwork``: brickwork's model of the same spec in the same loop, its loss ``model(ids,
-  labels=ids).loss``, compiled the same way: model speed apart from what the CLI adds.
+  labels=ids).loss``, compiled region by region as ``train.compile`` compiles it
+  (parallel/compile.py): model speed apart from what the CLI adds.
 - ``cli``: the function behind ``brickwork train`` with dotted overrides, on a nanoGPT-format token
   folder, compiled by ``train.compile``; its rate is read from the run's metrics.jsonl.
 
@@ -22,7 +23,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ class Settings:
 
 def measure(row: Row, settings: Settings) -> dict:
     """The row's tokens/s, step ms, peak memory (CUDA) and first loss; ``error`` instead when it failed
-    (the other rows still run: a compiled CLI row fails while ``train.compile`` does not exist)."""
+    (an out-of-memory row, a model that cannot compile): the other rows still run."""
     cuda = settings.device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()
@@ -114,13 +115,17 @@ def adamw(model: nn.Module) -> torch.optim.AdamW:
 def run_bare(row: Row, settings: Settings) -> dict:
     """``settings.warmup + settings.steps`` steps of the bare loop on random token windows."""
     from brickwork.factory import build_model
+    from brickwork.parallel.compile import apply_compile
 
     shape = row.shape
     torch.manual_seed(0)
     plain = row.implementation == "plain"
     model = (shape.plain_model() if plain else build_model(shape.spec())).to(settings.device).train()
     loss_of: Callable[..., torch.Tensor] = plain_loss if plain else brickwork_loss
-    forward = torch.compile(model) if row.mode == "compiled" else model
+    forward = model
+    if row.mode == "compiled":
+        # nanoGPT compiles its whole model; brickwork's own switch compiles its regions in place.
+        forward = torch.compile(model) if plain else apply_compile(model)
     optimizer = adamw(model)
     generator = torch.Generator(settings.device).manual_seed(1)
     seconds, losses = [], []
@@ -161,16 +166,6 @@ def token_folder(shape: Shape, folder: Path) -> Path:
     return folder
 
 
-def compile_override(mode: str) -> list[str]:
-    """``train.compile=true|false``. Until brickwork train has the option, the eager rows give none (the
-    run is eager anyway) and the compiled rows give it and are refused, saying why."""
-    from brickwork.train.config import TrainConfig
-
-    if mode == "eager" and "compile" not in {f.name for f in fields(TrainConfig)}:
-        return []
-    return [f"train.compile={'true' if mode == 'compiled' else 'false'}"]
-
-
 def cli_overrides(row: Row, settings: Settings, data: Path, out: Path, steps: int) -> list[str]:
     shape = row.shape
     return [
@@ -189,7 +184,8 @@ def cli_overrides(row: Row, settings: Settings, data: Path, out: Path, steps: in
         f"train.checkpoint_interval={steps}",
         "train.keep_checkpoints=1",
         "train.sample_tokens=0",
-        *compile_override(row.mode),
+        # Explicit both ways: train.compile's default (auto) compiles on CUDA.
+        f"train.compile={'true' if row.mode == 'compiled' else 'false'}",
     ]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,12 @@ import torch
 
 from brickwork.benchmarks import train_gpu
 from brickwork.benchmarks.train_gpu_report import add_ratios, markdown, verdicts
-from brickwork.benchmarks.train_gpu_rows import Row, compile_override
+from brickwork.benchmarks.train_gpu_rows import Row, Settings, cli_overrides
 from brickwork.benchmarks.train_gpu_shapes import GPT2_TINY, TINY_SHAPES
 from brickwork.factory import build_model
-from brickwork.train.config import TrainConfig
 
 CUDA = torch.cuda.is_available()
 MODES = ("eager", "compiled") if CUDA else ("eager",)
-CLI_COMPILE = "compile" in {f.name for f in fields(TrainConfig)}
 
 
 def run(out: Path, *args: str) -> dict:
@@ -29,11 +26,6 @@ def run(out: Path, *args: str) -> dict:
     assert train_gpu.main(["--tiny", "--steps", "2", "--warmup", "1", "--out", str(out), *args]) == 0
     (written,) = out.glob("train_gpu_*_tiny.json")
     return {**json.loads(written.read_text()), "markdown": Path(str(written)[: -len(".json")] + ".md")}
-
-
-def expected_failure(row: dict) -> bool:
-    """A compiled brickwork train row, refused while the CLI has no train.compile."""
-    return not CLI_COMPILE and row["implementation"] == "cli" and row["mode"] == "compiled"
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +39,6 @@ def test_every_row_is_measured_and_written(cpu_run: dict) -> None:
     assert [r["row"] for r in rows] == names
     assert cpu_run["scale"] == "tiny" and (cpu_run["steps"], cpu_run["warmup"]) == (2, 1)
     for row in rows:
-        if expected_failure(row):
-            assert "compile" in row["error"]
-            continue
         assert "error" not in row, row["row"]
         assert row["tokens_per_s"] > 0 and row["wall_s"] > 0
         tokens = GPT2_TINY.tokens  # both tiny shapes train 2 x 32 tokens a step
@@ -136,9 +125,12 @@ def test_mfu_is_brickwork_trains_and_unknown_on_a_cpu(cpu_run: dict) -> None:
     assert all(row.get("mfu") is None for row in cpu_run["rows"])
 
 
-def test_cli_rows_switch_compile_by_the_train_option() -> None:
-    assert compile_override("compiled") == ["train.compile=true"]
-    assert compile_override("eager") == (["train.compile=false"] if CLI_COMPILE else [])
+def test_cli_rows_set_train_compile_both_ways(tmp_path: Path) -> None:
+    # Its default (auto) compiles on CUDA: the eager row must say false.
+    settings = Settings(torch.device("cpu"), 1, 2, "fp32", tmp_path)
+    for mode, value in (("eager", "false"), ("compiled", "true")):
+        overrides = cli_overrides(Row(GPT2_TINY, "cli", mode), settings, tmp_path, tmp_path / "run", 22)
+        assert [o for o in overrides if o.startswith("train.compile=")] == [f"train.compile={value}"]
 
 
 def test_rows_are_selected_by_pattern() -> None:
@@ -154,9 +146,7 @@ def test_compiled_rows_train_like_the_eager_ones(tmp_path: Path) -> None:
     assert len(rows) == 6
     for implementation in ("plain", "brickwork", "cli"):
         compiled = rows[f"gpt2-tiny/{implementation}/compiled"]
-        if expected_failure(compiled):
-            assert "compile" in compiled["error"]
-            continue
+        assert "error" not in compiled, compiled["error"]
         eager = rows[f"gpt2-tiny/{implementation}/eager"]
         # The same weights and first batch: compiling changes the kernels, not the loss.
         assert compiled["first_loss"] == pytest.approx(eager["first_loss"], abs=1e-4)
