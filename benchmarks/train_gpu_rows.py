@@ -30,6 +30,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from brickwork.data.token_file import token_dtype
+from brickwork.factory import build_model
+from brickwork.parallel.compile import apply_compile
+from brickwork.train.metrics import MetricsLog
+from brickwork.train.trainer import train_new
+
 from .train_gpu_shapes import Shape
 
 IMPLEMENTATIONS = ("plain", "brickwork", "cli")
@@ -114,9 +120,6 @@ def adamw(model: nn.Module) -> torch.optim.AdamW:
 
 def run_bare(row: Row, settings: Settings) -> dict:
     """``settings.warmup + settings.steps`` steps of the bare loop on random token windows."""
-    from brickwork.factory import build_model
-    from brickwork.parallel.compile import apply_compile
-
     shape = row.shape
     torch.manual_seed(0)
     plain = row.implementation == "plain"
@@ -155,8 +158,6 @@ def run_bare(row: Row, settings: Settings) -> dict:
 
 def token_folder(shape: Shape, folder: Path) -> Path:
     """A nanoGPT data folder of uniformly random token ids (train.bin, val.bin), as the bare loops draw."""
-    from brickwork.data.token_file import token_dtype
-
     folder.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(shape.vocab, smallest=np.uint16)  # nanoGPT's uint16, wider only if it must be
     rng = np.random.default_rng(0)
@@ -192,9 +193,6 @@ def cli_overrides(row: Row, settings: Settings, data: Path, out: Path, steps: in
 def run_cli(row: Row, settings: Settings) -> dict:
     """``brickwork train`` for warm-up, a full rate window and ``settings.steps`` more steps; the median
     of the logged rates whose window lies past the warm-up."""
-    from brickwork.train.metrics import MetricsLog
-    from brickwork.train.trainer import train_new
-
     shape = row.shape
     data = token_folder(shape, settings.work_dir / f"data-{shape.name}")
     out = settings.work_dir / row.name.replace("/", "-")

@@ -18,6 +18,8 @@ from typing import Any
 
 from torch import nn
 
+from brickwork.train.run_config import resolve_run
+
 from . import llama_reference, nanogpt_reference
 
 
@@ -58,8 +60,6 @@ class Shape:
 
     def spec(self) -> dict[str, Any]:
         """The model spec ``brickwork train`` builds from :meth:`overrides` (resolved by its own code)."""
-        from brickwork.train.run_config import resolve_run
-
         # resolve_run says on stdout where dropout=0 reached; the benchmark's output is its rows.
         with contextlib.redirect_stdout(io.StringIO()):
             return resolve_run(self.preset, self.overrides()).spec
