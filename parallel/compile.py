@@ -1,16 +1,19 @@
-"""Regional compilation: each layer of the model compiled on its own, plus its head and loss.
+"""Regional compilation: each layer of the model compiled on its own.
 
 ``torch.compile`` of a whole model traces one graph through every layer, so its compile time grows
 with depth, and one graph break anywhere splits it. Compiling each layer alone (``fullgraph=True``: a
 graph break is an error, not a silent slowdown) traces one layer's graph, which every identical layer
-then reuses (dynamo treats a module's parameters as graph inputs), and the model's head and loss are
-compiled as one more region (:func:`compile_regions`). What stays eager between regions is the
-embedding and the Python that walks the layers.
+then reuses (dynamo treats a module's parameters as graph inputs). What stays eager between the
+regions is the embedding, the final norm and the head's loss: a decoder's fused linear +
+cross-entropy (kernels/linear_cross_entropy.py) computes every gradient in its forward pass from
+aligned chunks, three matmuls a chunk, where the compiled form of the same loss must checkpoint its
+chunks and recompute each chunk's logits in the backward pass, a fourth.
 
-It runs after tensor parallel, expert parallel and activation checkpointing have changed the
-layers, and before data parallel wraps them: FSDP2's hooks and DDP's reducer stay outside the
-compiled regions, as torch's own distributed compile recipe has them. Layouts whose collectives run
-inside a layer and cannot be traced into a graph are refused by name (:func:`check_compilable`).
+It runs after tensor parallel, expert parallel and activation checkpointing have changed the layers,
+and before data parallel wraps them. The layer's forward is compiled, not its call, so hooks on the
+layer itself (FSDP2's gathers, sequence parallel's split before the first layer) stay outside the
+region and run once per call, as in eager mode. Layouts and layers that do not compile to eager's
+numbers in one graph are refused by name (:func:`check_compilable`).
 """
 
 from __future__ import annotations
@@ -29,12 +32,9 @@ COMPILED_ATTR = "_brickwork_compiled"
 
 
 def compile_regions(model: nn.Module) -> list[nn.Module]:
-    """The modules compiled one by one: every layer of each stack (the ModuleList children, as
-    activation checkpointing finds them), then what the model names as its head regions
-    (``model.head_regions()``: the final norm, the output head, the loss module)."""
-    layers = [layer for stack in layer_stacks(model) for layer in stack]
-    head_regions = getattr(model, "head_regions", None)
-    return layers + (list(head_regions()) if callable(head_regions) else [])
+    """The modules compiled one by one: every layer of each stack (the model's ModuleList children,
+    as activation checkpointing finds them)."""
+    return [layer for stack in layer_stacks(model) for layer in stack]
 
 
 def check_compilable(model: nn.Module, config: ParallelConfig | None = None) -> None:
@@ -76,9 +76,8 @@ def apply_compile(model: nn.Module, config: ParallelConfig | None = None) -> nn.
         return model
     check_compilable(model, config)
     for region in compile_regions(model):
-        # The forward, not the module call: hooks on the region itself (FSDP2's, sequence parallel's
-        # split before the first layer) stay outside, where they run once per call as in eager mode.
-        # A graph compiled with one layer's own hooks inside would be reused by layers without them.
+        # The forward, not the module call: hooks on the layer itself (FSDP2's gathers, sequence
+        # parallel's split) stay outside the graph and run as they do in eager mode.
         region.forward = torch.compile(region.forward, fullgraph=True)
     setattr(model, COMPILED_ATTR, True)
     return model
