@@ -50,6 +50,15 @@ def _checksum(batch: Batch | None, device: torch.device) -> torch.Tensor:
     return out
 
 
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``. A CPU batch bound for CUDA goes through pinned memory without waiting:
+    a copy from pageable memory would first wait for every kernel already queued (the previous
+    step's optimizer), leaving the GPU idle while the host queues the next forward pass."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def share_batch(batch: object | None, state: ParallelState | None, device: torch.device) -> Batch:
     """This rank's batch on ``device``, agreed within its tensor/pipeline-parallel group.
 
@@ -62,7 +71,7 @@ def share_batch(batch: object | None, state: ParallelState | None, device: torch
             raise ValueError(
                 "batch is None, but this rank has no tensor/pipeline-parallel peer to take it from"
             )
-        return {k: v.to(device) for k, v in check_batch(batch).items()}
+        return {k: _to_device(v, device) for k, v in check_batch(batch).items()}
     own = check_batch(batch) if batch is not None else None
     ranks = dist.get_process_group_ranks(group)
     sums = [torch.zeros(4, dtype=torch.float64, device=device) for _ in ranks]

@@ -213,14 +213,16 @@ class TrainStep:
             factor = dp * self._divisor / global_count
             if factor != 1.0:  # 1.0 when the divisor was the exact count: the gradients are already final
                 _scale_gradients(self.params, factor)
+            norm = None
             if self.grad_clip is not None:
                 norm = (
                     self.state.clip_grad_norm(self.grad_clip)
                     if self.state is not None
                     else torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
                 )
-                self.metrics["grad_norm"] = float(norm)
             self.optimizer.step()
+            if norm is not None:  # read once the step is queued: the device never waits for the host
+                self.metrics["grad_norm"] = float(norm)
         for param in self.params:
             param.grad = None
 
