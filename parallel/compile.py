@@ -75,7 +75,13 @@ def apply_compile(model: nn.Module, config: ParallelConfig | None = None) -> nn.
     if getattr(model, COMPILED_ATTR, False):
         return model
     check_compilable(model, config)
-    for region in compile_regions(model):
+    regions = compile_regions(model)
+    # Layers of one class share its forward's cache of graphs in dynamo: one per distinct layer (options
+    # set per layer differ), for training and for evaluation, and for every model compiled in this
+    # process. Past the limit (8 by default) a fullgraph region fails, so a deep hybrid stack raises it.
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(limit, 4 * len(regions))
+    for region in regions:
         # The forward, not the module call: hooks on the layer itself (FSDP2's gathers, sequence
         # parallel's split) stay outside the graph and run as they do in eager mode.
         region.forward = torch.compile(region.forward, fullgraph=True)
