@@ -131,31 +131,34 @@ def test_a_padded_vocabulary_gives_the_loss_and_gradients_of_the_unpadded_one(
 def _with_padding_rows(weight, bias, rows):
     """``weight`` [V, D] and ``bias`` [V] with padding rows up to ``rows`` whose logits (3 per unit of
     hidden, plus a bias of 50) would swamp any softmax they took part in."""
-    pad = rows - weight.shape[0]
-    padded = torch.cat([weight.detach(), torch.full((pad, weight.shape[1]), 3.0, dtype=weight.dtype)])
+    pad, like = rows - weight.shape[0], {"dtype": weight.dtype, "device": weight.device}
+    padded = torch.cat([weight.detach(), torch.full((pad, weight.shape[1]), 3.0, **like)])
     if bias is None:
         return padded.requires_grad_(), None
-    return padded.requires_grad_(), torch.cat([bias.detach(), torch.full((pad,), 50.0)]).requires_grad_()
+    return padded.requires_grad_(), torch.cat(
+        [bias.detach(), torch.full((pad,), 50.0, **like)]
+    ).requires_grad_()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize(("chunk_size", "aligned"), [(8, False), (None, False), (8, True)])
-def test_vocab_size_scores_the_real_rows_only(monkeypatch, backend, reduction, chunk_size, aligned):
+def test_vocab_size_scores_the_real_rows_only(monkeypatch, device, backend, reduction, chunk_size, aligned):
     # A model's own padding (vocab_multiple): V = 53 real rows of 60. chunk_size None takes torch's own
     # cross entropy on the torch path; ``aligned`` adds the CUDA alignment padding (to 64) on top.
-    hidden, weight, bias, labels = _problem(37, 16, 53, "cpu")
+    hidden, weight, bias, labels = _problem(37, 16, 53, device)
     padded_weight, padded_bias = _with_padding_rows(weight, bias, 60)
     monkeypatch.setattr(lce, "pads_vocabulary", lambda weight: aligned)
     loss = fused_linear_cross_entropy(
         hidden, padded_weight, labels, padded_bias, reduction=reduction, chunk_size=chunk_size,
         backend=backend, vocab_size=53,
     )  # fmt: skip
-    grads = torch.autograd.grad(loss, (hidden, padded_weight, padded_bias))
+    grads = [g.cpu() for g in torch.autograd.grad(loss, (hidden, padded_weight, padded_bias))]
     assert not grads[1][53:].any() and not grads[2][53:].any()  # the padding rows get no gradient
     ref_loss, ref_grads = _reference(hidden, weight, bias, labels, reduction=reduction)
     _check(
-        loss,
+        loss.cpu(),
         [grads[0], grads[1][:53], grads[2][:53]],
         ref_loss,
         ref_grads,
