@@ -3,9 +3,15 @@
 ``python -m benchmarks.fused_linear_cross_entropy`` times forward + backward of
 ``cross_entropy(hidden @ weight.T, labels)`` for [tokens, dim] hidden states and a [vocab, dim]
 weight, per provider: ``brickwork`` (``fused_linear_cross_entropy``: Triton on GPU, the torch twin of
-the chunk step on CPU), ``torch`` (``F.linear`` then ``F.cross_entropy`` on float32 logits, as a
-model's head and loss do), ``torch.compile`` (that, compiled) and ``liger`` (Liger-Kernel's fused
-linear cross-entropy, CUDA only, when installed).
+the chunk step on CPU), ``brickwork.compile`` (the same call under ``torch.compile``: the loss becomes
+a sum of checkpointed chunks that Inductor fuses), ``torch`` (``F.linear`` then ``F.cross_entropy``
+on float32 logits, as a model's head and loss do), ``torch.compile`` (that, compiled) and ``liger``
+(Liger-Kernel's fused linear cross-entropy, CUDA only, when installed).
+
+The choices behind the fused loss are measured by sweeping them: ``--chunk-size`` takes several
+sizes (a brickwork row each), and ``--vocab-multiple M`` gives every provider the weight padded to
+a multiple of M rows, as a model with ``vocab_multiple`` holds it (brickwork scores the real
+``--vocab`` classes; the torch providers slice the logits to them).
 
 Peak memory is the memory a forward + backward adds on top of its inputs. On CUDA it is
 ``torch.cuda.max_memory_allocated`` above the allocation before the call. On CPU each provider runs in
@@ -17,6 +23,7 @@ hide a peak.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -32,7 +39,7 @@ from brickwork.kernels import fused_linear_cross_entropy
 from .report import device_name, device_slug
 from .timing import time_ms
 
-PROVIDERS = ("brickwork", "torch", "torch.compile", "liger")
+PROVIDERS = ("brickwork", "brickwork.compile", "torch", "torch.compile", "liger")
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 # GPT-2 small's head and a batch of 8 x 1024 tokens on GPU; a CPU run keeps the vocabulary and
 # scales the tokens down so that the unfused provider fits comfortably.
@@ -42,19 +49,25 @@ CPU_SHAPE = {"tokens": 1024, "dim": 768, "vocab": 50257, "dtype": "float32"}
 LossFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _unfused(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(F.linear(hidden, weight).float(), labels)
+def _unfused(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, vocab: int) -> torch.Tensor:
+    return F.cross_entropy(F.linear(hidden, weight)[:, :vocab].float(), labels)
 
 
-def loss_function(provider: str, device: torch.device, chunk_size: int | None = None) -> LossFn | None:
-    """The loss of ``provider``, or None where it cannot run here (``chunk_size``: brickwork's)."""
-    if provider == "brickwork":
-        return lambda h, w, y: fused_linear_cross_entropy(h, w, y, chunk_size=chunk_size)
-    if provider == "torch":
-        return _unfused
-    if provider == "torch.compile":
-        return torch.compile(_unfused)
-    if provider == "liger" and device.type == "cuda":
+def loss_function(
+    provider: str, device: torch.device, chunk_size: int | None = None, vocab: int | None = None
+) -> LossFn | None:
+    """The loss of ``provider``, or None where it cannot run here (``chunk_size``: brickwork's;
+    ``vocab``: the real classes of a weight with padding rows after them, None for none)."""
+    if provider in ("brickwork", "brickwork.compile"):
+
+        def fused(h: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return fused_linear_cross_entropy(h, w, y, chunk_size=chunk_size, vocab_size=vocab)
+
+        return fused if provider == "brickwork" else torch.compile(fused)
+    if provider in ("torch", "torch.compile"):
+        unfused = functools.partial(_unfused, vocab=vocab)
+        return unfused if provider == "torch" else torch.compile(unfused)
+    if provider == "liger" and device.type == "cuda" and vocab is None:
         try:
             from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
         except ImportError:
@@ -64,11 +77,15 @@ def loss_function(provider: str, device: torch.device, chunk_size: int | None = 
     return None
 
 
-def make_inputs(tokens: int, dim: int, vocab: int, dtype: torch.dtype, device: torch.device):
-    """hidden [tokens, dim] and weight [vocab, dim], both requiring grad; labels [tokens], 1 in 8 ignored."""
+def make_inputs(
+    tokens: int, dim: int, vocab: int, dtype: torch.dtype, device: torch.device, rows: int | None = None
+):
+    """hidden [tokens, dim] and weight [rows, dim] (``rows`` >= vocab, zero rows past vocab; default
+    vocab), both requiring grad; labels [tokens] below vocab, 1 in 8 ignored."""
     generator = torch.Generator(device=device).manual_seed(0)
     hidden = torch.randn(tokens, dim, device=device, generator=generator).to(dtype).requires_grad_()
     weight = torch.randn(vocab, dim, device=device, generator=generator).mul_(dim**-0.5).to(dtype)
+    weight = F.pad(weight, (0, 0, 0, (rows or vocab) - vocab))
     labels = torch.randint(0, vocab, (tokens,), device=device, generator=generator)
     labels[::8] = -100
     return hidden, weight.requires_grad_(), labels
@@ -102,15 +119,22 @@ def peak_extra_bytes(fn: LossFn, hidden, weight, labels) -> int:
     return _resident_bytes("VmHWM") - before
 
 
-def measure(args: argparse.Namespace, provider: str) -> dict | None:
+def padded_rows(args: argparse.Namespace) -> int | None:
+    """The weight's rows under ``--vocab-multiple`` (None: the vocabulary itself)."""
+    multiple = args.vocab_multiple
+    return None if multiple is None else -(-args.vocab // multiple) * multiple
+
+
+def measure(args: argparse.Namespace, provider: str, chunk_size: int | None = None) -> dict | None:
     """One provider in this process: peak extra memory of a first (cold) step, then its time."""
     tokens, dim, vocab, dtype, repeats = args.tokens, args.dim, args.vocab, args.dtype, args.repeats
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    fn = loss_function(provider, device, args.chunk_size)
+    rows = padded_rows(args)
+    fn = loss_function(provider, device, chunk_size, vocab if rows is not None else None)
     if fn is None:
         return None
-    inputs = make_inputs(tokens, dim, vocab, DTYPES[dtype], device)
-    if provider == "torch.compile":
+    inputs = make_inputs(tokens, dim, vocab, DTYPES[dtype], device, rows)
+    if provider.endswith(".compile"):
         _step(fn, *inputs)  # compile first: the compiler's own memory is not the loss's
     for t in inputs[:2]:
         t.grad = None
@@ -126,7 +150,8 @@ def measure(args: argparse.Namespace, provider: str) -> dict | None:
             _step(fn, *inputs)
             samples.append((time.perf_counter() - start) * 1e3)
         ms = sorted(samples)[len(samples) // 2]
-    return {"provider": provider, "peak_extra_mib": peak / 2**20, "ms": ms}
+    name = provider if chunk_size is None else f"{provider}, chunk {chunk_size}"
+    return {"provider": name, "peak_extra_mib": peak / 2**20, "ms": ms}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -138,7 +163,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dim", type=int, help="default 768")
     parser.add_argument("--vocab", type=int, help="default 50257")
     parser.add_argument("--dtype", choices=list(DTYPES), help="default bfloat16 on GPU, float32 on CPU")
-    parser.add_argument("--chunk-size", type=int, help="brickwork's tokens per chunk (default: its own)")
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        nargs="+",
+        help="brickwork's tokens per chunk, a row each (default its own)",
+        metavar="N",
+    )
+    parser.add_argument("--vocab-multiple", type=int, help="pad the weight's rows to a multiple of this")
     parser.add_argument("--repeats", type=int, default=3, help="CPU: timed steps (median)")
     parser.add_argument("--threads", type=int, default=1, help="CPU: torch threads")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="results folder")
@@ -148,24 +180,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for key in ("tokens", "dim", "vocab", "dtype"):
         if getattr(args, key) is None:
             setattr(args, key, shape[key])
-    chunk_size = 1 if args.chunk_size is None else args.chunk_size
-    if min(args.tokens, args.dim, args.vocab, args.repeats, args.threads, chunk_size) < 1:
-        parser.error("--tokens, --dim, --vocab, --chunk-size, --repeats and --threads must be positive")
+    sizes = [args.tokens, args.dim, args.vocab, args.repeats, args.threads, args.vocab_multiple or 1]
+    if min(sizes + (args.chunk_size or [])) < 1:
+        parser.error(
+            "--tokens, --dim, --vocab, --chunk-size, --vocab-multiple, --repeats and --threads "
+            "must be positive"
+        )
     return args
 
 
-def _run_in_child(provider: str, args: argparse.Namespace) -> dict | None:
+def _run_in_child(provider: str, args: argparse.Namespace, chunk_size: int | None) -> dict | None:
     """A provider measured in a fresh interpreter, so that no other provider's memory is resident."""
     command = [sys.executable, "-m", "brickwork.benchmarks.fused_linear_cross_entropy", "--one"]
     command += ["--providers", provider, "--tokens", str(args.tokens), "--dim", str(args.dim)]
     command += ["--vocab", str(args.vocab), "--dtype", args.dtype, "--repeats", str(args.repeats)]
     command += ["--threads", str(args.threads)]
-    if args.chunk_size:
-        command += ["--chunk-size", str(args.chunk_size)]
+    if chunk_size is not None:
+        command += ["--chunk-size", str(chunk_size)]
+    if args.vocab_multiple is not None:
+        command += ["--vocab-multiple", str(args.vocab_multiple)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"measuring {provider} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def cases(args: argparse.Namespace) -> list[tuple[str, int | None]]:
+    """(provider, chunk size) of every row: a brickwork provider once per ``--chunk-size``."""
+    chunks = args.chunk_size or [None]
+    return [(p, c) for p in args.providers for c in (chunks if p.startswith("brickwork") else [None])]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,19 +217,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not gpu:
         torch.set_num_threads(args.threads)
     if args.one:
-        print(json.dumps(measure(args, args.providers[0])))
+        print(json.dumps(measure(args, args.providers[0], (args.chunk_size or [None])[0])))
         return 0
     rows = []
-    for provider in args.providers:
+    for provider, chunk_size in cases(args):
         if gpu:
-            row = measure(args, provider)
+            row = measure(args, provider, chunk_size)
+            torch._dynamo.reset()
             torch.cuda.empty_cache()
         else:
-            row = _run_in_child(provider, args)
+            row = _run_in_child(provider, args, chunk_size)
         if row is not None:
             rows.append(row)
     device = device_name(torch.device("cuda" if gpu else "cpu"))
     shape = f"{args.tokens} tokens x dim {args.dim} -> vocab {args.vocab}, {args.dtype}"
+    if args.vocab_multiple is not None:
+        shape += f", weight padded to {padded_rows(args)} rows"
     lines = [f"Fused linear + cross-entropy, forward + backward, {shape}, {device}", ""]
     lines += ["| provider | peak extra memory, MiB | ms |", "|---|---|---|"]
     lines += [f"| {r['provider']} | {r['peak_extra_mib']:.0f} | {r['ms']:.1f} |" for r in rows]
@@ -195,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = args.out / f"fused_linear_cross_entropy_{device_slug(device)}.json"
     meta = {"device": device, "torch": torch.__version__, "shape": shape, "threads": args.threads}
     meta["chunk_size"] = args.chunk_size
+    meta["vocab_multiple"] = args.vocab_multiple
     path.write_text(json.dumps({"metadata": meta, "results": rows}, indent=2) + "\n")
     print(f"wrote {path}")
     return 0
