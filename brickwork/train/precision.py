@@ -9,11 +9,14 @@
 | ``fp16``     | fp16 autocast      | fp32, loss scaled dynamically (:class:`LossScaler`)    |
 
 An fp16 step whose gradients overflow is skipped on every rank, never applied, and the scale halves.
+The scaler's state (the scale, the clean steps towards the next doubling, the overflows in a row) is
+part of a run's checkpoint, so a resumed run goes on with the scale the uninterrupted one had.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Sequence
 
 import torch
@@ -78,6 +81,8 @@ class LossScaler:
         self.scale = init_scale
         self.growth_interval = 2000
         self._clean_steps = 0
+        # Steps skipped since the last one applied: a run whose steps keep overflowing is diverging.
+        self.overflows_in_a_row = 0
 
     @torch.no_grad()
     def unscale_(self, params: Sequence[torch.Tensor]) -> bool:
@@ -99,8 +104,28 @@ class LossScaler:
         if overflowed:
             self.scale /= 2
             self._clean_steps = 0
+            self.overflows_in_a_row += 1
             return
+        self.overflows_in_a_row = 0
         self._clean_steps += 1
         if self._clean_steps == self.growth_interval:
             self.scale *= 2
             self._clean_steps = 0
+
+    def state_dict(self) -> dict[str, float | int]:
+        """What the scaler carries from step to step, as JSON data (the same on every rank)."""
+        return {
+            "scale": self.scale,
+            "clean_steps": self._clean_steps,
+            "overflows_in_a_row": self.overflows_in_a_row,
+        }
+
+    def load_state_dict(self, state: dict[str, float | int]) -> None:
+        """Continue from :meth:`state_dict`'s values; ValueError names a value that is not one it wrote."""
+        scale, clean, overflows = state["scale"], state["clean_steps"], state["overflows_in_a_row"]
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < math.inf:
+            raise ValueError(f"the loss scale must be a positive finite number, got {scale!r}")
+        for name, count in (("clean_steps", clean), ("overflows_in_a_row", overflows)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"{name} must be a count >= 0, got {count!r}")
+        self.scale, self._clean_steps, self.overflows_in_a_row = float(scale), clean, overflows

@@ -43,11 +43,12 @@ class TrainStep:
     callable ``(model, batch) -> (loss_sum, count)``. ``batch`` is this data-parallel rank's share, a
     dict with HF's key names (tensor/pipeline-parallel peers may pass None to receive it). Returns
     the mean loss over the whole global batch, identical on every rank. After each call,
-    ``metrics`` holds ``skipped`` (an fp16 overflow), ``grad_norm`` (when clipping), ``loss_scale``
-    (fp16), and for MoE models ``aux_loss`` (the weighted load-balancing loss added, summed over the
-    MoE layers) and ``expert_counts`` (per MoE layer, summed over dp). ``compile=True`` compiles a
-    plain model's layers, head and loss as regions (parallel/compile.py), in place; a parallelized
-    model is compiled by ``parallelize(..., compile=True)``, before data parallel wraps its layers.
+    ``metrics`` holds ``skipped`` (an fp16 overflow), ``grad_norm`` (when clipping a step that was
+    applied), ``loss_scale`` (fp16), and for MoE models ``aux_loss`` (the weighted load-balancing loss
+    added, summed over the MoE layers) and ``expert_counts`` (per MoE layer, summed over dp).
+    ``compile=True`` compiles a plain model's layers, head and loss as regions (parallel/compile.py),
+    in place; a parallelized model is compiled by ``parallelize(..., compile=True)``, before data
+    parallel wraps its layers. ``state_dict()`` is what a checkpoint keeps of the step itself.
     """
 
     def __init__(
@@ -109,6 +110,19 @@ class TrainStep:
             raise ValueError("the global batch has no position to learn from (every label is -100)")
         self._apply(count_total)
         return loss_total / count_total
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the step carries from one call to the next, as JSON data for a checkpoint: the fp16
+        loss scaler's state (the same on every rank); empty at other precisions."""
+        scaler = self.precision.scaler
+        return {"loss_scaler": scaler.state_dict()} if scaler is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`. A part this step has no use for (a scaler under another
+        precision) is ignored, and a missing one (an older checkpoint) leaves the step as built."""
+        scaler = self.precision.scaler
+        if scaler is not None and "loss_scaler" in state:
+            scaler.load_state_dict(state["loss_scaler"])
 
     def _global_totals(self, loss_sum: torch.Tensor, count: torch.Tensor) -> tuple[float, float]:
         """(summed loss, scored labels) of the whole global batch, in float64."""
@@ -204,6 +218,7 @@ class TrainStep:
         scaler = self.precision.scaler
         overflowed = scaler.unscale_(self.params) if scaler is not None else False
         self.metrics["skipped"] = overflowed
+        self.metrics.pop("grad_norm", None)  # a skipped step has none; an earlier step's is not its own
         if scaler is not None:
             scaler.update(overflowed)
             self.metrics["loss_scale"] = scaler.scale  # the scale of the next step
