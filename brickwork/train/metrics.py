@@ -1,5 +1,5 @@
 """``metrics.jsonl`` (one JSON record per line), TensorBoard events beside it when asked, and the
-``loss.png`` plot drawn from it."""
+``loss.png`` plot drawn from it. Both files are rewritten whole or not at all (atomic_file.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from brickwork.errors import ConfigError
+from brickwork.train.atomic_file import replacing
 
 
 class MetricsLog:
@@ -60,11 +61,16 @@ class MetricsLog:
         return self._parse()[1]
 
     def truncate_after(self, step: int) -> str | None:
-        """Drop records past ``step``: a resumed run writes them again, so the curve has no duplicates.
-        A torn last line is dropped too, and returned so that the caller can say so."""
+        """Drop records past ``step`` (all of them for a step below 0): a resumed run writes them again,
+        so the curve has no duplicates. A torn last line is dropped too, and returned so that the caller
+        can say so. The file is replaced whole: a full disk leaves it as it was (RewriteError)."""
         records, torn = self._parse()
         kept = [r for r in records if r["step"] <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        if self._file is not None:  # it would go on appending to the file replaced
+            self._file.close()
+            self._file = None
+        with replacing(self.path) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         return torn
 
     def _parse(self) -> tuple[list[dict[str, Any]], str | None]:
@@ -120,6 +126,9 @@ def plot_losses(records: list[dict[str, Any]], path: Path, title: str) -> bool:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        with replacing(path) as tmp:
+            fig.savefig(tmp)
+    finally:
+        plt.close(fig)
     return True

@@ -6,6 +6,10 @@ lowest validation loss so far, so pruning the step folders never loses it; its f
 to the step folder's where the file system allows (a save never rewrites a finished file: a step is
 saved again only into a fresh folder), so the copy costs no space. ``best/`` is replaced by renames,
 never left half-written. Symbolic links are never followed, counted or deleted.
+
+A pruned folder loses its ``.complete`` marker before anything else, so a kill during the deletion
+leaves a folder that is plainly unfinished, like a save a kill cut off; :func:`remove_unfinished`
+deletes those when the run starts again.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import shutil
 from pathlib import Path
 
 from brickwork.checkpoint import (
+    COMPLETE_MARKER,
     CorruptCheckpointError,
     complete_checkpoints,
+    folder_step,
     is_complete,
     read_meta,
     verify_checkpoint,
@@ -35,7 +41,24 @@ def retain(run_dir: Path, newest: Path, keep: int) -> None:
     if keep <= 0:
         return
     for _, folder in complete_checkpoints(run_dir)[:-keep]:
+        (folder / COMPLETE_MARKER).unlink()
         shutil.rmtree(folder)
+
+
+def remove_unfinished(run_dir: Path) -> list[str]:
+    """Delete the step folders without a ``.complete`` marker (a save or a deletion that a kill cut
+    off: nothing reads them) and return their names. Rank 0 calls it, holding the run's lock, before
+    a resumed run writes anything."""
+    root = run_dir / "checkpoints"
+    if not root.is_dir() or root.is_symlink():
+        return []
+    removed = []
+    for folder in sorted(root.iterdir()):
+        step_folder = folder_step(folder) is not None and folder.is_dir() and not folder.is_symlink()
+        if step_folder and not is_complete(folder):
+            shutil.rmtree(folder)
+            removed.append(folder.name)
+    return removed
 
 
 def best_checkpoint(run_dir: Path) -> Path | None:
