@@ -3,8 +3,10 @@ step, ``RUN/checkpoints/step_000200/`` (brickwork/checkpoint/folder.py says what
 brickwork/checkpoint/run_folder.py finds them and the newest intact one).
 
 What the trainer needs beyond the model and optimizer rides in the checkpoint's ``extra``: the batch
-generator's state (the data position) and the last validation loss. The learning rate is a function
-of the step, so the step is the whole schedule state.
+generator's state (the data position), the last validation loss, and the train step's own state
+(``TrainStep.state_dict``: the fp16 loss scaler's). The learning rate is a function of the step, so
+the step is the whole schedule state. A checkpoint saved before the step's state was kept loads with
+the step as it was built (a fresh loss scaler).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -35,6 +37,9 @@ from brickwork.checkpoint import (
 from brickwork.errors import ConfigError, RunFailure
 from brickwork.parallel import load_checkpoint, save_checkpoint
 
+if TYPE_CHECKING:
+    from brickwork.train.step import TrainStep
+
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
 TRAINER_FORMAT = 1
 
@@ -52,10 +57,12 @@ def save_run_checkpoint(
     data_state: dict[str, torch.Tensor],
     val_loss: float,
     settings: Mapping[str, Any] | None = None,
+    step_state: Mapping[str, Any] | None = None,
 ) -> Path:
     """Save the checkpoint of ``step``; every rank calls it. Each rank writes its own shards; rank 0
     clears a cut-off earlier attempt at the same step first, and writes the metadata and marker.
-    ``settings`` (the ``train:`` section) are kept so that a resume can say which of them changed.
+    ``settings`` (the ``train:`` section) are kept so that a resume can say which of them changed;
+    ``step_state`` is ``TrainStep.state_dict()``.
 
     A non-finite ``val_loss`` is refused (ValueError): that state is not worth keeping. A write that
     fails for want of space raises CheckpointWriteError after rank 0 removed the partial folder.
@@ -69,6 +76,8 @@ def save_run_checkpoint(
     extra = {"trainer_format": TRAINER_FORMAT, "data": _encode(data_state), "val_loss": val_loss}
     if settings is not None:
         extra["train"] = dict(settings)
+    if step_state is not None:
+        extra["train_step"] = dict(step_state)
     try:
         return save_checkpoint(folder, model, optimizer, step, extra=extra)
     except (OSError, RuntimeError, CheckpointException) as err:
@@ -84,12 +93,13 @@ def save_run_checkpoint(
 
 
 def load_run_checkpoint(
-    folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer
+    folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: TrainStep | None = None
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
     """Load a checkpoint into the model and optimizer as they are laid out now (any layout may have
-    saved it), and restore this rank's RNG. Returns (the checkpoint's meta dict, the batch
-    generator's state, the validation loss at the save). ``folder`` is one ``latest_checkpoint(...,
-    intact=True)`` returned, so its files were checked against the manifest there."""
+    saved it), and ``step`` (its loss scaler), and restore this rank's RNG. Returns (the checkpoint's
+    meta dict, the batch generator's state, the validation loss at the save). ``folder`` is one
+    ``latest_checkpoint(..., intact=True)`` returned, so its files were checked against the manifest
+    there."""
     check_step_folder(folder)
     meta = load_checkpoint(folder, model, optimizer, verify=False)
     extra = meta.get("extra") or {}
@@ -101,6 +111,11 @@ def load_run_checkpoint(
         )
     try:
         data, val_loss = _decode(extra["data"]), float(extra["val_loss"])
+        step_state = extra.get("train_step", {})
+        if not isinstance(step_state, dict):
+            raise TypeError(f"train_step is {step_state!r}, not a JSON object")
+        if step is not None:
+            step.load_state_dict(step_state)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise CorruptCheckpointError(
             f"{folder / META_FILE} is damaged: its trainer state cannot be read ({type(err).__name__}: {err})"

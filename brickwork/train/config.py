@@ -23,7 +23,7 @@ POSITIVE = (
     "eval_batches",
     "checkpoint_interval",
 )
-NON_NEGATIVE = ("warmup_steps", "sample_tokens", "keep_checkpoints", "seed")
+NON_NEGATIVE = ("warmup_steps", "sample_tokens", "keep_checkpoints", "seed", "max_skipped_steps")
 LOG_TO = ("jsonl", "tensorboard")
 
 
@@ -44,7 +44,10 @@ class TrainConfig:
     ``log_to=tensorboard`` also writes the metrics as TensorBoard events (``metrics.jsonl`` is always
     written). ``compile`` compiles each layer, and the head and loss, as regions of their own
     (parallel/compile.py): ``auto`` is on where the run trains on CUDA and off on the CPU, where
-    Inductor's C++ build costs more than a small model's steps gain.
+    Inductor's C++ build costs more than a small model's steps gain. ``checkpoint_on_preempt``: a run
+    stopped by SIGTERM or SIGUSR1 saves a checkpoint of the step it stops after
+    (brickwork/train/preemption.py). ``max_skipped_steps``: an fp16 run whose steps overflow that many
+    times in a row is diverging and stops with an error (0: never).
     """
 
     steps: int = 600
@@ -74,6 +77,8 @@ class TrainConfig:
     init_from: str | None = None
     log_to: str = "jsonl"
     compile: str | bool = "auto"
+    checkpoint_on_preempt: bool = True
+    max_skipped_steps: int = 10
 
     def __post_init__(self) -> None:
         if self.warmup_steps is None and isinstance(self.steps, int):

@@ -1,4 +1,8 @@
-"""The training loop: scheduled steps, periodic evaluation, checkpoints, metrics and a progress bar."""
+"""The training loop: scheduled steps, periodic evaluation, checkpoints, metrics and a progress bar.
+
+It also ends a run that cannot go on well: a non-finite loss, fp16 steps that keep overflowing, and a
+stop asked for by SIGTERM or SIGUSR1 (brickwork/train/preemption.py), checked at every step boundary.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from brickwork.train.config import TrainConfig
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.mfu import run_utilization
 from brickwork.train.optim import learning_rate, set_learning_rate
+from brickwork.train.preemption import Preempted, StopSignals
 from brickwork.train.retention import retain
 from brickwork.train.step import TrainStep, evaluate
 
@@ -57,6 +62,10 @@ class NonFiniteLoss(ValueError):
     """The loss became NaN or infinite; raised so the CLI can name the fix in one line."""
 
 
+class DivergedError(ValueError):
+    """``train.max_skipped_steps`` fp16 steps in a row overflowed; raised so the CLI can name the fix."""
+
+
 def run_loop(
     model: nn.Module,
     step: TrainStep,
@@ -76,11 +85,34 @@ def run_loop(
     the MFU of each step is counted (brickwork/train/mfu.py).
 
     Every rank runs it. Only the main process writes files and prints. Evaluation and checkpointing
-    happen after the steps that are multiples of their intervals and after the last step.
+    happen after the steps that are multiples of their intervals and after the last step. SIGTERM or
+    SIGUSR1 stops every rank after the same step, which is then checkpointed (unless
+    ``cfg.checkpoint_on_preempt`` is false), by raising :class:`Preempted`.
     """
     events = run_dir / "tensorboard" if cfg.log_to == "tensorboard" else None
+    layout = parallel_state(model)
+
+    def save(done: int, val_loss: float) -> Path:
+        folder = save_run_checkpoint(
+            run_dir,
+            done,
+            model,
+            optimizer,
+            state.batches.state_dict(),
+            val_loss,
+            settings=config_to_dict(cfg),
+            step_state=step.state_dict(),
+        )
+        if is_main:
+            retain(run_dir, folder, cfg.keep_checkpoints)
+            plot_losses(log.read(), run_dir / "loss.png", title)
+        return folder
+
     # Closed however the loop ends: the metrics file stays open between records.
-    with closing(MetricsLog(run_dir / "metrics.jsonl", events if is_main else None)) as log:
+    with (
+        closing(MetricsLog(run_dir / "metrics.jsonl", events if is_main else None)) as log,
+        StopSignals(layout.device) as stop,
+    ):
         val_batches = [local_share(b, model) for b in state.val_batches]
         val_loss = state.val_loss
         # A compiled run builds its graphs in its first evaluation and step: timed apart, said once,
@@ -95,7 +127,6 @@ def run_loop(
                 width = len(str(cfg.steps))
                 logger.info(f"step {0:>{width}}/{cfg.steps}  val loss {val_loss:.4f} before training")
         items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
-        layout = parallel_state(model)
         # The FLOPs per token and the peak, once: a step's record then costs a multiplication.
         devices = layout.mesh.size()
         utilization = run_utilization(model.spec, cfg.seq_len, cfg.precision, layout.device, devices)
@@ -144,6 +175,15 @@ def run_loop(
             _record(is_main, log, record)
             if step.metrics.get("skipped") and is_main:
                 logger.info(f"step {done}: fp16 gradients overflowed; the step was skipped")
+            scaler = step.precision.scaler
+            if scaler is not None and 0 < cfg.max_skipped_steps <= scaler.overflows_in_a_row:
+                bar.close()
+                raise DivergedError(
+                    f"the last {scaler.overflows_in_a_row} steps (to step {done}) all overflowed in fp16 "
+                    f"and were skipped, the loss scale falling to {scaler.scale:g}: the run is diverging; "
+                    f"lower train.lr (now {cfg.lr}), or raise train.max_skipped_steps (now "
+                    f"{cfg.max_skipped_steps}); no checkpoint was saved from that state"
+                )
             if done % cfg.eval_interval == 0 or done == cfg.steps:
                 val_loss = evaluate(model, val_batches, task)
                 _record(is_main, log, {"step": done, "val_loss": val_loss})
@@ -157,19 +197,13 @@ def run_loop(
                         f"step {done:>{len(str(cfg.steps))}}/{cfg.steps}  train loss {loss:.4f}  "
                         f"val loss {val_loss:.4f}  {rate:,.0f} {rate_unit}{utilized}  ETA {eta}"
                     )
-            if done % cfg.checkpoint_interval == 0 or done == cfg.steps:
-                folder = save_run_checkpoint(
-                    run_dir,
-                    done,
-                    model,
-                    optimizer,
-                    state.batches.state_dict(),
-                    val_loss,
-                    settings=config_to_dict(cfg),
-                )
-                if is_main:
-                    retain(run_dir, folder, cfg.keep_checkpoints)
-                    plot_losses(log.read(), run_dir / "loss.png", title)
+            saved = save(done, val_loss) if done % cfg.checkpoint_interval == 0 or done == cfg.steps else None
+            signum = stop.agreed()
+            if signum:
+                if saved is None and cfg.checkpoint_on_preempt:
+                    saved = save(done, val_loss)
+                bar.close()
+                raise Preempted(signum, done, cfg.steps, saved, run_dir)
             postfix = f"loss {loss:.3f}, val {val_loss:.3f}, {rate:,.0f} {rate_unit}"
             bar.set_postfix_str(postfix, refresh=False)
             bar.update(1)
