@@ -5,12 +5,21 @@ from __future__ import annotations
 import math
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from brickwork.errors import ConfigError
 
+if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11's; the annotation alone needs it
+    from importlib.resources.abc import Traversable
+
 EMBEDDED_CORPUS = "corpus.txt"
+
+
+def embedded_corpus() -> Traversable:
+    """The corpus shipped inside the package (``brickwork/data/corpus.txt``)."""
+    return resources.files("brickwork.data").joinpath(EMBEDDED_CORPUS)
 
 
 def read_corpus(path: str | None = None) -> tuple[bytes, str]:
@@ -20,7 +29,7 @@ def read_corpus(path: str | None = None) -> tuple[bytes, str]:
     encoding works with the byte-level tokenizer.
     """
     if path is None:
-        data = resources.files("brickwork.data").joinpath(EMBEDDED_CORPUS).read_bytes()
+        data = embedded_corpus().read_bytes()
         return data, f"embedded corpus ({len(data):,} bytes of generated tales)"
     file = Path(path).expanduser()
     if not file.exists():
@@ -34,12 +43,12 @@ def read_corpus(path: str | None = None) -> tuple[bytes, str]:
 
 
 def split_tokens(
-    tokens: torch.Tensor, val_fraction: float, seq_len: int, unit: str = "bytes"
+    tokens: torch.Tensor, val_fraction: float, seq_len: int, unit: str = "bytes", source: str = "the text"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Split LongTensor[N] into (train, held-out): the last ``val_fraction`` is held out.
 
     Both parts must hold at least one window of ``seq_len + 1`` tokens (inputs and shifted labels);
-    ``unit`` names the tokens in the error message.
+    ``unit`` names the tokens and ``source`` (e.g. the quoted file name) the text in the error message.
     """
     if not 0.0 < val_fraction <= 0.5:
         raise ConfigError(f"must be in (0, 0.5], got {val_fraction!r}", "data.val_fraction")
@@ -48,7 +57,7 @@ def split_tokens(
     n_val = max(math.ceil(n * val_fraction), window)
     if n - n_val < window:
         raise ConfigError(
-            f"the text has {n:,} {unit}, too short for train.seq_len={seq_len}: the training part and the "
+            f"{source} has {n:,} {unit}, too short for train.seq_len={seq_len}: the training part and the "
             f"held-out part (data.val_fraction={val_fraction}) each need {window} {unit}, so at least "
             f"{2 * window:,} {unit} in all; give a longer file or a smaller train.seq_len",
             "data.path",

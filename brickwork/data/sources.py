@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -132,41 +133,75 @@ def open_text_data(data: DataConfig, tokenizer: Tokenizer, cache: Path, seq_len:
     if data.path is None:
         raw, source = read_corpus(None)
         tokens = tokenizer.encode(raw.decode("utf-8"))
-        train, val = split_tokens(tokens, data.val_fraction, seq_len, unit)
+        train, val = split_tokens(tokens, data.val_fraction, seq_len, unit, "the embedded corpus")
         return TextData(train, val, tokenizer, f"{source}, {val.numel():,} {unit} held out")
     train, train_val, source = _read(Path(data.path).expanduser(), data, tokenizer, cache, "data.path")
     if data.val_path is not None:
         val, _, val_source = _read(Path(data.val_path).expanduser(), data, tokenizer, cache, "data.val_path")
         _need_window(val, seq_len, "data.val_path", unit)
         _need_window(train, seq_len, "data.path", unit)
-        return TextData(train, val, tokenizer, f"{source}; held out: {val_source}")
+        return TextData(train.tokens, val.tokens, tokenizer, f"{source}; held out: {val_source}")
     if train_val is not None:
         _need_window(train, seq_len, "data.path", unit)
         _need_window(train_val, seq_len, "data.path", unit)
-        return TextData(train, train_val, tokenizer, f"{source}, with its val.bin held out")
-    train, val = split_tokens(train, data.val_fraction, seq_len, unit)
-    return TextData(train, val, tokenizer, f"{source}, {val.numel():,} {unit} held out")
+        return TextData(train.tokens, train_val.tokens, tokenizer, f"{source}, with its val.bin held out")
+    train_part, val = split_tokens(train.tokens, data.val_fraction, seq_len, unit, repr(train.name))
+    return TextData(train_part, val, tokenizer, f"{source}, {val.numel():,} {unit} held out")
+
+
+def data_files(data: DataConfig) -> list[tuple[str, Path]]:
+    """(option, file) for every file the streams of the ``data:`` section are read from, listed
+    without reading them: those of ``data.path`` (a nanoGPT folder's val.bin only when it is the
+    held-out part) and those of ``data.val_path``; none for the embedded corpus. The files a data
+    folder declares its tokenizer with belong to the tokenizer, and are not listed."""
+    if data.path is None:
+        return []
+    path = Path(data.path).expanduser()
+    files, own_val = _source_files(path, detect_format(path, data.format, "data.path"), "data.path")
+    listed = [("data.path", file) for file in files]
+    if data.val_path is None:
+        return listed + ([("data.path", own_val)] if own_val is not None else [])
+    val_path, option = Path(data.val_path).expanduser(), "data.val_path"
+    held_out, _ = _source_files(val_path, detect_format(val_path, data.format, option), option)
+    return listed + [(option, file) for file in held_out]
+
+
+class _Stream(NamedTuple):
+    """A 1-D token stream and the file it was read from (or tokenised from), as errors name it."""
+
+    tokens: torch.Tensor
+    name: str
+
+
+def _source_files(path: Path, kind: str, option: str) -> tuple[list[Path], Path | None]:
+    """(the files ``path`` of format ``kind`` is read from, a nanoGPT folder's val.bin or None)."""
+    if kind == "bin":
+        if not path.is_dir():
+            return [path], None
+        val = path / "val.bin"
+        return [path / "train.bin"], val if val.is_file() else None
+    return (_text_files(path, option) if kind == "folder" else [path]), None
 
 
 def _read(
     path: Path, data: DataConfig, tokenizer: Tokenizer, cache: Path, option: str
-) -> tuple[torch.Tensor, torch.Tensor | None, str]:
-    """(tokens, a nanoGPT folder's val.bin tokens or None, description) of one source."""
+) -> tuple[_Stream, _Stream | None, str]:
+    """(its token stream, a nanoGPT folder's val.bin stream or None, description) of one source."""
     vocab_size = tokenizer.vocab_size
     kind = detect_format(path, data.format, option)
+    files, val_file = _source_files(path, kind, option)
     if kind == "bin":
-        folder = path if path.is_dir() else None
         dtype = token_dtype(tokenizer.vocab_size, smallest=np.uint16)
-        train_file = folder / "train.bin" if folder else path
-        train = _map_checked(train_file, dtype, vocab_size, option)
-        val_file = folder / "val.bin" if folder else None
-        val = _map_checked(val_file, dtype, vocab_size, option) if val_file and val_file.is_file() else None
-        return train, val, f"{path} ({train.numel():,} {dtype.name} tokens, {tokenizer.name})"
+        train = _Stream(_map_checked(files[0], dtype, vocab_size, option), str(files[0]))
+        val = None
+        if val_file is not None:
+            val = _Stream(_map_checked(val_file, dtype, vocab_size, option), str(val_file))
+        return train, val, f"{path} ({train.tokens.numel():,} {dtype.name} tokens, {tokenizer.name})"
     if kind == "text" and isinstance(tokenizer, ByteTokenizer):
         if path.stat().st_size == 0:
             raise ConfigError(f"file {str(path)!r} is empty; give a text file to train on", option)
-        return map_tokens(path, np.dtype(np.uint8), option), None, f"{path} ({path.stat().st_size:,} bytes)"
-    files = _text_files(path, option) if kind == "folder" else [path]
+        tokens = map_tokens(path, np.dtype(np.uint8), option)
+        return _Stream(tokens, str(path)), None, f"{path} ({path.stat().st_size:,} bytes)"
     key = hashlib.sha256(
         json.dumps(
             [kind, data.text_key, [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]]
@@ -187,7 +222,8 @@ def _read(
     dtype = token_dtype(tokenizer.vocab_size)
     tokens = _map_checked(out, dtype, vocab_size, option)
     what = f"{len(files)} files" if kind == "folder" else kind
-    return tokens, None, f"{path} ({what}, {tokens.numel():,} tokens of {tokenizer.name})"
+    # Errors about these tokens name the source, not the cache file they were tokenised into.
+    return _Stream(tokens, str(path)), None, f"{path} ({what}, {tokens.numel():,} tokens of {tokenizer.name})"
 
 
 def _map_checked(file: Path, dtype: np.dtype, vocab_size: int, option: str) -> torch.Tensor:
@@ -196,11 +232,11 @@ def _map_checked(file: Path, dtype: np.dtype, vocab_size: int, option: str) -> t
     return tokens
 
 
-def _need_window(tokens: torch.Tensor, seq_len: int, option: str, unit: str) -> None:
-    if tokens.numel() < seq_len + 1:
+def _need_window(stream: _Stream, seq_len: int, option: str, unit: str) -> None:
+    if stream.tokens.numel() < seq_len + 1:
         raise ConfigError(
-            f"holds {tokens.numel():,} {unit}, too short for a window of train.seq_len={seq_len} "
-            f"(needs {seq_len + 1})",
+            f"{stream.name!r} holds {stream.tokens.numel():,} {unit}, fewer than train.seq_len + 1 = "
+            f"{seq_len + 1}: too short for one window; give a longer file or a smaller train.seq_len",
             option,
         )
 

@@ -57,7 +57,10 @@ def test_data_file_empty_or_too_short(capsys, tmp_path, monkeypatch):
     assert "data.path: file 'empty.txt' is empty" in error_line(capsys, ["train", "data.path=empty.txt"])
     Path("short.txt").write_text("only a few words")
     err = error_line(capsys, ["train", "data.path=short.txt", "train.seq_len=64"])
-    assert "the text has 16 bytes, too short for train.seq_len=64" in err and "at least 130 bytes" in err
+    assert (
+        "data.path: 'short.txt' has 16 bytes, too short for train.seq_len=64" in err
+        and "at least 130 bytes" in err
+    )
 
 
 def test_resume_needs_a_run_folder_with_a_complete_checkpoint(capsys, tmp_path, monkeypatch):

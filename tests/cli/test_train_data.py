@@ -71,6 +71,8 @@ def bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
     cut = char_folder(root / "cut", "abcdefgh" * 50)
     with (cut / "val.bin").open("ab") as handle:
         handle.write(b"\x00")
+    short = char_folder(root / "short", "abcdefgh" * 50)
+    np.zeros(10, dtype=np.uint16).tofile(short / "val.bin")
     (root / "docs.jsonl").write_text('{"text": "a line of text, long enough"}\n{"title": "no text"}\n')
     (root / "empty").mkdir()
     char_folder(root / "good", "abcdefgh" * 50)
@@ -84,6 +86,10 @@ def bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
         "truncated bin": (
             ["data.path=cut"],
             r"data.path: token file 'cut/val.bin' has 81 bytes, not a whole",
+        ),
+        "val.bin too short": (
+            ["data.path=short"],
+            r"data.path: 'short/val.bin' holds 10 tokens, fewer than train.seq_len \+ 1 = 17",
         ),
         "jsonl without the key": (
             ["data.path=docs.jsonl"],

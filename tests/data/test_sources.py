@@ -167,9 +167,25 @@ def test_val_path_is_held_out_whole(tmp_path):
     assert text.train.numel() == len(TEXT)
     assert bytes(text.val.tolist()) == b"held out text, all of it"
     with pytest.raises(
-        ConfigError, match=r"data.val_path: holds 24 bytes, too short for a window of train.seq_len=32"
+        ConfigError, match=r"data.val_path: '.*/val.txt' holds 24 bytes, fewer than train.seq_len \+ 1 = 33"
     ):
         open_text_data(cfg, ByteTokenizer(), tmp_path / "cache", seq_len=32)
+
+
+def test_a_token_file_too_short_for_a_window_is_named(tmp_path):
+    folder = nanogpt_folder(tmp_path / "gpt", list(range(100)), list(range(10)), {"vocab_size": 100})
+    with pytest.raises(
+        ConfigError, match=r"data.path: '.*/gpt/val.bin' holds 10 tokens, fewer than train.seq_len \+ 1 = 33"
+    ):
+        open_text_data(data_config(folder), TokenIds(100), tmp_path / "cache", seq_len=32)
+    np.array(range(20), dtype=np.uint16).tofile(folder / "train.bin")
+    np.array(range(40), dtype=np.uint16).tofile(folder / "val.bin")
+    with pytest.raises(ConfigError, match=r"data.path: '.*/gpt/train.bin' holds 20 tokens, fewer than"):
+        open_text_data(data_config(folder), TokenIds(100), tmp_path / "cache", seq_len=32)
+    # Split into training and held-out parts, the text is named by its source, not a cache file.
+    (tmp_path / "short.jsonl").write_text('{"text": "only a few words"}\n')
+    with pytest.raises(ConfigError, match=r"data.path: '.*/short.jsonl' has 16 bytes, too short for"):
+        open_text_data(data_config(tmp_path / "short.jsonl"), ByteTokenizer(), tmp_path / "cache", seq_len=32)
 
 
 def test_empty_folders_and_files_are_refused(tmp_path):
