@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
+from brickwork.errors import ConfigError
 from brickwork.factory import build_model, get_preset
 from brickwork.sampling import next_token, sample_ids
 
@@ -87,7 +90,32 @@ def test_bad_arguments_are_refused():
     model = small_decoder("learned", 8)
     with pytest.raises(ValueError, match="non-empty 1-D"):
         sample_ids(model, torch.tensor([], dtype=torch.long), 4, window=8)
-    with pytest.raises(ValueError, match="top_k must be >= 1"):
+    with pytest.raises(ConfigError, match=r"^top_k: must be an integer >= 1, got 0"):
         sample_ids(model, torch.tensor([1]), 4, window=8, top_k=0)
     with pytest.raises(ValueError, match=r"slide must be in 1..window=8"):
         sample_ids(model, torch.tensor([1]), 4, window=8, slide=9)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("temperature", math.nan, r"^temperature: must be a finite number >= 0 \(0 = greedy\), got nan"),
+        ("temperature", math.inf, r"^temperature: must be a finite number >= 0 .*, got inf"),
+        ("temperature", -0.5, r"^temperature: must be a finite number >= 0 .*, got -0.5"),
+        ("seed", 2**70, rf"^seed: must be in 0 \.\. 2\*\*64 - 1, got {2**70}"),
+        ("seed", -1, r"^seed: must be in 0 \.\. 2\*\*64 - 1, got -1"),
+        ("window", 9, r"^window: 9 tokens is past the 8 positions the model has \(its max_seq_len\)"),
+    ],
+)
+def test_options_no_run_can_use_are_refused_by_name(option, value, expected):
+    model = small_decoder("learned", 8)
+    with pytest.raises(ConfigError, match=expected):
+        sample_ids(model, torch.tensor([1]), 20, **{"window": 8, option: value})
+
+
+def test_the_largest_seed_and_a_tiny_temperature_sample():
+    model = small_decoder("learned", 8)
+    prompt = torch.tensor([3, 4])
+    greedy = sample_ids(model, prompt, 6, window=8, temperature=0.0)
+    # Logits divided by 1e-300 overflow float32; the draw is then greedy's, not a NaN softmax.
+    assert torch.equal(sample_ids(model, prompt, 6, window=8, temperature=1e-300, seed=2**64 - 1), greedy)

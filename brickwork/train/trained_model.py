@@ -9,7 +9,9 @@ through the safe DCP reader, an HF ``pytorch_model.bin`` with ``weights_only=Tru
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from brickwork.data.tokenizer import ByteTokenizer, HFTokenizer, TokenIds, Token
 from brickwork.errors import ConfigError
 from brickwork.factory import load_spec
 from brickwork.factory.pretrained import read_pretrained
-from brickwork.sampling import sample_ids
+from brickwork.sampling import check_options, check_window, sample_ids
 
 OPTION = "RUN_OR_FOLDER"
 TOKENIZER_FILE = "tokenizer.json"  # a run keeps a copy of any tokenizer other than bytes
@@ -90,19 +92,18 @@ def sample_text(
 ) -> str:
     """``brickwork sample``: ``prompt`` and its continuation by the model saved at ``source``.
 
-    Options are checked before anything loads; what was loaded is logged. ``window`` defaults to the
-    run's ``train.seq_len``, else the spec's ``max_seq_len``.
+    Options are checked before anything loads (a ``--window`` past the model's positions as soon as
+    its spec is read), each error naming the command's option; what was loaded is logged. ``window``
+    defaults to the run's ``train.seq_len``, else the spec's ``max_seq_len``.
     """
-    limits = (("max-new-tokens", max_new_tokens, 0), ("top-k", top_k, 1), ("window", window, 1))
-    for option, value, least in limits:
-        if value is not None and value < least:
-            raise ConfigError(f"must be an integer >= {least}, got {value}", f"--{option}")
-    if temperature < 0:
-        raise ConfigError(f"must be >= 0, got {temperature}", "--temperature")
+    with _named_as_options():
+        check_options(max_new_tokens, temperature, top_k, seed, window)
     trained = load_trained(source, tokenizer, "cuda" if torch.cuda.is_available() else "cpu")
     window = window or trained.window
     if window is None:
         raise ConfigError("the model says no training length (no run, no max_seq_len); give one", "--window")
+    with _named_as_options():
+        check_window(trained.model, window)
     ids = trained.tokenizer.encode(prompt)
     if ids.numel() == 0:
         raise ConfigError("encodes to no tokens; give some text", "--prompt")
@@ -112,3 +113,12 @@ def sample_text(
         trained.model, ids, max_new_tokens, window=window, temperature=temperature, top_k=top_k, seed=seed
     )
     return trained.tokenizer.decode(out)
+
+
+@contextlib.contextmanager
+def _named_as_options() -> Iterator[None]:
+    """A ConfigError about a keyword of ``sample_ids`` (``top_k``) as one about its option (``--top-k``)."""
+    try:
+        yield
+    except ConfigError as err:
+        raise err.at("", {err.path: f"--{err.path.replace('_', '-')}"}) from None

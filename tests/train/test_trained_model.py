@@ -52,3 +52,32 @@ def test_what_is_no_decoder_lm_or_unreadable_is_refused_naming_the_option(
         with pytest.raises(ConfigError, match=reason) as err:
             load_trained(str(source))
         assert err.value.path == OPTION
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--temperature", "nan", "--temperature: must be a finite number >= 0 (0 = greedy), got nan"),
+        ("--seed", str(2**70), f"--seed: must be in 0 .. 2**64 - 1, got {2**70}"),
+        ("--window", "257", "--window: 257 tokens is past the 256 positions the model has (its max_seq_len)"),
+    ],
+)
+def test_sampling_options_no_model_can_use_are_one_line_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, expected: str
+) -> None:
+    save_pretrained(tiny(), tmp_path / "saved")
+    assert main(["sample", str(tmp_path / "saved"), "--prompt", "Once", option, value]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "\n" not in captured.err.strip()
+    assert captured.err.startswith(f"brickwork sample: error: {expected}")
+
+
+def test_a_tokenizer_must_fit_the_real_vocabulary_not_the_padded_rows(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = build_model("gpt-tiny", {**TINY, "vocab_size": 200})  # the preset pads to 256 rows
+    assert model.token_embedding.weight.shape[0] == 256 and model.vocab_size == 200
+    save_pretrained(model, tmp_path / "saved")
+    trained = load_trained(str(tmp_path / "saved"))
+    assert trained.tokenizer.vocab_size == 200  # its 200 ids, not bytes: the padding rows are no ids
+    with pytest.raises(ConfigError, match=r"the tokenizer has 256 ids, more than the model's vocab_size 200"):
+        load_trained(str(tmp_path / "saved"), tokenizer="bytes")
