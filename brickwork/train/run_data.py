@@ -16,6 +16,7 @@ from brickwork.data.sources import TextData, declared_tokenizer, open_text_data
 from brickwork.data.tokenizer import Tokenizer
 from brickwork.errors import ConfigError
 from brickwork.parallel import build_mesh
+from brickwork.train.data_identity import DataIdentity, check_data_identity, current_record
 from brickwork.train.distributed import check_world, world_size
 from brickwork.train.run_config import RunConfig
 
@@ -25,9 +26,20 @@ def run_tokenizer(run: RunConfig) -> Tokenizer:
     return declared_tokenizer(run.data.path, run.data.tokenizer, run.spec.get("vocab_size"))
 
 
-def run_text_data(run: RunConfig, run_dir: Path) -> TextData:
-    """The text data of ``run``; its token files are cached in ``run_dir / "cache"``."""
-    tokenizer = run_tokenizer(run)
+def run_data(
+    run: RunConfig, task: str, run_dir: Path, resumed_at: int | None, accept_change: bool
+) -> tuple[TextData | None, DataIdentity]:
+    """The text data of ``run`` (None for the generated images of ``image_classification``) and what
+    it is. A run resumed at step ``resumed_at`` has it checked against its data record first, before
+    anything is written, the token cache included (brickwork/train/data_identity.py)."""
+    tokenizer = None if task == "image_classification" else run_tokenizer(run)
+    current = current_record(run.data, tokenizer)
+    identity = check_data_identity(run_dir, current, tokenizer, resumed_at, accept_change)
+    return (None if tokenizer is None else run_text_data(run, run_dir, tokenizer)), identity
+
+
+def run_text_data(run: RunConfig, run_dir: Path, tokenizer: Tokenizer) -> TextData:
+    """The text data of ``run``, read with ``tokenizer``; token files are cached in ``run_dir / "cache"``."""
     if run.train.sample_prompt is not None:
         try:  # refused now rather than after training
             tokenizer.encode(run.train.sample_prompt)

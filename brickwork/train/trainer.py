@@ -24,7 +24,7 @@ from brickwork.checkpoint import latest_checkpoint
 from brickwork.data import fixed_windows
 from brickwork.data.sources import TextData
 from brickwork.data.task_batches import TaskBatches, image_batches, task_vocab_size, text_batches
-from brickwork.data.tokenizer import HFTokenizer, Tokenizer
+from brickwork.data.tokenizer import Tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
@@ -43,12 +43,11 @@ from brickwork.train.optim import build_optimizer
 from brickwork.train.peers import peers_watched
 from brickwork.train.resume_check import check_resume
 from brickwork.train.run_config import RunConfig, resolve_run
-from brickwork.train.run_data import run_text_data, run_tokenizer
+from brickwork.train.run_data import run_data, run_tokenizer
 from brickwork.train.run_lock import RunLock
 from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.step import TrainStep
 from brickwork.train.threads import apply_cpu_threads
-from brickwork.train.trained_model import TOKENIZER_FILE
 from brickwork.train.triton_backends import check_triton_backends
 
 logger = logging.getLogger(__name__)
@@ -91,11 +90,14 @@ def train_new(spec_arg: str | None, overrides: list[str], init_from: str | None 
         raise
 
 
-def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunResult:
+def train_resume(
+    run_dir: str, dist_overrides: list[str] | None = None, accept_data_change: bool = False
+) -> RunResult:
     """Continue the run in ``run_dir`` from its newest complete checkpoint.
 
     ``dist_overrides`` continue it under another layout (``dist.*``) or for more steps
-    (``train.steps``); config.yaml then records them.
+    (``train.steps``); config.yaml then records them. ``accept_data_change`` goes on with data that
+    changed since the run started (brickwork/train/data_identity.py); data.json records it.
     """
     folder = Path(run_dir)
     config = folder / "config.yaml"
@@ -129,7 +131,9 @@ def train_resume(run_dir: str, dist_overrides: list[str] | None = None) -> RunRe
         ) from None
     check_triton_backends(run)
     with RunLock(folder), peers_watched(timeout, folder):
-        return _train(run, folder, resume=True, rewrite_config=rewrite_config)
+        return _train(
+            run, folder, resume=True, rewrite_config=rewrite_config, accept_data_change=accept_data_change
+        )
 
 
 def _resolve_auto(run: RunConfig) -> None:
@@ -144,7 +148,13 @@ def default_out_dir(name: str) -> str:
     return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = False) -> RunResult:
+def _train(
+    run: RunConfig,
+    run_dir: Path,
+    resume: bool,
+    rewrite_config: bool = False,
+    accept_data_change: bool = False,
+) -> RunResult:
     cfg = run.train
     started = time.perf_counter()
     threads = apply_cpu_threads()
@@ -153,7 +163,8 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
     checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
     if checkpoint is None:
         _check_unclaimed(run_dir)
-    text = None if task == "image_classification" else run_text_data(run, run_dir)
+    resumed_at = None if checkpoint is None else checkpoint[0]
+    text, data_identity = run_data(run, task, run_dir, resumed_at, accept_data_change)
     tokenizer = text.tokenizer if text is not None else None
     torch.manual_seed(cfg.seed)
     model = build_model(_task_spec(run, task, tokenizer))
@@ -185,7 +196,7 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
     log = MetricsLog(run_dir / "metrics.jsonl")
     if checkpoint is not None:
         state.step, folder = checkpoint
-        for line in check_resume(folder, run.spec, config_to_dict(cfg)):
+        for line in [*check_resume(folder, run.spec, config_to_dict(cfg)), *data_identity.notes]:
             say(line)
         meta, data_state, state.val_loss = load_run_checkpoint(folder, model, optimizer)
         batches.load_state_dict(data_state)
@@ -197,15 +208,15 @@ def _train(run: RunConfig, run_dir: Path, resume: bool, rewrite_config: bool = F
             torn = log.truncate_after(state.step)
             if torn is not None:
                 say(f"{log.path}: dropped its last line, cut off by a crash mid-write: {torn[:60]!r}")
+            data_identity.save(run_dir)
             if rewrite_config:
                 # The run goes on under the new dist dict or step count; a later --resume keeps them.
                 dump_spec(run.to_dict(), run_dir / "config.yaml")
     else:
         if is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
+            data_identity.save(run_dir)  # before config.yaml, which marks the folder as a run's
             dump_spec(run.to_dict(), run_dir / "config.yaml")
-            if isinstance(tokenizer, HFTokenizer):
-                tokenizer.save(run_dir / TOKENIZER_FILE)  # brickwork sample reads it
         say(f"run folder {run_dir}")
     say(f"model {run.name}: {params:,} parameters, task {task}; data: {source}")
     cpu = f", {threads.threads} CPU threads per process" if layout.device.type == "cpu" else ""
