@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         "another layout, train.steps=N for more steps",
     )
     train.add_argument(
+        "--accept-data-change",
+        action="store_true",
+        help="with --resume: go on although the data or tokenizer changed since the run started "
+        "(data.json records it); a tokenizer of another size is refused even so",
+    )
+    train.add_argument(
         "--init-from",
         metavar="PATH",
         help="start from saved weights: a save_pretrained folder, a run folder, an exported .safetensors "
@@ -185,7 +191,11 @@ def run_train(ns: argparse.Namespace) -> int:
     if ns.resume:
         if ns.init_from:
             raise ConfigError("a resumed run takes its weights from its own checkpoint", "--init-from")
-        train_resume(ns.resume, ns.args)
+        train_resume(ns.resume, ns.args, accept_data_change=ns.accept_data_change)
+    elif ns.accept_data_change:
+        raise ConfigError(
+            "a new run has no earlier data to differ from; use it with --resume", "--accept-data-change"
+        )
     else:
         train_new(*split_spec_and_overrides(ns.args), init_from=ns.init_from)
     return 0
