@@ -27,7 +27,7 @@ from typing import Any
 from torch.distributed.checkpoint.api import CheckpointException
 
 from brickwork.checkpoint.manifest import CorruptCheckpointError, verify_manifest
-from brickwork.checkpoint.safe_reader import SafeFileSystemReader, UnsafeCheckpointError
+from brickwork.checkpoint.safe_reader import SafeFileSystemReader, UnsafeCheckpointError, refusal_reason
 
 COMPLETE_MARKER = ".complete"
 META_FILE = "meta.json"
@@ -120,8 +120,9 @@ def quiet_single_process() -> Iterator[None]:
 @contextlib.contextmanager
 def reading(path: Path) -> Iterator[None]:
     """Whatever reading ``path`` raises (EOFError, an unpickling error, a shape mismatch, DCP's
-    CheckpointException around any of them) as one CorruptCheckpointError naming it. A Ctrl-C and a
-    refused unsafe entry pass through as they are."""
+    CheckpointException around any of them) as one CorruptCheckpointError naming it; a file
+    ``torch.load(weights_only=True)`` refused is said in brickwork's words, never torch's advice to
+    load it unrestricted. A Ctrl-C and a refused unsafe entry pass through as they are."""
     try:
         yield
     except (KeyboardInterrupt, UnsafeCheckpointError, CorruptCheckpointError):
@@ -131,7 +132,7 @@ def reading(path: Path) -> Iterator[None]:
         if isinstance(err, CheckpointException):
             causes = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
             cause = causes[0] if causes else err
-        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        reason = refusal_reason(cause) or (str(cause).strip().splitlines() or [""])[0]
         raise CorruptCheckpointError(
             f"{path} cannot be read ({type(cause).__name__}: {reason[:300]}); it is damaged or was rewritten"
         ) from None

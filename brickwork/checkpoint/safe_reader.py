@@ -13,6 +13,11 @@ metadata marks as non-tensor "bytes" with ``torch.load(weights_only=False)`` in 
 planner, so a crafted ``.metadata`` could mark a weight as bytes and point it at a pickle that runs
 code. ``SafeLoadPlanner`` first reads such an entry with ``weights_only=True`` and refuses it when
 that fails; only data that loader accepts reaches torch's own.
+
+When ``torch.load(weights_only=True)`` refuses a file, torch's message advises loading it again with
+``weights_only=False`` or allow-listing what it names: for a file that may have been tampered with,
+that is advice to run its code. ``refusal_reason`` says why in brickwork's words instead, and every
+reader that relays such a refusal (here, folder.py, the HF folder reader) goes through it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 from typing import Any
 
 import torch
@@ -154,14 +160,22 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         try:
             torch.load(value, weights_only=True)
         except Exception as err:  # any failure of the restricted loader means the data is not plain
-            lines = str(err).splitlines()
-            reason = next((line.strip() for line in lines if "Unsupported global" in line), lines[0])
-            reason = reason.split(". Please")[0]
+            reason = refusal_reason(err) or f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
             raise UnsafeCheckpointError(
                 f"the checkpoint entry {read_item.dest_index.fqn!r} is not plain data ({reason})"
             ) from None
         value.seek(0)
         super().load_bytes(read_item, value)
+
+
+def refusal_reason(err: BaseException) -> str | None:
+    """Why ``torch.load(weights_only=True)`` refused a file, in brickwork's words (the name it would
+    have called, when it names one); None when ``err`` is no such refusal (a truncated file, say)."""
+    if not (isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err)):
+        return None
+    named = re.search(r"GLOBAL ([\w.]+)", str(err))
+    what = f"it names {named.group(1)}, which" if named else "it holds something"
+    return f"{what} plain weights never do; refused, as loading it could run code"
 
 
 def read_metadata(directory: str | os.PathLike) -> Metadata:

@@ -2,16 +2,22 @@
 
 Weights are read with ``safetensors`` (``model.safetensors``, or shards listed in
 ``model.safetensors.index.json``) or, only when no safetensors file is there, with
-``torch.load(weights_only=True)`` (``pytorch_model.bin`` or its sharded index).
+``torch.load(weights_only=True)`` (``pytorch_model.bin`` or its sharded index). A file that is
+damaged, or that the restricted loader refuses (a pickle that would call something), is a ValueError
+naming it, in brickwork's words: torch's own advises loading the file unrestricted.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from brickwork.checkpoint import read_weights as read_safetensors
+from brickwork.checkpoint.safe_reader import refusal_reason
 
 from .convert import build_from_hf
 
@@ -46,7 +52,7 @@ def load_hf_checkpoint(path: str | Path) -> nn.Module:
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the folder's weight files, by name."""
     for index_name, reader in (
-        ("model.safetensors.index.json", _read_safetensors),
+        ("model.safetensors.index.json", read_safetensors),
         ("pytorch_model.bin.index.json", _read_torch),
     ):
         single = folder / index_name.removesuffix(".index.json")
@@ -74,14 +80,12 @@ def _read_shards(index: Path, reader) -> dict[str, torch.Tensor]:
     return state
 
 
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(path), device="cpu")
-
-
 def _read_torch(path: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:  # what a bad file raises
+        reason = refusal_reason(err) or " ".join(str(err).split())[:200] or type(err).__name__
+        raise ValueError(f"{str(path)!r} is not a readable PyTorch weights file: {reason}") from None
     if not isinstance(state, dict):
         raise ValueError(f"{path} does not hold a state dict (got {type(state).__name__})")
     return state

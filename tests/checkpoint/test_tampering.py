@@ -5,6 +5,7 @@ manifest is refused."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,27 @@ def _model_after_step() -> dict[str, torch.Tensor]:
     model(torch.randn(2, 16)).sum().backward()
     optimizer.step()
     return model.state_dict()
+
+
+class _TouchesAFile:
+    """Pickles as a call of os.system that would create a file, were it loaded unrestricted."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_refused_rng_file_is_named_without_advice_to_load_it_unrestricted(
+    saved: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "payload-ran"
+    torch.save({"cpu": _TouchesAFile(marker)}, saved / "rng" / "rank0.pt")
+    write_manifest(saved, skip=UNLISTED)
+    with pytest.raises(CorruptCheckpointError) as caught:
+        load_checkpoint(saved, small_model(1))
+    message = str(caught.value)
+    assert "rank0.pt cannot be read" in message and f"it names {os.system.__module__}.system" in message
+    assert "weights_only" not in message and "allowlist" not in message and "\n" not in message
+    assert not marker.exists()
