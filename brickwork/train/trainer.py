@@ -10,7 +10,6 @@ import contextlib
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -20,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from brickwork.blocks import MODELS
-from brickwork.checkpoint import latest_checkpoint
+from brickwork.checkpoint import complete_checkpoints, latest_checkpoint
 from brickwork.data import fixed_windows
 from brickwork.data.sources import TextData
 from brickwork.data.task_batches import TaskBatches, image_batches, task_vocab_size, text_batches
@@ -32,6 +31,7 @@ from brickwork.parallel import ParallelConfig, full_state_dict, parallel_state, 
 from brickwork.parallel.compile import check_compilable
 from brickwork.parallel.mesh import mesh_device_type
 from brickwork.sampling import sample_ids
+from brickwork.train.atomic_file import replacing
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
@@ -42,6 +42,7 @@ from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
 from brickwork.train.peers import peers_watched
 from brickwork.train.resume_check import check_resume
+from brickwork.train.retention import remove_unfinished
 from brickwork.train.run_config import RunConfig, resolve_run
 from brickwork.train.run_data import run_data, run_tokenizer
 from brickwork.train.run_lock import RunLock
@@ -79,21 +80,22 @@ def train_new(spec_arg: str | None, overrides: list[str], init_from: str | None 
     timeout = layout.timeout_s
     with peers_watched(timeout):
         run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
-    created = not run_dir.exists()
-    try:
-        with RunLock(run_dir, "train.out_dir"), peers_watched(timeout, run_dir):
+    with RunLock(run_dir, "train.out_dir") as lock, peers_watched(timeout, run_dir):
+        try:
             return _train(run, run_dir, resume=False)
-    except BaseException:
-        # A run stopped before it wrote config.yaml (bad data, say) leaves no folder behind.
-        if created and int(os.environ.get("RANK", "0")) == 0 and not (run_dir / "config.yaml").exists():
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+        except BaseException:
+            # A run stopped before it wrote config.yaml (bad data, say) leaves no folder behind. Only
+            # the lock's holder may touch the folder: a refused process may have seen it missing too.
+            if lock.created and not (run_dir / "config.yaml").exists():
+                lock.clear()
+            raise
 
 
 def train_resume(
     run_dir: str, dist_overrides: list[str] | None = None, accept_data_change: bool = False
 ) -> RunResult:
-    """Continue the run in ``run_dir`` from its newest complete checkpoint.
+    """Continue the run in ``run_dir`` from its newest complete checkpoint, or from step 0 if it
+    stopped before saving one.
 
     ``dist_overrides`` continue it under another layout (``dist.*``) or for more steps
     (``train.steps``); config.yaml then records them. ``accept_data_change`` goes on with data that
@@ -111,7 +113,8 @@ def train_resume(
                 f"other than dist.* ones (the layout to continue under) and train.steps, got {text!r}",
                 "--resume",
             )
-    step, _ = latest_checkpoint(folder)
+    saved_steps = complete_checkpoints(folder)
+    step = saved_steps[-1][0] if saved_steps else 0
     run = resolve_run(str(config), overrides)
     _resolve_auto(run)
     saved = load_spec(config)
@@ -160,15 +163,16 @@ def _train(
     threads = apply_cpu_threads()
     task = _task(run)
     # Every process decides about the folder before any of them writes to it (the token cache first).
-    checkpoint = latest_checkpoint(run_dir, intact=True) if resume else None
-    if checkpoint is None:
+    # A resumed run that stopped before its first checkpoint starts again from step 0, in place.
+    checkpoint = latest_checkpoint(run_dir, intact=True) if resume and complete_checkpoints(run_dir) else None
+    if not resume:
         _check_unclaimed(run_dir)
     resumed_at = None if checkpoint is None else checkpoint[0]
     text, data_identity = run_data(run, task, run_dir, resumed_at, accept_data_change)
     tokenizer = text.tokenizer if text is not None else None
     torch.manual_seed(cfg.seed)
     model = build_model(_task_spec(run, task, tokenizer))
-    if cfg.init_from is not None and not resume:
+    if cfg.init_from is not None and checkpoint is None:
         load_initial_weights(model, cfg.init_from)
     run.spec = model.spec
     _check_fits(run, task)
@@ -194,11 +198,14 @@ def _train(
     )
     state = LoopState(0, batches, val_batches)
     log = MetricsLog(run_dir / "metrics.jsonl")
+    if resume and is_main:
+        for name in remove_unfinished(run_dir):
+            say(f"removed checkpoints/{name}: a save or a deletion of it was cut off before it finished")
     if checkpoint is not None:
         state.step, folder = checkpoint
         for line in [*check_resume(folder, run.spec, config_to_dict(cfg)), *data_identity.notes]:
             say(line)
-        meta, data_state, state.val_loss = load_run_checkpoint(folder, model, optimizer)
+        meta, data_state, state.val_loss = load_run_checkpoint(folder, model, optimizer, step)
         batches.load_state_dict(data_state)
         say(f"resuming {run_dir} from step {state.step} of {cfg.steps}")
         saved, now = _layout(meta["dist"]), _layout(run.dist)
@@ -211,12 +218,17 @@ def _train(
             data_identity.save(run_dir)
             if rewrite_config:
                 # The run goes on under the new dist dict or step count; a later --resume keeps them.
-                dump_spec(run.to_dict(), run_dir / "config.yaml")
+                with replacing(run_dir / "config.yaml") as partial:
+                    dump_spec(run.to_dict(), partial)
     else:
         if is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
+            if resume:
+                say(f"{run_dir} has no checkpoint yet: it starts again from step 0")
+                log.truncate_after(-1)  # its curve is drawn again from the start
             data_identity.save(run_dir)  # before config.yaml, which marks the folder as a run's
-            dump_spec(run.to_dict(), run_dir / "config.yaml")
+            with replacing(run_dir / "config.yaml") as partial:
+                dump_spec(run.to_dict(), partial)
         say(f"run folder {run_dir}")
     say(f"model {run.name}: {params:,} parameters, task {task}; data: {source}")
     cpu = f", {threads.threads} CPU threads per process" if layout.device.type == "cpu" else ""
