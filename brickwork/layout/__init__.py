@@ -1,6 +1,7 @@
 """How a model declares its parallel layout, as data: a tensor-parallel plan (:class:`ModelPlan`, the
 glob form of the ``tp_plan()`` dicts components declare) and a pipeline recipe (:class:`StageRecipe`:
-which layers are split and what each stage computes).
+which layers are split and what each stage computes); and a vocabulary padded inside the model
+(``vocab_padding.py``: the model's own ``vocab_multiple``, which tensor parallel lays out again).
 
 It sits below the factory and parallel/: the HF family modules (``brickwork.factory.hf``) declare
 their models' layouts with these types, and parallel/ applies them (``parallel/tensor/``,
