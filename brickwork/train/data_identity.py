@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from brickwork.data.fingerprint import fingerprint
 from brickwork.data.sources import data_files
 from brickwork.data.tokenizer import HFTokenizer, Tokenizer, tokenizer_digest
 from brickwork.errors import ConfigError
+from brickwork.train.atomic_file import replacing
 from brickwork.train.trained_model import TOKENIZER_FILE
 
 RECORD_FILE = "data.json"
@@ -56,14 +56,12 @@ class DataIdentity:
         if not self.stale:
             return
         if isinstance(self.tokenizer, HFTokenizer):
-            partial = run_dir / f"{TOKENIZER_FILE}.partial"
-            self.tokenizer.save(partial)
-            os.replace(partial, run_dir / TOKENIZER_FILE)
+            with replacing(run_dir / TOKENIZER_FILE) as partial:
+                self.tokenizer.save(partial)
         else:
             (run_dir / TOKENIZER_FILE).unlink(missing_ok=True)
-        partial = run_dir / f"{RECORD_FILE}.partial"
-        partial.write_text(json.dumps(self.record, indent=1) + "\n")
-        os.replace(partial, run_dir / RECORD_FILE)
+        with replacing(run_dir / RECORD_FILE) as partial:
+            partial.write_text(json.dumps(self.record, indent=1) + "\n")
 
 
 def current_record(data: DataConfig, tokenizer: Tokenizer | None) -> dict[str, Any]:
@@ -87,8 +85,9 @@ def check_data_identity(
     run_dir: Path, current: dict[str, Any], tokenizer: Tokenizer | None, resumed_at: int | None, accept: bool
 ) -> DataIdentity:
     """Compare ``current`` with the record in ``run_dir`` of a run resumed at step ``resumed_at``
-    (None: a new run, recorded as it is). Raises a ConfigError naming each changed file or the
-    tokenizer unless ``accept``, and always for a tokenizer of another size; reads, never writes."""
+    (None: a new run, or one that starts again from step 0, recorded as it is). Raises a ConfigError
+    naming each changed file or the tokenizer unless ``accept``, and always for a tokenizer of another
+    size; reads, never writes."""
     if resumed_at is None:
         return DataIdentity(current, tokenizer)
     saved = read_record(run_dir / RECORD_FILE)
