@@ -152,7 +152,8 @@ def require_tokenizers(option: str):
 
 
 def tokenizer_digest(tokenizer: Tokenizer) -> str:
-    """Text that changes whenever the ids the tokenizer gives change (a cache key)."""
+    """Text that changes whenever the ids the tokenizer gives change: part of the token cache's key,
+    and what a run's data.json hashes to recognise its tokenizer."""
     if isinstance(tokenizer, HFTokenizer):
         return tokenizer.tokenizer.to_str()
     return json.dumps([type(tokenizer).__name__, tokenizer.vocab_size])

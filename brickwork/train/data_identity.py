@@ -3,8 +3,8 @@
 A resumed run must go on with the data and tokenizer it started with: data replaced under it would
 silently train the rest of the run on something else, and another tokenizer would give the model's
 rows other meanings (and leave ``RUN/tokenizer.json``, which ``brickwork sample`` decodes with,
-stale). The record holds, per data file, its size and bounded fingerprint (brickwork/data/
-fingerprint.py: not a full hash), and the tokenizer's name, size and SHA-256::
+stale). The record holds, per data file, its size and bounded fingerprint
+(brickwork/data/fingerprint.py: not a full hash), and the tokenizer's name, size and SHA-256::
 
     {"files": [{"option": "data.path", "file": "chars/train.bin", "size": 2000, "fingerprint": "5d0c..."}],
      "tokenizer": {"name": "bytes", "vocab_size": 256, "sha256": "9a1e..."},

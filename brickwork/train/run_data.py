@@ -2,7 +2,8 @@
 
 The model's vocabulary follows the tokenizer, so the data comes first; and it comes before the run
 folder holds anything, so bad data stops the run with nothing written. Under torchrun rank 0 reads
-(and tokenises into the run's cache) first, then the others read what it wrote.
+(and tokenises into the run's cache) first, then the others read what it wrote. A resumed run's data
+is first compared with what the run started with (brickwork/train/data_identity.py).
 """
 
 from __future__ import annotations
