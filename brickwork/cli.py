@@ -2,18 +2,18 @@
 and ``bench``.
 
 A mistake a user can fix (unknown preset, bad override, missing file, world size not matching the
-dist dict, a run folder with nothing to resume) ends in one line naming the fix, not a traceback;
-``--traceback`` shows the full one.
+dist dict, a run folder with nothing to resume, a folder it cannot write, a full disk) ends in one
+line naming the fix, not a traceback (brickwork/error_report.py); ``--traceback`` shows the full one.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
 import brickwork
+from brickwork.error_report import error_line, speaks
 from brickwork.errors import ConfigError, RunFailure
 from brickwork.logs import show_messages
 
@@ -323,13 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_messages(sys.stderr if ns.command == "sample" else None)
     try:
         return COMMANDS[ns.command](ns)
-    except (ConfigError, ValueError, FileNotFoundError, RunFailure) as err:
+    except (ConfigError, ValueError, OSError, RunFailure) as err:
         if ns.traceback:
             raise
-        # Under torchrun every rank meets the same error; one line of it is enough. A run failure
-        # (a lost peer) differs by rank, and rank 0 may be the one that is gone.
-        if os.environ.get("RANK", "0") == "0" or isinstance(err, RunFailure):
-            print(f"brickwork {ns.command}: error: {err}", file=sys.stderr)
+        if speaks(err):
+            print(f"brickwork {ns.command}: error: {error_line(err)}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
         print(f"\nbrickwork {ns.command}: interrupted", file=sys.stderr)

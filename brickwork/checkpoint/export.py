@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from brickwork.checkpoint.folder import (
@@ -25,6 +25,7 @@ from brickwork.checkpoint.folder import (
     reading,
 )
 from brickwork.checkpoint.safe_reader import SafeLoadPlanner
+from brickwork.checkpoint.safe_write import write_partial, writing
 
 SPEC_KEY = "spec"  # the metadata entry holding the resolved spec, as JSON
 
@@ -35,13 +36,17 @@ def export(directory: str | os.PathLike, out: str | os.PathLike, *, verify: bool
     Runs in one process (call it on one rank only, or outside any process group). The metadata holds
     ``spec`` (JSON) and ``step``. Raises FileNotFoundError for an interrupted or missing checkpoint,
     CorruptCheckpointError naming the file for a damaged one and UnsafeCheckpointError for an unsafe one.
+    ``out`` is replaced whole, with the mode the umask gives; a write that fails (a full disk) leaves
+    any earlier ``out`` as it was and raises an OSError naming it and the cause (safe_write.py).
     ``verify=False``: as in :func:`read_checkpoint_weights`.
     """
     weights, meta = read_checkpoint_weights(directory, verify=verify)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     metadata = {SPEC_KEY: json.dumps(meta.get("spec")), "step": str(meta["step"])}
-    save_file(weights, out, metadata=metadata)
+    partial = write_partial(weights, out, metadata)
+    with writing(out, partial):
+        os.replace(partial, out)
     return out
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from brickwork.checkpoint.export import read_checkpoint_weights, read_export, read_weights
 from brickwork.checkpoint.folder import is_complete
 from brickwork.checkpoint.run_folder import latest_checkpoint
+from brickwork.checkpoint.safe_write import partial_path, write_partial, writing
 from brickwork.layout.vocab_padding import unpadded_state_dict
 
 SPEC_FILE = "spec.yaml"
@@ -36,11 +36,18 @@ def write_saved_model(
     folder: Path, write_spec: Callable[[Path], Any], weights: dict[str, torch.Tensor]
 ) -> Path:
     """Write a saved-model folder: ``write_spec(path)`` writes the spec file, ``weights`` are the
-    tensors (see :func:`unique_weights`). The folder is created if needed; returns it."""
+    tensors (see :func:`unique_weights`). The folder is created if needed; returns it. The files get
+    the mode the umask gives; a write that fails (a full disk) leaves the folder's earlier save as it
+    was and raises an OSError naming the file and the cause."""
     folder.mkdir(parents=True, exist_ok=True)
-    spec_partial, weights_partial = _partial(folder / SPEC_FILE), _partial(folder / WEIGHTS_FILE)
-    write_spec(spec_partial)
-    save_file(weights, weights_partial, metadata={"format": "pt"})
+    spec_partial = partial_path(folder / SPEC_FILE)
+    with writing(folder / SPEC_FILE, spec_partial):
+        write_spec(spec_partial)
+    try:
+        weights_partial = write_partial(weights, folder / WEIGHTS_FILE, {"format": "pt"})
+    except OSError:
+        spec_partial.unlink()  # the earlier save stays, with nothing half-made beside it
+        raise
     # A save cut short between these renames leaves no spec.yaml (read_saved_model then says so),
     # never a spec beside another save's weights of the same shapes.
     (folder / SPEC_FILE).unlink(missing_ok=True)
@@ -90,7 +97,7 @@ def read_saved_model(path: str | os.PathLike, option: str = "path") -> SavedMode
     if (source / SPEC_FILE).is_file():
         return SavedModel(source / SPEC_FILE, read_weights(source / WEIGHTS_FILE), source / WEIGHTS_FILE)
     if not is_complete(source) and not (source / "config.yaml").is_file():
-        if _partial(source / SPEC_FILE).is_file():
+        if partial_path(source / SPEC_FILE).is_file():
             raise FileNotFoundError(
                 f"{str(source)!r} holds a save_pretrained that was cut short before its {SPEC_FILE} was "
                 "in place (the new files are the .partial ones beside it): save the model again"
@@ -106,8 +113,3 @@ def read_saved_model(path: str | os.PathLike, option: str = "path") -> SavedMode
     if not isinstance(meta.get("spec"), Mapping):
         raise ValueError(f"checkpoint {str(folder)!r} records no model spec: it cannot be rebuilt alone")
     return SavedModel(meta["spec"], weights, folder, folder, meta["step"])
-
-
-def _partial(final: Path) -> Path:
-    """Where ``final`` is written before it is renamed into place; the suffix names the format."""
-    return final.with_name(f".{final.stem}.partial{final.suffix}")
