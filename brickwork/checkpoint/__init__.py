@@ -2,7 +2,8 @@
 its manifest of sizes and CRC-32s (manifest.py), its DCP metadata read without running code from it
 (safe_reader.py), its model weights as one single-process file (export.py), the checkpoints of a
 run folder (run_folder.py), and a saved model: the save_pretrained folder, and the spec and weights of
-any of the forms from_pretrained reads (saved_model.py).
+any of the forms from_pretrained reads (saved_model.py). Weights files are written whole, with the
+umask's mode, a failed write naming the file (safe_write.py).
 
 It sits below the factory, parallel/ and train/, which all read checkpoints; writing one from a
 parallelized model, and loading one into it, is ``brickwork.parallel.save_checkpoint`` /
