@@ -48,8 +48,7 @@ def compiled_run(family: str, layout: dict[str, Any] | None = None) -> dict[str,
     share = _share if layout is not None else (lambda m, b: b)
     losses = [step(share(model, batch)) for batch in global_batches(family)]
     held_out = evaluate(model, [share(model, global_batches(family)[0])], TASK[family])
-    state = _full_state(model) if layout is not None else model.state_dict()
-    return {"losses": losses, "state": state, "eval": held_out, "compiled": step.compiled}
+    return {"losses": losses, "state": _full_state(model), "eval": held_out, "compiled": step.compiled}
 
 
 def _share(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:

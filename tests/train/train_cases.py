@@ -212,7 +212,7 @@ def reference(
         batch = global_batches(family)[0]
         logits = forward(model, family, batch)
         held_out = F.cross_entropy(logits.flatten(0, -2), targets(family, batch["labels"]).flatten())
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = {k: v.detach().clone() for k, v in full_state_dict(model).items()}  # the real vocabulary
     return {"losses": losses, "state": state, "eval": float(held_out)}
 
 
