@@ -185,19 +185,27 @@ def split_spec_and_overrides(args: Sequence[str]) -> tuple[str | None, list[str]
 
 
 def run_train(ns: argparse.Namespace) -> int:
+    """Train; a run stopped by SIGTERM or SIGUSR1 (saved, its lock released) says so in one line and
+    ends with 128 + the signal's number, as a shell reports a process the signal killed."""
     _interpret_triton_on_cpu(ns.args)
+    from brickwork.train.preemption import Preempted
     from brickwork.train.trainer import train_new, train_resume
 
-    if ns.resume:
-        if ns.init_from:
-            raise ConfigError("a resumed run takes its weights from its own checkpoint", "--init-from")
-        train_resume(ns.resume, ns.args, accept_data_change=ns.accept_data_change)
-    elif ns.accept_data_change:
-        raise ConfigError(
-            "a new run has no earlier data to differ from; use it with --resume", "--accept-data-change"
-        )
-    else:
-        train_new(*split_spec_and_overrides(ns.args), init_from=ns.init_from)
+    try:
+        if ns.resume:
+            if ns.init_from:
+                raise ConfigError("a resumed run takes its weights from its own checkpoint", "--init-from")
+            train_resume(ns.resume, ns.args, accept_data_change=ns.accept_data_change)
+        elif ns.accept_data_change:
+            raise ConfigError(
+                "a new run has no earlier data to differ from; use it with --resume", "--accept-data-change"
+            )
+        else:
+            train_new(*split_spec_and_overrides(ns.args), init_from=ns.init_from)
+    except Preempted as stop:
+        if speaks(stop):
+            print(f"brickwork train: {stop}", file=sys.stderr)
+        return stop.exit_status
     return 0
 
 
