@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from brickwork.errors import RunFailure
 from brickwork.parallel.config import ParallelConfig
 
 MESH_DIMS = ("pp", "dp", "cp", "tp")
@@ -92,10 +93,29 @@ def start_process_group(config: ParallelConfig) -> None:
         backend, gpu = "nccl", torch.device("cuda", local_device_index())
         torch.cuda.set_device(gpu)
     if "RANK" in os.environ:
+        check_launch_environment()
         dist.init_process_group(backend, timeout=timeout, device_id=gpu)
     else:
         store = dist.HashStore()
         dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout, device_id=gpu)
+
+
+# What torchrun sets for every process besides RANK; the process group's env:// start reads them all.
+LAUNCH_VARIABLES = ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def check_launch_environment() -> None:
+    """RunFailure naming what is missing when ``RANK`` is set without the rest of a launcher's
+    environment: a ``RANK`` left over in a shell, not a launched world, whose start would otherwise
+    fail deep in torch's rendezvous."""
+    missing = [name for name in LAUNCH_VARIABLES if name not in os.environ]
+    if missing:
+        unset = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not"
+        raise RunFailure(
+            f"RANK={os.environ['RANK']} is set, but {unset}: this process was not started by torchrun "
+            "(or a launcher that sets them together); unset RANK to run one process, or launch the run "
+            "with torchrun"
+        )
 
 
 def local_device_index() -> int:

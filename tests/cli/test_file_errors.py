@@ -126,9 +126,14 @@ def test_an_export_onto_a_full_disk_is_named_and_keeps_the_earlier_file(tmp_path
 def test_a_stray_rank_still_says_its_error_once(capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RANK", "1")  # no torchrun: no WORLD_SIZE, no rank 0 to speak for it
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
     err = error_line(capsys, ["train", "train.steps=1"])
-    assert err.startswith("brickwork train: error: ") and "WORLD_SIZE" in err
+    assert err == (
+        "brickwork train: error: RANK=1 is set, but WORLD_SIZE, MASTER_ADDR, MASTER_PORT are not: this "
+        "process was not started by torchrun (or a launcher that sets them together); unset RANK to run "
+        "one process, or launch the run with torchrun"
+    )
     # Beside a rank 0 (torchrun's world of 2), rank 1 leaves the same mistake to rank 0.
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["train", "train.stpes=3"]) == 2
