@@ -63,15 +63,16 @@ def test_data_file_empty_or_too_short(capsys, tmp_path, monkeypatch):
     )
 
 
-def test_resume_needs_a_run_folder_with_a_complete_checkpoint(capsys, tmp_path, monkeypatch):
+def test_resume_needs_a_run_folder_and_continues_only_as_its_config_says(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("run/checkpoints/step_000004").mkdir(parents=True)
     assert "--resume: 'run' is not a run folder: it has no config.yaml" in error_line(
         capsys, ["train", "--resume", "run"]
     )
     Path("run/config.yaml").write_text("model: decoder_lm\n")
+    # With no complete checkpoint the run starts again from step 0: its config.yaml is checked as a new run's.
     err = error_line(capsys, ["train", "--resume", "run"])
-    assert "--resume: 'run' has no complete checkpoint" in err
+    assert "dim_model: missing required key" in err
     err = error_line(capsys, ["train", "--resume", "run", "train.lr=0.1"])
     assert "give no SPEC or overrides" in err
     # Only the layout may change on resume: dist.* overrides, and they must fit the processes launched.
