@@ -93,10 +93,12 @@ class Block(nn.Module):
         cache: KVCache | None = None,
         memory: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        branches: list[tuple[nn.Module, Any]] = [
-            (self.attention_norm, functools.partial(self.attention, attn_mask=attn_mask, cache=cache))
-        ]
+        """x ``[B, T, d]`` -> ``[B, T, d]``; ``positions`` [B, T] go to the self-attention's rotary hook
+        (see :class:`~brickwork.components.attention.MultiHeadAttention`)."""
+        self_attend = functools.partial(self.attention, attn_mask=attn_mask, cache=cache, positions=positions)
+        branches: list[tuple[nn.Module, Any]] = [(self.attention_norm, self_attend)]
         if self.cross_attention is not None:
             if memory is None:
                 raise ValueError("this block has cross-attention and needs `memory` [B, S, d]")

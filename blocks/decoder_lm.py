@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,7 +10,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from brickwork.blocks.block import DecoderBlock
-from brickwork.blocks.inputs import check_token_ids, padding_mask
+from brickwork.blocks.inputs import check_positions, check_token_ids, padding_mask
 from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenModelSpec
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, causal_targets, mean_loss
 from brickwork.blocks.reversible import as_layers, run_layers
@@ -19,12 +18,13 @@ from brickwork.blocks.tied import tie_weights
 from brickwork.components.attention import KVCache
 from brickwork.kernels import fused_linear_cross_entropy
 from brickwork.layout.vocab_padding import pad_own_vocabulary
+from brickwork.sampling import generate_ids
 
 
 class DecoderLM(nn.Module):
     """``model(input_ids [B, T]) -> logits [B, T, vocab]``; ``model(input_ids, labels=input_ids)`` ->
-    :class:`~brickwork.blocks.output.LossOutput` (``.loss``, no logits: the head loss is fused), as HF's
-    causal LMs do.
+    :class:`~brickwork.blocks.output.LossOutput` (``.loss``, and ``.logits`` in eval mode: while
+    training, the head loss is fused and makes none), as HF's causal LMs do.
 
     ``position`` is an additive positional module (sine/learned) or None when positions live inside
     attention (rotary, ALiBi). The logits are ``head(layers(embed(ids)))``, so the pipeline layer can
@@ -66,15 +66,21 @@ class DecoderLM(nn.Module):
         """Vocab-parallel embedding, and an LM head whose logits stay split on the vocabulary."""
         return {"token_embedding": "vocab", "final_norm": "sequence_parallel", "lm_head": "colwise"}
 
-    def embed(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """[B, T] ids -> [B, T, d]; ``offset`` is the position of the first token (KV-cache decode)."""
+    def embed(
+        self, input_ids: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """[B, T] ids -> [B, T, d]; ``offset`` is the position of the first token (KV-cache decode),
+        ``positions`` [B, T] each token's own (left-padded rows), in its place."""
         check_token_ids("input_ids", input_ids, vocab_size=self.vocab_size)
-        if self.max_seq_len is not None and offset + input_ids.shape[1] > self.max_seq_len:
+        if positions is not None:
+            check_positions("position_ids", positions, input_ids.shape, self.max_seq_len)
+        elif self.max_seq_len is not None and offset + input_ids.shape[1] > self.max_seq_len:
             end = offset + input_ids.shape[1]
             raise ValueError(f"input_ids reach position {end}, beyond max_seq_len={self.max_seq_len}")
         h = self.token_embedding(input_ids)
         if self.position_embedding is not None:
-            h = self.position_embedding(h, offset=offset)
+            where = {"offset": offset} if positions is None else {"positions": positions}
+            h = self.position_embedding(h, **where)
         return self.dropout(h)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
@@ -96,6 +102,7 @@ class DecoderLM(nn.Module):
         cache: list[KVCache] | None = None,
         labels: torch.Tensor | None = None,
         *,
+        position_ids: torch.Tensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         ignore_index: int = IGNORE_INDEX,
         **loss_kwargs: torch.Tensor,
@@ -103,15 +110,18 @@ class DecoderLM(nn.Module):
         """input_ids [B, T] -> logits [B, T, vocab]. With ``cache``, the ids continue the cached ones.
 
         ``attention_mask`` [B, offset + T] (1 = real token, 0 = padding) covers the cached positions
-        too; positions stay 0..T-1 (plus the offset) whatever the padding.
+        too; positions are 0..T-1 (plus the offset) whatever the padding, unless ``position_ids``
+        [B, T] (HF's: each token's position, e.g. ``cumsum(attention_mask) - 1`` for left-padded rows)
+        give them.
 
         With ``labels`` [B, T] (HF's meaning: the input ids, with ``ignore_index`` where nothing is
         scored; the model shifts them, so position t is scored against label t + 1) it returns a
         :class:`~brickwork.blocks.output.LossOutput`: ``loss`` the mean over the scored labels (over
         ``num_items_in_batch`` when given, as HF's Trainer does for exact gradient accumulation),
-        ``loss_sum`` and ``count``, and no logits: ``fused_linear_cross_entropy`` reads the final hidden
-        states and the head weight chunk by chunk, so the whole logits and their gradient exist only
-        where they fit one chunk. HF's
+        ``loss_sum`` and ``count``, and the logits in eval mode only: the loss comes from
+        ``fused_linear_cross_entropy``, which reads the final hidden states and the head weight chunk
+        by chunk, so while training the whole logits and their gradient exist only where they fit one
+        chunk. HF's
         ``shift_labels=`` [B, T] (the only ``loss_kwargs`` key; not a named parameter, because HF's
         Trainer takes every parameter named *label* for a column each batch must have) are labels
         already shifted: what context parallel needs, which splits the sequence after the shift.
@@ -125,11 +135,13 @@ class DecoderLM(nn.Module):
         if unknown:
             raise TypeError(f"DecoderLM.forward got unexpected keyword arguments {unknown}")
         targets = causal_targets(labels, loss_kwargs.get("shift_labels"), ignore_index)
-        hidden = self.hidden_states(input_ids, attention_mask, cache)
+        hidden = self.hidden_states(input_ids, attention_mask, cache, position_ids)
         if targets is None:
             return self.lm_head(hidden)
         loss_sum, count = self._head_loss(hidden, targets, ignore_index)
-        return LossOutput(mean_loss(loss_sum, count, num_items_in_batch), None, loss_sum, count)
+        # Evaluation reads predictions (HF's compute_metrics); only training is spared the logits.
+        logits = None if self.training else self.lm_head(hidden)
+        return LossOutput(mean_loss(loss_sum, count, num_items_in_batch), logits, loss_sum, count)
 
     def _head_loss(
         self, hidden: torch.Tensor, targets: torch.Tensor, ignore_index: int
@@ -160,6 +172,7 @@ class DecoderLM(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """input_ids [B, T] -> the final-normed hidden states [B, T, d] that ``lm_head`` maps to logits.
 
@@ -168,10 +181,10 @@ class DecoderLM(nn.Module):
         it bypasses hooks on the model's forward (data parallel's), which ``forward(labels=)`` runs.
         """
         offset = cache[0].length if cache else 0
-        h = self.embed(input_ids, offset=offset)
+        h = self.embed(input_ids, offset=offset, positions=position_ids)
         keys = (input_ids.shape[0], offset + input_ids.shape[1])
         mask = padding_mask("attention_mask", attention_mask, keys)
-        h = run_layers(self.layers, h, attn_mask=mask, caches=cache)
+        h = run_layers(self.layers, h, attn_mask=mask, caches=cache, positions=position_ids)
         return self.final_norm(h)
 
     @property
@@ -180,37 +193,33 @@ class DecoderLM(nn.Module):
         first ``vocab_size`` rows are the vocabulary's, any others padding (``vocab_multiple``)."""
         return self.lm_head.weight
 
-    @torch.no_grad()
     def generate(
         self,
         input_ids: torch.Tensor,
         max_new_tokens: int,
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        window: int | None = None,
+        slide: int | None = None,
     ) -> torch.Tensor:
-        """Extend [B, T] ids by ``max_new_tokens`` using the KV cache; greedy when temperature is 0.
+        """Extend the prompts [B, T] by up to ``max_new_tokens`` ids on the KV cache; returns
+        [B, T + N]. Greedy at temperature 0, else drawn (``top_k``, ``top_p``) from ``generator``.
 
-        Returns [B, T + max_new_tokens].
+        brickwork's one sampler, :func:`brickwork.sampling.generate_ids`, which ``brickwork sample``
+        runs too: left-padded prompts with an ``attention_mask``, end-of-sequence ids that finish a
+        row, and a context that slides past ``window`` (default ``max_seq_len``) are its.
         """
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if not math.isfinite(temperature) or temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
-        cache = self.new_cache()
-        logits = self(input_ids, cache=cache)
-        out = [input_ids]
-        for step in range(max_new_tokens):
-            last = logits[:, -1, :].float()
-            if isinstance(last, DTensor):  # tensor parallel leaves the logits split over the vocabulary
-                last = last.full_tensor()
-            if temperature > 0:
-                token = torch.multinomial(torch.softmax(last / temperature, dim=-1), 1, generator=generator)
-            else:
-                token = last.argmax(dim=-1, keepdim=True)
-            out.append(token)
-            if step + 1 < max_new_tokens:
-                logits = self(token, cache=cache)
-        return torch.cat(out, dim=1)
+        return generate_ids(
+            self, input_ids, max_new_tokens, attention_mask=attention_mask, temperature=temperature,
+            top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+            generator=generator, window=window, slide=slide,
+        )  # fmt: skip
 
 
 @dataclass(kw_only=True)

@@ -25,6 +25,24 @@ def check_token_ids(
             raise ValueError(f"{name} holds the id {bad}, outside the vocabulary [0, {vocab_size})")
 
 
+def check_positions(
+    name: str, positions: torch.Tensor, shape: tuple[int, int], max_seq_len: int | None = None
+) -> None:
+    """``positions`` must be integers [B, T] (or [1, T]) for ids of ``shape`` (B, T), in
+    [0, ``max_seq_len``) when that is set (values checked on CPU tensors, as ids are)."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point:
+        raise TypeError(f"{name} must be an integer tensor [B, T], got {positions!r}")
+    b, t = shape
+    if positions.dim() != 2 or positions.shape[1] != t or positions.shape[0] not in (1, b):
+        raise ValueError(f"{name} must have shape [{b}, {t}] (or [1, {t}]), got {tuple(positions.shape)}")
+    if positions.numel() and _checks_values(positions):
+        low, high = positions.min().item(), positions.max().item()
+        if low < 0 or (max_seq_len is not None and high >= max_seq_len):
+            limit = "" if max_seq_len is None else f", below max_seq_len={max_seq_len}"
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} holds the position {bad}; positions must be >= 0{limit}")
+
+
 def _checks_values(tensor: torch.Tensor) -> bool:
     """Whether an input's values are checked, not only its shape: on CPU tensors, outside compilation.
     On a GPU the check would stall the host on every forward until the device caught up."""

@@ -26,9 +26,13 @@ from brickwork.errors import ConfigError
 
 
 def _attend(
-    block: Block, x: torch.Tensor, attn_mask: torch.Tensor | None, cache: KVCache | None
+    block: Block,
+    x: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    cache: KVCache | None,
+    positions: torch.Tensor | None,
 ) -> torch.Tensor:
-    return block.attention(block.attention_norm(x), attn_mask=attn_mask, cache=cache)
+    return block.attention(block.attention_norm(x), attn_mask=attn_mask, cache=cache, positions=positions)
 
 
 def _feed(block: Block, x: torch.Tensor) -> torch.Tensor:
@@ -37,18 +41,19 @@ def _feed(block: Block, x: torch.Tensor) -> torch.Tensor:
 
 class _ReversibleFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, h: torch.Tensor, attn_mask: torch.Tensor | None, blocks: Sequence[Block],
-                *params: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    def forward(ctx: Any, h: torch.Tensor, attn_mask: torch.Tensor | None, positions: torch.Tensor | None,
+                blocks: Sequence[Block], *params: torch.Tensor) -> torch.Tensor:  # fmt: skip
         devices = [h.device.index] if h.is_cuda else []
         states = []
         x1 = x2 = h
         for block in blocks:
             f_state = _rng_state(h)
-            x1 = x1 + _attend(block, x2, attn_mask, None)
+            x1 = x1 + _attend(block, x2, attn_mask, None, positions)
             g_state = _rng_state(h)
             x2 = x2 + _feed(block, x1)
             states.append((f_state, g_state))
         ctx.blocks, ctx.states, ctx.devices, ctx.attn_mask = blocks, states, devices, attn_mask
+        ctx.positions = positions
         ctx.save_for_backward(x1.detach(), x2.detach())
         return (x1 + x2) / 2
 
@@ -72,7 +77,7 @@ class _ReversibleFunction(torch.autograd.Function):
             with torch.enable_grad(), torch.random.fork_rng(devices=ctx.devices):
                 _set_rng_state(f_state, x2)
                 x2 = x2.detach().requires_grad_()
-                f_out = _attend(block, x2, ctx.attn_mask, None)
+                f_out = _attend(block, x2, ctx.attn_mask, None, ctx.positions)
                 f_params = list(block.attention_norm.parameters()) + list(block.attention.parameters())
                 grads = torch.autograd.grad(f_out, (x2, *f_params), dx1, allow_unused=True)
             x1 = y1.detach() - f_out.detach()
@@ -80,7 +85,7 @@ class _ReversibleFunction(torch.autograd.Function):
             _accumulate(param_grads, f_params, grads[1:])
             y1, y2, dy1, dy2 = x1, x2.detach(), dx1, dx2
         params = [p for block in ctx.blocks for p in block.parameters()]
-        return dy1 + dy2, None, None, *(param_grads.get(id(p)) for p in _unique(params))
+        return dy1 + dy2, None, None, None, *(param_grads.get(id(p)) for p in _unique(params))
 
 
 def _rng_state(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -106,7 +111,7 @@ def _unique(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 class ReversibleLayers(nn.ModuleList):
     """A stack of pre-norm :class:`Block` s run as a reversible stack: ``layers(h, attn_mask=None,
-    caches=None) -> h``, ``[B, T, d]`` both.
+    caches=None, positions=None) -> h``, ``[B, T, d]`` both.
 
     Blocks must be self-attention only (no cross-attention). When no gradient is being recorded, or
     with KV caches (decoding), the same coupling runs without the recomputation. A float ``attn_mask``
@@ -131,14 +136,18 @@ class ReversibleLayers(nn.ModuleList):
         super().__init__(blocks)
 
     def forward(
-        self, h: torch.Tensor, attn_mask: torch.Tensor | None = None, caches: Sequence[KVCache] | None = None
+        self,
+        h: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        caches: Sequence[KVCache] | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if caches is None and torch.is_grad_enabled():
             params = _unique([p for block in self for p in block.parameters()])
-            return _ReversibleFunction.apply(h, attn_mask, list(self), *params)
+            return _ReversibleFunction.apply(h, attn_mask, positions, list(self), *params)
         x1 = x2 = h
         for i, block in enumerate(self):
-            x1 = x1 + _attend(block, x2, attn_mask, caches[i] if caches else None)
+            x1 = x1 + _attend(block, x2, attn_mask, caches[i] if caches else None, positions)
             x2 = x2 + _feed(block, x1)
         return (x1 + x2) / 2
 
@@ -153,10 +162,12 @@ def run_layers(
     h: torch.Tensor,
     attn_mask: torch.Tensor | None = None,
     caches: Sequence[KVCache] | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``h`` through a model's ``layers``: a reversible stack as a whole, plain blocks one by one."""
+    """``h`` through a model's ``layers``: a reversible stack as a whole, plain blocks one by one.
+    ``positions`` [B, T] are each token's position where rows differ (left padding), for rotary."""
     if isinstance(layers, ReversibleLayers):
-        return layers(h, attn_mask=attn_mask, caches=caches)
+        return layers(h, attn_mask=attn_mask, caches=caches, positions=positions)
     for i, layer in enumerate(layers):
-        h = layer(h, attn_mask=attn_mask, cache=caches[i] if caches else None)
+        h = layer(h, attn_mask=attn_mask, cache=caches[i] if caches else None, positions=positions)
     return h

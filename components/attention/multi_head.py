@@ -19,7 +19,7 @@ from brickwork.errors import ConfigError
 
 class RotaryHook(Protocol):
     def __call__(
-        self, q: torch.Tensor, k: torch.Tensor, offset: int = 0
+        self, q: torch.Tensor, k: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
@@ -43,7 +43,9 @@ class MultiHeadAttention(nn.Module):
     - ``rotary``: ``rotary(q, k, offset=...) -> (q, k)`` on q ``[B, H, T, D]`` and k ``[B, Hkv, T, D]``
       after projection, self-attention only. ``position_bias``: ``position_bias(tq, tk, device)`` gives
       an additive ``[H, tq, tk]`` bias (e.g. ALiBi) merged into the mask. Both use the cache length as
-      the position offset.
+      the position offset; ``positions`` [B, T] (each token's position, for left-padded rows) go to
+      ``rotary(q, k, positions=...)`` instead. A relative bias needs none: padding shifts a row's
+      queries and keys alike.
     - ``attn_mask``: boolean (True = may attend) or additive float, broadcastable to ``[B, H, Tq, Tk]``.
     - ``cache``: a :class:`KVCache`. In self-attention the new keys/values are appended to it; in
       cross-attention it holds the projected ``memory`` after the first call, and later calls reuse it.
@@ -141,6 +143,7 @@ class MultiHeadAttention(nn.Module):
         memory: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x ``[B, T, d]``, memory ``[B, S, d]`` (cross-attention) -> ``[B, T, d]``."""
         _check_sequence("x", x, self.dim_model)
@@ -159,7 +162,10 @@ class MultiHeadAttention(nn.Module):
         if self.rotary is not None:
             if memory is not None:
                 raise ValueError("rotary applies to self-attention; this layer was called with memory")
-            q, k = self.rotary(q, k, offset=offset)
+            if positions is None:
+                q, k = self.rotary(q, k, offset=offset)
+            else:
+                q, k = self.rotary(q, k, positions=positions)
         if cache is not None and memory is None:
             k, v = cache.update(k, v)
         if self.position_bias is not None:

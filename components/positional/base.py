@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
+import torch
+
 from brickwork.components.configurable import Configurable
 from brickwork.registry import Registry
 
@@ -17,6 +19,9 @@ class PositionalEncoding(Configurable):
     - an attention bias (``alibi``): ``forward(tq, tk, device) -> [H, tq, tk]``.
 
     ``offset`` is the absolute position of the first element (the KV-cache length when decoding).
+    The first two also take ``positions``, a LongTensor ``[B, T]`` (or ``[1, T]``) of each element's
+    own position, in place of ``offset``: where rows start at different positions, as left-padded
+    rows do (HF's ``position_ids``).
     ``position_kind`` names the convention (``"additive"``, ``"rotary"`` or ``"bias"``), so the factory
     knows where a member goes.
     """
@@ -30,6 +35,15 @@ POSITIONAL_REGISTRY: Registry[PositionalEncoding] = Registry("positional", Posit
 def register_positional(name: str) -> Callable[[type], type]:
     """Decorator registering a :class:`PositionalEncoding` subclass under ``name``."""
     return POSITIONAL_REGISTRY.register(name)
+
+
+def check_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
+    """``positions``, checked to be integers ``[B, length]`` or ``[1, length]`` (ValueError otherwise)."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point:
+        raise ValueError(f"positions must be an integer tensor [B, T], got {positions!r}")
+    if positions.dim() != 2 or positions.shape[-1] != length:
+        raise ValueError(f"positions must be [B, T={length}], got shape {tuple(positions.shape)}")
+    return positions
 
 
 def check_offset(offset: object) -> int:

@@ -11,7 +11,7 @@ import torch
 from brickwork.checks import Flag, PositiveFloat, PositiveInt
 from brickwork.errors import ConfigError
 
-from .base import PositionalEncoding, check_offset, register_positional
+from .base import PositionalEncoding, check_offset, check_positions, register_positional
 from .rotary_scaling import check_scaling, rotary_inv_freq
 
 # (rotary_dim, base, scaling, max_seq_len, device, "cos" | "sin") -> the cached table. Weak, so a table
@@ -28,7 +28,8 @@ def rotary_dim(dim_head: int, fraction: float) -> int:
 class RotaryEmbedding(PositionalEncoding):
     """Rotates channel pairs of q and k by ``position * inv_freq``: ``forward(q, k, offset=0) -> (q, k)``.
 
-    q ``[B, H, T, D]``, k ``[B, Hkv, T, D]`` with ``D = dim_head``; position ``offset + t`` at index ``t``.
+    q ``[B, H, T, D]``, k ``[B, Hkv, T, D]`` with ``D = dim_head``; position ``offset + t`` at index ``t``
+    (``positions[b, t]`` given ``positions`` [B, T], HF's ``position_ids``).
     Only the first ``int(D * fraction)`` channels rotate (partial rotary, GPT-NeoX / Phi). Pairing:
     ``interleaved=False`` pairs channel ``i`` with ``i + r/2`` (GPT-NeoX, Llama in HF); ``True`` pairs
     ``2i`` with ``2i+1`` (GPT-J, the original Llama). ``scaling`` extends the context: a mapping with
@@ -110,9 +111,16 @@ class RotaryEmbedding(PositionalEncoding):
         self, start: int, length: int, device: torch.device, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin ``[length, rotary_dim // 2]`` for positions ``start ..``, angles built in fp64."""
-        inv_freq, _ = rotary_inv_freq(self.rotary_dim, self.base, self.scaling)
         positions = torch.arange(start, start + length, dtype=torch.float64)
-        angles = (positions[:, None] * inv_freq[None, :]).to(device)
+        return self._cos_sin_at(positions, device, dtype)
+
+    def _cos_sin_at(
+        self, positions: torch.Tensor, device: torch.device, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[*positions.shape, rotary_dim // 2]``, angles built in fp64 where the positions
+        are (the device's own positions stay there: reading them back would wait for it)."""
+        inv_freq, _ = rotary_inv_freq(self.rotary_dim, self.base, self.scaling)
+        angles = (positions.double()[..., None] * inv_freq.to(positions.device)).to(device)
         cos, sin = angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
         return cos.to(dtype), sin.to(dtype)
 
@@ -131,22 +139,40 @@ class RotaryEmbedding(PositionalEncoding):
         return self._cos_sin(offset, length, torch.device(device), dtype)
 
     def channel_cos_sin(
-        self, offset: int, length: int, device: torch.device, dtype: torch.dtype = torch.float32
+        self,
+        offset: int,
+        length: int,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+        positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`cos_sin` with one column per rotating channel, ``[length, rotary_dim]``: each
         frequency on both channels of its pair. Built per call from the cached half-width tables, which
-        for a long ``max_seq_len`` are the larger cost."""
-        cos, sin = self.cos_sin(offset, length, device, dtype)
+        for a long ``max_seq_len`` are the larger cost. Given ``positions`` [B, T], the tables of those
+        positions instead, ``[B, 1, T, rotary_dim]`` (broadcast over the heads)."""
+        if positions is None:
+            cos, sin = self.cos_sin(offset, length, device, dtype)
+        else:
+            cos, sin = (t.unsqueeze(1) for t in self._cos_sin_at(positions.to(device), device, dtype))
         if self.interleaved:
             return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
         return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
 
-    def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Rotate one tensor ``[..., T, dim_head]`` whose index ``t`` is at position ``offset + t``."""
+    def rotate(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Rotate one tensor ``[..., T, dim_head]`` whose index ``t`` is at position ``offset + t`` (at
+        ``positions[b, t]`` when given, x ``[B, H, T, dim_head]``)."""
         self._check_head(x)
         compute = torch.promote_types(x.dtype, torch.float32)
-        cos, sin = self.channel_cos_sin(check_offset(offset), x.shape[-2], x.device, compute)
+        cos, sin = self._channel_tables(x, offset, positions, compute)
         return self._rotate(x, cos, sin)
+
+    def _channel_tables(
+        self, x: torch.Tensor, offset: int, positions: torch.Tensor | None, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if positions is None:
+            return self.channel_cos_sin(check_offset(offset), x.shape[-2], x.device, dtype)
+        check_positions(positions, x.shape[-2])
+        return self.channel_cos_sin(0, x.shape[-2], x.device, dtype, positions=positions)
 
     def _check_head(self, x: torch.Tensor) -> None:
         if x.dim() < 2 or x.shape[-1] != self.dim_head:
@@ -168,17 +194,19 @@ class RotaryEmbedding(PositionalEncoding):
         first, second = rot.chunk(2, dim=-1)
         return torch.cat((-second, first), dim=-1)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         for name, t in (("q", q), ("k", k)):
             if t.dim() != 4:
                 raise ValueError(f"{name} must be [B, heads, T, dim_head], got shape {tuple(t.shape)}")
         if q.shape[-2] != k.shape[-2] or q.dtype != k.dtype or q.device != k.device:
-            return self.rotate(q, offset), self.rotate(k, offset)
+            return self.rotate(q, offset, positions), self.rotate(k, offset, positions)
         for t in (q, k):
             self._check_head(t)
         # One pair of channel tables for both.
         compute = torch.promote_types(q.dtype, torch.float32)
-        cos, sin = self.channel_cos_sin(check_offset(offset), q.shape[-2], q.device, compute)
+        cos, sin = self._channel_tables(q, offset, positions, compute)
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 
     def extra_repr(self) -> str:

@@ -6,7 +6,7 @@ import torch
 
 from brickwork.checks import PositiveFloat, PositiveInt
 
-from .base import PositionalEncoding, check_offset, register_positional
+from .base import PositionalEncoding, check_offset, check_positions, register_positional
 
 
 def sinusoidal_table(positions: torch.Tensor, dim_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -21,17 +21,24 @@ def sinusoidal_table(positions: torch.Tensor, dim_model: int, base: float = 1000
 
 @register_positional("sine")
 class SinePositionalEncoding(PositionalEncoding):
-    """``x + PE[offset : offset + T]``; x ``[B, T, dim_model]`` (any leading dims). No parameters, no
-    length limit: the table is computed for the positions asked."""
+    """``x + PE[offset : offset + T]`` (``x + PE[positions]`` given ``positions`` [B, T]); x
+    ``[B, T, dim_model]`` (any leading dims). No parameters, no length limit: the table is computed for
+    the positions asked."""
 
     def __init__(self, dim_model: PositiveInt, base: PositiveFloat = 10000.0) -> None:
         super().__init__()
         self.dim_model = dim_model
         self.base = float(base)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if x.dim() < 2 or x.shape[-1] != self.dim_model:
             raise ValueError(f"expected x of shape [B, T, {self.dim_model}], got {tuple(x.shape)}")
+        if positions is not None:
+            check_positions(positions, x.shape[-2])
+            table = sinusoidal_table(positions.to(x.device).flatten(), self.dim_model, self.base)
+            return x + table.view(*positions.shape, self.dim_model).to(x.dtype)
         start = check_offset(offset)
         positions = torch.arange(start, start + x.shape[-2], device=x.device)
         return x + sinusoidal_table(positions, self.dim_model, self.base).to(x.dtype)

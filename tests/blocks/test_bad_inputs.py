@@ -62,7 +62,7 @@ def test_zero_one_masks_of_every_dtype_and_bool_masks_still_work() -> None:
 @pytest.mark.parametrize("temperature", [math.nan, math.inf, -0.5])
 def test_a_temperature_that_is_not_a_finite_non_negative_number_is_named(temperature: float) -> None:
     with pytest.raises(
-        ValueError, match=rf"temperature must be a finite number >= 0 \(0 = greedy\), got {temperature}"
+        ValueError, match=rf"temperature: must be a finite number >= 0 \(0 = greedy\), got {temperature}"
     ):
         _decoder_lm().generate(torch.zeros(1, 3, dtype=torch.long), 4, temperature=temperature)
 
