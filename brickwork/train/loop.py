@@ -92,27 +92,29 @@ def run_loop(
     events = run_dir / "tensorboard" if cfg.log_to == "tensorboard" else None
     layout = parallel_state(model)
 
-    def save(done: int, val_loss: float) -> Path:
-        folder = save_run_checkpoint(
-            run_dir,
-            done,
-            model,
-            optimizer,
-            state.batches.state_dict(),
-            val_loss,
-            settings=config_to_dict(cfg),
-            step_state=step.state_dict(),
-        )
-        if is_main:
-            retain(run_dir, folder, cfg.keep_checkpoints)
-            plot_losses(log.read(), run_dir / "loss.png", title)
-        return folder
-
     # Closed however the loop ends: the metrics file stays open between records.
     with (
         closing(MetricsLog(run_dir / "metrics.jsonl", events if is_main else None)) as log,
         StopSignals(layout.device) as stop,
     ):
+
+        def save(done: int, val_loss: float) -> Path:
+            """The checkpoint of step ``done``, due by the interval or by a stop signal; then pruning."""
+            folder = save_run_checkpoint(
+                run_dir,
+                done,
+                model,
+                optimizer,
+                state.batches.state_dict(),
+                val_loss,
+                settings=config_to_dict(cfg),
+                step_state=step.state_dict(),
+            )
+            if is_main:
+                retain(run_dir, folder, cfg.keep_checkpoints)
+                plot_losses(log.read(), run_dir / "loss.png", title)
+            return folder
+
         val_batches = [local_share(b, model) for b in state.val_batches]
         val_loss = state.val_loss
         # A compiled run builds its graphs in its first evaluation and step: timed apart, said once,
