@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from brickwork.errors import ConfigError, join_path
 from brickwork.factory.build import resolve_spec
@@ -268,16 +268,25 @@ class _Converter:
         return out
 
 
+@runtime_checkable
+class XformersConfigObject(Protocol):
+    """A config object that gives back its xFormerConfig-style dict (``brickwork.xformers``'
+    ``xFormerConfig``)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 def from_xformers_config(
-    cfg: Mapping[str, Any] | list[Mapping[str, Any]],
+    cfg: Mapping[str, Any] | list[Mapping[str, Any]] | XformersConfigObject,
     vocab_size: int | None = None,
     max_seq_len: int | None = None,
     image_size: int | None = None,
 ) -> dict[str, Any]:
     """A brickwork model spec for an xformers factory config; ``cfg`` is left unchanged.
 
-    ``cfg`` is an ``xFormerConfig``-style dict (``stack_configs``, ``tie_embedding_weights``,
-    ``weight_init``), a bare list (or name -> block dict) of stack configs, or one stack config.
+    ``cfg`` is an ``xFormerConfig`` (``brickwork.xformers.factory``'s) or its dict form
+    (``stack_configs``, ``tie_embedding_weights``, ``weight_init``), a bare list (or name -> block
+    dict) of stack configs, or one stack config.
     Encoder stacks give an ``encoder`` model, or a ``decoder_lm`` when their attention is causal
     (xformers' GPT recipe); encoder then decoder stacks give an ``encoder_decoder``. xformers models
     end in hidden states; the brickwork model adds its LM head (tied to the token embedding).
@@ -287,7 +296,7 @@ def from_xformers_config(
     is not the square patch count.
     """
     conv = _Converter(vocab_size, max_seq_len, image_size)
-    cfg = copy.deepcopy(cfg)
+    cfg = cfg.to_dict() if isinstance(cfg, XformersConfigObject) else copy.deepcopy(cfg)
     top: dict[str, Any] = {}
     if isinstance(cfg, Mapping) and "stack_configs" in cfg:
         top = take(cfg, "", {"stack_configs", "tie_embedding_weights", "weight_init"})

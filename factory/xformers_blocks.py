@@ -24,7 +24,12 @@ OFF_ONLY_BLOCK = {"simplicial_embeddings": None}
 OFF_ONLY_HEAD = {"in_proj_container": None, "out_proj": None, "use_separate_proj_weight": True}
 RESIDUAL = {"pre": "pre", "post": "post", "deepnorm": "deepnorm"}
 NORMALIZATION = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
-FEEDFORWARD = {"MLP": "mlp", "FusedMLP": "mlp", "MixtureOfExperts": "moe"}
+FEEDFORWARD = {"MLP": "mlp", "MixtureOfExperts": "moe"}
+# xformers names whose component is another one's here: FusedMLP was the MLP with Triton kernels, and
+# brickwork's MLP picks its fused kernels per call (on CUDA).
+FEEDFORWARD_ALIASES = {"FusedMLP": "MLP"}
+# xformers' earlier name of a block key, still found in configs written for it.
+RENAMED_BLOCK_KEYS = {"layer_norm_style": "residual_norm_style"}
 ACTIVATION = {"relu": "relu", "gelu": "gelu", "squared_relu": "squared_relu"}
 MOE_GATES = {"top_1": 1, "top_2": 2}
 POSITIONS = ("vocab", "sine", "learnable")
@@ -80,6 +85,23 @@ def off_only(cfg: Mapping[str, Any], path: str, rules: Mapping[str, Any]) -> Non
             raise ConfigError(f"brickwork has no equivalent; only {off!r} is supported", join_path(path, key))
 
 
+def canonical_stack(cfg: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A copy of one stack config under xformers' last key and component names: ``layer_norm_style``
+    becomes ``residual_norm_style`` and a ``FusedMLP`` feedforward the ``MLP``. Both
+    ``from_xformers_config`` and ``brickwork.xformers``' ``xFormerConfig`` read configs through it, so
+    the two accept the same keys."""
+    out = dict(cfg)
+    for old, new in RENAMED_BLOCK_KEYS.items():
+        if old in out:
+            if new in out:
+                raise ConfigError(f"give {new} or its old name {old}, not both", join_path(path, old))
+            out[new] = out.pop(old)
+    feedforward = out.get("feedforward_config")
+    if isinstance(feedforward, Mapping) and feedforward.get("name") in FEEDFORWARD_ALIASES:
+        out["feedforward_config"] = {**feedforward, "name": FEEDFORWARD_ALIASES[feedforward["name"]]}
+    return out
+
+
 def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"a stack config must be a mapping, got {cfg!r}", path)
@@ -89,27 +111,23 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
         reason = "missing required key" if "block_type" not in cfg else f"unknown block_type {kind!r}"
         raise ConfigError(reason, join_path(path, "block_type"), BLOCK_KEYS, kind)
     known = {
-        "block_type", "num_layers", "dim_model", "residual_norm_style", "layer_norm_style", "normalization",
+        "block_type", "num_layers", "dim_model", "residual_norm_style", "normalization",
         "position_encoding_config", "feedforward_config", "patch_embedding_config", "reversible",
         *BLOCK_KEYS[kind],
         *INERT_BLOCK_KEYS,
         *OFF_ONLY_BLOCK,
     }  # fmt: skip
-    c = take(cfg, path, known)
+    c = take(canonical_stack(cfg, path), path, known)
     off_only(c, path, OFF_ONLY_BLOCK)
     for key in ("dim_model", "feedforward_config", *BLOCK_KEYS[kind]):
         if key not in c:
             raise ConfigError("missing required key", join_path(path, key))
-    if "residual_norm_style" in c and "layer_norm_style" in c:
-        raise ConfigError(
-            "give residual_norm_style or its old name layer_norm_style, not both",
-            join_path(path, "layer_norm_style"),
-        )
-    style_key = "layer_norm_style" if "layer_norm_style" in c else "residual_norm_style"
-    style = c.get(style_key, "post")
+    style = c.get("residual_norm_style", "post")
     style = getattr(style, "value", style)
     if style not in RESIDUAL:
-        raise ConfigError(f"unknown residual style {style!r}", join_path(path, style_key), RESIDUAL, style)
+        raise ConfigError(
+            f"unknown residual style {style!r}", join_path(path, "residual_norm_style"), RESIDUAL, style
+        )
     norm = c.get("normalization", "layernorm")
     norm = getattr(norm, "value", norm)
     if norm not in NORMALIZATION:
@@ -262,7 +280,7 @@ def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
     name = c.get("name")
     if name not in FEEDFORWARD:
         reason = "missing required key" if "name" not in c else f"unsupported feedforward {name!r}"
-        raise ConfigError(reason, join_path(path, "name"), FEEDFORWARD, name)
+        raise ConfigError(reason, join_path(path, "name"), [*FEEDFORWARD, *FEEDFORWARD_ALIASES], name)
     if FEEDFORWARD[name] != "moe":
         for key in ("number_of_experts", "gate"):
             if key in c:

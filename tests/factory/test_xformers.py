@@ -510,3 +510,45 @@ def test_reversible_stacks_convert_to_the_reversible_key() -> None:
         return torch.nn.functional.cross_entropy(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
 
     _train_step(model, loss)
+
+
+def _fused(stacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The README's stacks with xformers' Triton MLP named, as its README showed for GPUs."""
+    stacks = copy.deepcopy(stacks)
+    for stack in stacks:
+        stack["feedforward_config"]["name"] = "FusedMLP"
+    return stacks
+
+
+def test_the_readme_config_with_fused_mlp_runs_through_brickwork_xformers_on_cpu() -> None:
+    from brickwork.xformers.factory import xFormer, xFormerConfig
+
+    model = xFormer.from_config(xFormerConfig(_fused(readme_encoder_decoder())))
+    src, tgt = torch.randint(0, VOCAB, (2, 128)), torch.randint(0, VOCAB, (2, 128))
+    assert model(src, tgt).shape == (2, 128, EMB)
+    spec = from_xformers_config(
+        {"stack_configs": _fused(readme_encoder_decoder()), "tie_embedding_weights": True}
+    )
+    assert spec["decoder"]["block"]["feedforward"]["name"] == "mlp"
+
+
+def test_both_entry_points_read_layer_norm_style_and_an_xformer_config_object() -> None:
+    from brickwork.xformers.components import PreNorm
+    from brickwork.xformers.factory import xFormer, xFormerConfig
+
+    stacks = readme_encoder_decoder()
+    for stack in stacks:
+        stack["layer_norm_style"] = stack.pop("residual_norm_style")
+    config = xFormerConfig(stacks, tie_embedding_weights=True)
+    model = xFormer.from_config(config)
+    assert isinstance(model.encoders[0].wrap_att.layer, PreNorm)
+    spec = from_xformers_config(config)
+    assert spec == from_xformers_config(
+        {"stack_configs": readme_encoder_decoder(), "tie_embedding_weights": True}
+    )
+    assert spec["encoder"]["block"]["residual"] == {"name": "pre"}
+    stacks[0]["residual_norm_style"] = "post"
+    with pytest.raises(ConfigError, match=r"^stack_configs\.0\.layer_norm_style: give residual_norm_style"):
+        xFormerConfig(stacks)
+    with pytest.raises(ConfigError, match=r"^stack_configs\.0\.layer_norm_style: give residual_norm_style"):
+        from_xformers_config({"stack_configs": stacks})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from brickwork.errors import join_path
+from brickwork.factory.xformers_blocks import canonical_stack
 from brickwork.xformers._compat import require
 from brickwork.xformers.components import ResidualNormStyle
 from brickwork.xformers.components.residual import get_deepnorm_coefficients
@@ -43,12 +46,27 @@ class xFormerConfig:
         tie_embedding_weights: bool = False,
         weight_init: xFormerWeightInit | str = xFormerWeightInit.ViT,
     ) -> None:
+        # Read under the names from_xformers_config reads too (layer_norm_style, FusedMLP, ...).
         if isinstance(stack_configs, dict):
-            self.stack_configs = {k: _typed(c) for k, c in stack_configs.items()}
+            self._given: Any = {
+                k: canonical_stack(c, join_path("stack_configs", k)) for k, c in stack_configs.items()
+            }
+            self.stack_configs = {k: _typed(c) for k, c in self._given.items()}
         else:
-            self.stack_configs = [_typed(c) for c in stack_configs]
+            self._given = [
+                canonical_stack(c, join_path("stack_configs", i)) for i, c in enumerate(stack_configs)
+            ]
+            self.stack_configs = [_typed(c) for c in self._given]
         self.tie_embedding_weights = tie_embedding_weights
         self.weight_init = xFormerWeightInit(weight_init)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as the dict it was given (what ``from_xformers_config`` converts)."""
+        return {
+            "stack_configs": copy.deepcopy(self._given),
+            "tie_embedding_weights": self.tie_embedding_weights,
+            "weight_init": self.weight_init.value,
+        }
 
 
 class xFormer(nn.Module):

@@ -1,15 +1,15 @@
 """xformers' feedforward registry (``MLP``, ``Conv2DFeedforward``) on brickwork's feedforwards.
 
 ``FusedMLP`` (a Triton MLP) is brickwork's MLP, whose GELU already fuses with its bias on CUDA; it is
-registered where xformers registered it, when Triton runs. ``MixtureOfExperts`` runs on brickwork's
-mixture of experts (mixture_of_experts.py), without the FairScale xformers needed for it."""
+registered everywhere, so a config naming it builds on CPU too (the plain MLP there).
+``MixtureOfExperts`` runs on brickwork's mixture of experts (mixture_of_experts.py), without the
+FairScale xformers needed for it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from brickwork.xformers import _is_triton_available
 from brickwork.xformers.components.feedforward.base import Feedforward, FeedforwardConfig
 from brickwork.xformers.utils import generate_matching_config, get_registry_decorator
 
@@ -43,8 +43,7 @@ from brickwork.xformers.components.feedforward.mlp import (  # noqa: E402
 register_feedforward("MLP", MlpConfig)(MLP)
 register_feedforward("MixtureOfExperts", MoEConfig)(MixtureOfExperts)
 register_feedforward("Conv2DFeedforward", ConvMlpConfig)(Conv2DFeedforward)
-if _is_triton_available():
-    register_feedforward("FusedMLP", MlpConfig)(FusedMLP)
+register_feedforward("FusedMLP", MlpConfig)(FusedMLP)
 
 __all__ = [
     "FEEDFORWARD_REGISTRY",
