@@ -127,10 +127,16 @@ def walk_attention(
     for key in spec:
         if key not in keys and key != "dim_model":
             raise ConfigError(f"unknown key {key!r}", join_path(path, str(key)), choices=keys, got=key)
-    layer_spec = {k: v for k, v in spec.items() if k != "mechanism"}
+    layer_spec = {k: v for k, v in spec.items() if k not in ("mechanism", "qk_norm")}
     config = to_config(config_cls, layer_spec, path, dim_model=scope.dim_model)  # geometry checked too
-    layer = {k: v for k, v in config_to_dict(config).items() if k not in SET_BY_BLOCK}
+    layer = {k: v for k, v in config_to_dict(config).items() if k not in (*SET_BY_BLOCK, "qk_norm")}
     _, dim_head = check_geometry(config.dim_model, config.num_heads, config.num_kv_heads, config.dim_head)
+    qk_norm, qk_norm_spec = None, {}  # written back only when set: other layers' specs stay as they were
+    if spec.get("qk_norm") is not None:
+        norm_path = join_path(path, "qk_norm")
+        norm_cls, norm = lookup(NORM_REGISTRY, spec["qk_norm"], norm_path)
+        norm_options, qk_norm_spec["qk_norm"] = configure(norm_cls, norm, norm_path, dim=dim_head)
+        qk_norm = functools.partial(norm_cls, **norm_options)
 
     mechanism_path = join_path(path, "mechanism")
     name_path = join_path(mechanism_path, "name")
@@ -162,14 +168,7 @@ def walk_attention(
         role = "rotary" if hook_cls.position_kind == "rotary" else "position_bias"
         hooks[role], sources[role] = construct(hook_cls, hook_path, **hook_options), hook_path
         hook_specs.append(resolved_hook)
-    built = construct(
-        MultiHeadAttention,
-        path,
-        sources,
-        **layer,
-        dim_model=scope.dim_model,
-        attention=construct(cls, mechanism_path, **options),
-        causal=causal,
-        **hooks,
-    )
-    return built, {**layer, "mechanism": mechanism_spec}, hook_specs
+    attention = construct(cls, mechanism_path, **options)
+    built = construct(MultiHeadAttention, path, sources, **layer, qk_norm=qk_norm, dim_model=scope.dim_model,
+                      attention=attention, causal=causal, **hooks)  # fmt: skip
+    return built, {**layer, **qk_norm_spec, "mechanism": mechanism_spec}, hook_specs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
@@ -14,7 +14,12 @@ from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMec
 from brickwork.components.attention.kv_cache import KVCache
 from brickwork.components.attention.masks import add_bias
 from brickwork.components.attention.qkv_layout import QKVLayout
+from brickwork.components.residual.norms import NORM_REGISTRY
 from brickwork.errors import ConfigError
+
+# A per-head norm: a registered norm name, a norm class or a functools.partial of one, built with
+# ``dim=dim_head``.
+NormSpec = str | type | functools.partial
 
 
 class RotaryHook(Protocol):
@@ -50,6 +55,11 @@ class MultiHeadAttention(nn.Module):
     - ``cache``: a :class:`KVCache`. In self-attention the new keys/values are appended to it; in
       cross-attention it holds the projected ``memory`` after the first call, and later calls reuse it.
     - ``dim_head`` defaults to ``dim_model // num_heads``.
+    - ``bias``: on every projection (True), on none (False), or on the projections into heads but not
+      ``out_proj`` (``"qkv"``, as Qwen2).
+    - ``qk_norm``: a norm (``NormSpec``) over each head's ``dim_head`` channels, applied to the queries and
+      the keys after projection and before ``rotary``, as ``q_norm`` and ``k_norm`` (as Qwen3). Keys are
+      cached normed.
 
     The tensor-parallel layer divides the attributes :meth:`tp_divide` names and shards the projections
     as :meth:`tp_plan` says; forward reads the head counts from those attributes.
@@ -62,18 +72,20 @@ class MultiHeadAttention(nn.Module):
         attention: str | type | functools.partial | AttentionMechanism = "scaled_dot_product",
         causal: bool = False,
         num_kv_heads: int | None = None,
-        bias: bool = True,
+        bias: bool | Literal["qkv"] = True,
         fused_qkv: bool = False,
         dropout: float = 0.0,
         rotary: RotaryHook | None = None,
         position_bias: PositionBiasHook | None = None,
         attention_options: Mapping[str, Any] | None = None,
         dim_head: int | None = None,
+        qk_norm: NormSpec | None = None,
     ) -> None:
         super().__init__()
         check_probability(dropout, "dropout")
-        for option, value in (("causal", causal), ("bias", bias)):
-            check_bool(value, option)
+        check_bool(causal, "causal")
+        if bias != "qkv":
+            check_bool(bias, "bias")
         num_kv_heads, dim_head = check_geometry(dim_model, num_heads, num_kv_heads, dim_head)
         self.dim_model, self.dim_head = dim_model, dim_head
         # Read in forward, never cached in derived sizes: the parallel layer divides both per rank.
@@ -84,15 +96,20 @@ class MultiHeadAttention(nn.Module):
         self.rotary, self.position_bias = rotary, position_bias
         check_mechanism_fits(
             type(self.mechanism), dim_model, num_heads, num_kv_heads, dim_head, fused_qkv,
-            rotary is not None, position_bias is not None,
+            rotary is not None, position_bias is not None, qk_norm is not None,
         )  # fmt: skip
+        into_heads = bias is not False
         if fused_qkv:
-            self.qkv_proj = nn.Linear(dim_model, self.qkv_layout().size, bias=bias)
+            self.qkv_proj = nn.Linear(dim_model, self.qkv_layout().size, bias=into_heads)
         elif self.mechanism.requires_input_projection:
-            self.q_proj = nn.Linear(dim_model, num_heads * dim_head, bias=bias)
-            self.k_proj = nn.Linear(dim_model, num_kv_heads * dim_head, bias=bias)
-            self.v_proj = nn.Linear(dim_model, num_kv_heads * dim_head, bias=bias)
-        self.out_proj = nn.Linear(num_heads * dim_head, dim_model, bias=bias)
+            self.q_proj = nn.Linear(dim_model, num_heads * dim_head, bias=into_heads)
+            self.k_proj = nn.Linear(dim_model, num_kv_heads * dim_head, bias=into_heads)
+            self.v_proj = nn.Linear(dim_model, num_kv_heads * dim_head, bias=into_heads)
+        self.q_norm = self.k_norm = None
+        if qk_norm is not None:
+            self.q_norm = NORM_REGISTRY.build(qk_norm, "qk_norm", dim=dim_head)
+            self.k_norm = NORM_REGISTRY.build(qk_norm, "qk_norm", dim=dim_head)
+        self.out_proj = nn.Linear(num_heads * dim_head, dim_model, bias=bias is True)
         self.dropout = nn.Dropout(dropout)
 
     @staticmethod
@@ -128,14 +145,20 @@ class MultiHeadAttention(nn.Module):
         return ("num_heads", "num_kv_heads") if self.splits_by_head() else ()
 
     def tp_plan(self) -> dict[str, str]:
-        """Tensor-parallel style of each child: projections into heads column-wise, ``out_proj`` row-wise;
-        every child replicated for a layer that does not split by head."""
+        """Tensor-parallel style of each child: projections into heads column-wise, ``out_proj`` row-wise,
+        the per-head q/k norms ``per_head`` (replicated, on this rank's heads); every child replicated for
+        a layer that does not split by head."""
         into_heads = ["qkv_proj"] if self.fused_qkv else ["q_proj", "k_proj", "v_proj"]
         if not self.mechanism.requires_input_projection:
             return {"out_proj": "replicate"}
+        norms = ["q_norm", "k_norm"] if self.q_norm is not None else []
         if not self.splits_by_head():
-            return {**dict.fromkeys(into_heads, "replicate"), "out_proj": "replicate"}
-        return {**dict.fromkeys(into_heads, "colwise"), "out_proj": "rowwise"}
+            return dict.fromkeys([*into_heads, *norms, "out_proj"], "replicate")
+        return {
+            **dict.fromkeys(into_heads, "colwise"),
+            **dict.fromkeys(norms, "per_head"),
+            "out_proj": "rowwise",
+        }
 
     def forward(
         self,
@@ -191,28 +214,37 @@ class MultiHeadAttention(nn.Module):
             group = layout.group
             qkv = layout.grouped(self.qkv_proj(x), dim=-1)  # (B, T, Hkv, H/Hkv + 2, D)
             if group == 1:  # one query head per kv head: one unbind (backward: one stack) gives all three
-                q, k, v = qkv.unbind(dim=-2)
-                return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+                return self._heads_first(*qkv.unbind(dim=-2))
             # One split, not three slices: its backward is one cat, where each slice's would fill a
             # zero tensor of the whole qkv and add the three up.
             q, k, v = qkv.split([group, 1, 1], dim=-2)
-            q = q.reshape(b, t, -1, d)
-            return q.transpose(1, 2), k.squeeze(-2).transpose(1, 2), v.squeeze(-2).transpose(1, 2)
-        q = self.q_proj(x).view(b, t, -1, d).transpose(1, 2)
+            return self._heads_first(q.reshape(b, t, -1, d), k.squeeze(-2), v.squeeze(-2))
+        q = self.q_proj(x).view(b, t, -1, d)
         source = x
         if memory is not None:
             _check_sequence("memory", memory, self.dim_model)
             if memory.shape[0] != b:
                 raise ValueError(f"memory batch {memory.shape[0]} differs from x batch {b}")
             if cache is not None and cache.length > 0:
-                return q, cache.keys, cache.values
+                q = q if self.q_norm is None else self.q_norm(q)
+                return q.transpose(1, 2), cache.keys, cache.values
             source = memory
         s = source.shape[1]
-        k = self.k_proj(source).view(b, s, -1, d).transpose(1, 2)
-        v = self.v_proj(source).view(b, s, -1, d).transpose(1, 2)
+        q, k, v = self._heads_first(
+            q, self.k_proj(source).view(b, s, -1, d), self.v_proj(source).view(b, s, -1, d)
+        )
         if memory is not None and cache is not None:
             cache.update(k, v)
         return q, k, v
+
+    def _heads_first(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, T, heads, D) -> (B, heads, T, D), q and k normed per head first (``qk_norm``): the norms
+        see each head's channels last and the heads next to them, the layout tensor parallel splits."""
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def check_geometry(
@@ -250,6 +282,7 @@ def check_mechanism_fits(
     fused_qkv: bool,
     rotary: bool,
     position_bias: bool,
+    qk_norm: bool,
 ) -> None:
     """The rules between a mechanism's capabilities and the layer around it (token mixers have no
     projections to shape or rotate; an additive bias needs full mask support)."""
@@ -263,7 +296,7 @@ def check_mechanism_fits(
                 related=["num_heads"],
             )
         for option, bad in (("num_kv_heads", num_kv_heads != num_heads), ("rotary", rotary),
-                            ("fused_qkv", fused_qkv)):  # fmt: skip
+                            ("fused_qkv", fused_qkv), ("qk_norm", qk_norm)):  # fmt: skip
             if bad:
                 raise ConfigError(f"{name} has no q/k/v projections, so {option} has no meaning", option)
     if position_bias and cls.mask_support != "full":

@@ -9,6 +9,10 @@ the same machinery:
 - packed projections such as GPT-2's fused ``c_attn`` (q | k | v along the output): ``"colwise:3"``
   splits each of the 3 segments across the ranks, so every rank gets its own heads of q, k and v.
   The columns are reordered before sharding; :func:`unpack_full` puts a gathered weight back.
+
+A module applied to every head alike (a per-head q/k norm, whose weight spans ``dim_head``) sees only
+this rank's heads: ``"per_head"`` replicates its parameters and takes its input ``[..., heads, D]`` as
+sharded on the heads, so their gradients are summed over the ranks.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from torch.distributed.tensor.parallel import (
 
 from brickwork.errors import ConfigError
 
-STYLE_NAMES = ("colwise", "rowwise", "vocab", "sequence_parallel", "replicate")
+STYLE_NAMES = ("colwise", "rowwise", "vocab", "sequence_parallel", "replicate", "per_head")
 
 # Set on a module whose parameters were reordered for a packed colwise split: {param name: (dim, order)}.
 PACKED_ATTR = "_brickwork_packed_order"
@@ -158,7 +162,7 @@ def make_style(
     rowwise output is reduce-scattered onto it, and an output projection all-gathers its input.
     ``model_output=True`` marks a colwise layer whose output leaves the model (the LM head): it stays
     a DTensor sharded on its last dim, for loss-parallel cross entropy. "replicate" (and
-    "sequence_parallel" without SP) need nothing.
+    "sequence_parallel" without SP) need nothing; "per_head" shards its input on the heads (dim -2).
     """
     seq: Placement = Shard(1)
     if name == "colwise":
@@ -178,6 +182,8 @@ def make_style(
         return RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
     if name == "sequence_parallel":
         return SequenceParallel(use_local_output=True) if sequence_parallel else None
+    if name == "per_head":
+        return SequenceParallel(sequence_dim=-2, use_local_output=True)
     if name == "replicate":
         return None
     raise ConfigError(f"unknown tensor-parallel style {name!r}", choices=STYLE_NAMES, got=name)
