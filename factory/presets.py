@@ -17,6 +17,30 @@ def _mlp(hidden: int, activation: str, dropout: float = 0.0, bias: bool = True) 
     return {"name": "mlp", "hidden_dim": hidden, "activation": activation, "dropout": dropout, "bias": bias}
 
 
+def _llama3(dim: int, layers: int, heads: int, hidden: int) -> dict[str, Any]:
+    """A Llama 3 shape as published (Meta's Llama 3 paper, Table 3): 8 kv heads, SwiGLU, RMSNorm,
+    rotary positions with base 500,000, 8192 positions, a 128,256-token vocabulary, an untied head."""
+    return {
+        "model": "decoder_lm",
+        "vocab_size": 128256,
+        "dim_model": dim,
+        "max_seq_len": 8192,
+        "position": {"name": "rotary", "base": 500000.0},
+        "tie_embeddings": False,
+        "vocab_multiple": 64,
+        "init": {"name": "normal", "std": 0.02},
+        "decoder": {
+            "num_layers": layers,
+            "block": {
+                "attention": _attention(heads, num_kv_heads=8, bias=False),
+                "feedforward": {"name": "swiglu", "hidden_dim": hidden, "bias": False},
+                "norm": {"name": "rmsnorm", "eps": 1e-5},
+                "residual": {"name": "pre"},
+            },
+        },
+    }
+
+
 _GPT2_BLOCK = {
     "attention": _attention(12, 0.1, fused_qkv=True),
     "feedforward": _mlp(3072, "gelu_tanh", 0.1),
@@ -104,6 +128,11 @@ PRESETS: dict[str, dict[str, Any]] = {
             },
         },
     },
+    # Llama 3 8B, 70B and 405B at their published shapes, for planning layouts (brickwork plan) and
+    # for from-scratch runs on many GPUs; from_hf reads the released weights.
+    "llama3-8b": _llama3(4096, 32, 32, 14336),
+    "llama3-70b": _llama3(8192, 80, 64, 28672),
+    "llama3-405b": _llama3(16384, 126, 128, 53248),
     # T5-small's shape (Raffel et al. 2020): 6 + 6 layers, RMSNorm, bias-free ReLU MLP, shared tied
     # embeddings. Rotary positions stand in for T5's relative position buckets.
     "t5-small": {
