@@ -65,8 +65,11 @@ class Encoder(nn.Module):
         if mlm_head is not None and tie_embeddings:
             tie_weights(self, "mlm_head.decoder.weight", "token_embedding.weight")
         self.pooler = Pooler(dim) if pooler else None
-        vocabulary = ["token_embedding"] + (["mlm_head.decoder"] if mlm_head is not None else [])
-        pad_own_vocabulary(self, vocabulary, vocab_size, vocab_multiple)
+        pad_own_vocabulary(self, self.vocabulary_modules(), vocab_size, vocab_multiple)
+
+    def vocabulary_modules(self) -> list[str]:
+        """The modules whose rows are the vocabulary (padded by ``vocab_multiple``)."""
+        return ["token_embedding"] + (["mlm_head.decoder"] if self.mlm_head is not None else [])
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """[B, T] ids -> [B, T, d]."""

@@ -60,7 +60,11 @@ class EncoderDecoder(nn.Module):
         self.lm_head = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
             tie_weights(self, "lm_head.weight", "token_embedding.weight")
-        pad_own_vocabulary(self, ["token_embedding", "lm_head"], vocab_size, vocab_multiple)
+        pad_own_vocabulary(self, self.vocabulary_modules(), vocab_size, vocab_multiple)
+
+    def vocabulary_modules(self) -> list[str]:
+        """The modules whose rows are the vocabulary (padded by ``vocab_multiple``)."""
+        return ["token_embedding", "lm_head"]
 
     def stage_recipe(self) -> EncoderDecoderStages:
         """How pipeline parallel splits this model into stages."""

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from brickwork.checkpoint import read_weights as read_safetensors
+from brickwork.checkpoint.hf_folder import read_shards
 from brickwork.checkpoint.safe_reader import refusal_reason
 
 from .convert import build_from_hf
@@ -60,24 +61,10 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
             return reader(single)
         index = folder / index_name
         if index.is_file():
-            return _read_shards(index, reader)
+            return read_shards(index, reader)
     raise FileNotFoundError(
         f"{str(folder)!r} has no model.safetensors, pytorch_model.bin or a sharded index of either"
     )
-
-
-def _read_shards(index: Path, reader) -> dict[str, torch.Tensor]:
-    with open(index, encoding="utf-8") as f:
-        weight_map = json.load(f).get("weight_map")
-    if not isinstance(weight_map, dict):
-        raise ValueError(f"{index} has no 'weight_map' object")
-    state: dict[str, torch.Tensor] = {}
-    for shard in sorted(set(weight_map.values())):
-        shard_path = (index.parent / shard).resolve()
-        if index.parent.resolve() not in shard_path.parents:
-            raise ValueError(f"{index} points outside its folder: {shard!r}")
-        state.update(reader(shard_path))
-    return state
 
 
 def _read_torch(path: Path) -> dict[str, torch.Tensor]:

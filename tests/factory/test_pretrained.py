@@ -49,7 +49,8 @@ def test_build_model_takes_a_preset_name() -> None:
 def test_save_pretrained_round_trip_keeps_the_weights_tied(tmp_path: Path) -> None:
     model = tiny()
     save_pretrained(model, tmp_path / "saved")
-    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == ["model.safetensors", "spec.yaml"]
+    names = ["config.json", "model.safetensors", "spec.yaml"]  # HF's config: brickwork.hf loads it
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == names
     stored = load_file(tmp_path / "saved" / "model.safetensors")
     assert "lm_head.weight" not in stored and "token_embedding.weight" in stored  # each weight once
     loaded = from_pretrained(tmp_path / "saved")
@@ -155,7 +156,8 @@ def test_an_overwrite_cut_short_never_loads_one_saves_spec_with_anothers_weights
     loaded = from_pretrained(tmp_path / "saved")
     assert loaded.spec["dropout"] == 0.25
     assert_same(second, loaded)
-    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == ["model.safetensors", "spec.yaml"]
+    names = ["config.json", "model.safetensors", "spec.yaml"]
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == names
 
 
 def test_damaged_or_foreign_files_are_refused_naming_them(tmp_path: Path) -> None:
