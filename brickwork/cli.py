@@ -35,6 +35,13 @@ examples:
   torchrun --nproc_per_node 2 -m brickwork train dist.tensor_parallel_size=2
 """
 
+PLAN_EPILOG = """\
+examples:
+  brickwork plan llama3-8b --devices 8xH100-80GB --global-batch 512 --seq-len 8192
+  brickwork plan llama3-70b --devices 8xH100-80GB --nodes 16 --global-batch 1024 --seq-len 8192 -o dist.yaml
+  brickwork plan llama dim_model=4096 decoder.num_layers=32 --devices 8xA100-80GB --global-batch 256
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
@@ -83,13 +90,20 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser(
         "plan",
         parents=[common],
-        help="rank the parallel layouts of a model on a cluster and write the best dist dict",
+        help="rank the parallel layouts of a model on a cluster",
         description="Price every valid layout (tensor, pipeline, data, context and expert parallel sizes, "
         "ZeRO stage, schedule, micro-batch size, recomputation) of a decoder LM on a cluster, without "
-        "building it: memory per device and step time. Prints the layouts that fit, fastest first, and "
-        "writes the best one's dist dict as YAML.",
+        "building it: memory per device and step time. Prints the layouts that fit, fastest first, each "
+        "with the terms of its step that differ from the best's; -o writes the best one's dist dict.",
+        epilog=PLAN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    plan.add_argument("spec", metavar="SPEC", help="a preset name or a .yaml/.json spec (or run config)")
+    plan.add_argument(
+        "args",
+        nargs="+",
+        metavar="SPEC [key=value ...]",
+        help="a preset name or a .yaml/.json spec (or run config), then dotted overrides as train takes them",
+    )
     plan.add_argument(
         "--devices",
         required=True,
@@ -97,12 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--nodes", type=int, default=1, help="nodes of --devices each (default 1)")
     plan.add_argument(
-        "--global-batch", type=int, help="sequences per step (default: the spec's train.batch_size)"
+        "--global-batch", type=int, help="sequences per step (if left out: the spec's train.batch_size, said)"
     )
-    plan.add_argument("--seq-len", type=int, help="tokens per sequence (default: the spec's train.seq_len)")
+    plan.add_argument(
+        "--seq-len", type=int, help="tokens per sequence (if left out: the spec's train.seq_len, said)"
+    )
     plan.add_argument("--precision", default="bf16-mixed", help="the train step's (default bf16-mixed)")
     plan.add_argument("--top", type=int, default=10, help="rows of the table (default 10)")
-    plan.add_argument("--out", default="dist.yaml", help="where the best dist dict goes (default dist.yaml)")
+    plan.add_argument("-o", "--out", help="write the best layout's dist dict here as YAML (default: nothing)")
     sample = commands.add_parser(
         "sample",
         parents=[common],
@@ -228,25 +244,31 @@ def run_plan(ns: argparse.Namespace) -> int:
     import yaml
 
     from brickwork.parallel.planner import plan
-    from brickwork.parallel.planner.report import plan_table
-    from brickwork.train.config import TrainConfig
-    from brickwork.train.run_config import SECTIONS, load_base
+    from brickwork.plan_report import plan_table
+    from brickwork.train.run_config import resolve_run
 
     for option in ("nodes", "global_batch", "seq_len", "top"):
         value = getattr(ns, option)
         if value is not None and value < 1:
             raise ConfigError(f"must be a positive integer, got {value}", f"--{option.replace('_', '-')}")
-    _, base = load_base(ns.spec)
-    train = TrainConfig(**(base.get("train") or {}))
-    spec = {k: v for k, v in base.items() if k not in SECTIONS}
+    run = resolve_run(*split_spec_and_overrides(ns.args))
     cluster = f"{ns.nodes}x{ns.devices}" if ns.nodes > 1 else ns.devices
-    batch, seq_len = ns.global_batch or train.batch_size, ns.seq_len or train.seq_len
-    plans = plan(spec, cluster, global_batch=batch, seq_len=seq_len, precision=ns.precision)
+    batch, seq_len = ns.global_batch or run.train.batch_size, ns.seq_len or run.train.seq_len
+    for flag, given, key, value in (
+        ("--global-batch", ns.global_batch, "train.batch_size", batch),
+        ("--seq-len", ns.seq_len, "train.seq_len", seq_len),
+    ):
+        if given is None:
+            print(f"assuming {flag} {value} (the spec's {key}); give {flag} for the run you plan")
+    plans = plan(run.spec, cluster, global_batch=batch, seq_len=seq_len, precision=ns.precision)
     print(f"{len(plans)} layouts fit on {cluster} for {batch} x {seq_len} tokens per step:\n")
     print(plan_table(plans, ns.top))
     best = plans[0]
-    Path(ns.out).write_text(yaml.safe_dump({"dist": best.dist}, sort_keys=False))
     accum = f" train.grad_accum_steps={best.grad_accum_steps}" if best.grad_accum_steps > 1 else ""
+    if ns.out is None:
+        print(f"best: {best.name}; -o FILE writes its dist dict (train with train.batch_size={batch}{accum})")
+        return 0
+    Path(ns.out).write_text(yaml.safe_dump({"dist": best.dist}, sort_keys=False))
     print(f"wrote {ns.out}: the dist dict of {best.name}; train it with train.batch_size={batch}{accum}")
     return 0
 
