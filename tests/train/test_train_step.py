@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from train_cases import FAMILIES, build, forward, global_batches, reference
 
+from brickwork.parallel import full_state_dict
 from brickwork.train import TASKS, TrainStep, evaluate, vocab_parallel_cross_entropy
 
 
@@ -20,7 +21,7 @@ def train(family: str, **options) -> tuple[list[float], dict[str, torch.Tensor]]
         model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), TASKS_OF[family], **options
     )
     losses = [step(batch) for batch in global_batches(family)]
-    return losses, model.state_dict()
+    return losses, full_state_dict(model)  # the real vocabulary, as the reference keeps it
 
 
 TASKS_OF = {"decoder": "causal_lm", "mlm": "masked_lm", "seq2seq": "seq2seq", "vit": "image_classification"}
