@@ -1,4 +1,5 @@
-"""Hugging Face interop: GPT-2, BERT, Llama and GPT-NeoX in and out of brickwork, and drop-in attention.
+"""Hugging Face interop: GPT-2, BERT, Llama, GPT-NeoX, Mistral, Qwen2, Qwen3 and Mixtral in and out of
+brickwork, and drop-in attention.
 
 ``transformers`` is needed only by ``to_hf`` (which builds an HF model) and, naturally, by the HF
 models handed to ``from_hf``; ``load_hf_checkpoint`` reads a model folder without it.

@@ -17,8 +17,16 @@ from .family import Family, Variant, complete_state, to_brickwork_state, to_hf_s
 from .gpt2 import GPT2
 from .gpt_neox import GPTNeoX
 from .llama import Llama
+from .mistral import Mistral
+from .mixtral import Mixtral
+from .qwen2 import Qwen2
+from .qwen3 import Qwen3
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (GPT2(), Bert(), Llama(), GPTNeoX())}
+# to_hf asks the families in this order: of the Llama-shaped ones, the more particular first (a MoE,
+# q/k norms, q/k/v biases, a sliding window), Llama last.
+FAMILIES: dict[str, Family] = {
+    f.model_type: f for f in (GPT2(), Bert(), Mixtral(), Qwen3(), Qwen2(), Mistral(), Llama(), GPTNeoX())
+}
 
 
 def family_of_config(config: Mapping[str, Any]) -> Family:
@@ -78,7 +86,8 @@ def from_hf(hf_model: nn.Module, *, vocab_multiple: int = 1) -> nn.Module:
     """A brickwork model with the weights and outputs of a transformers model; ``.spec`` is its spec.
 
     Supports ``GPT2LMHeadModel``, ``BertModel`` (with or without pooler), ``BertForMaskedLM``,
-    ``LlamaForCausalLM`` and ``GPTNeoXForCausalLM``. The result has the HF model's dtype, device and
+    ``LlamaForCausalLM``, ``GPTNeoXForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
+    ``Qwen3ForCausalLM`` and ``MixtralForCausalLM``. The result has the HF model's dtype, device and
     train/eval mode. An HF option brickwork cannot express raises ConfigError naming it.
     ``vocab_multiple`` (the spec key) pads the vocabulary inside the model, e.g. 64 for GPT-2's 50257:
     the outputs stay the HF model's.

@@ -3,16 +3,17 @@
 A family module holds every fact about its HF models: the config -> spec map, the weight map, the
 tensor-parallel plan and the pipeline recipe; ``FAMILIES`` (convert.py) finds it by ``model_type``.
 
-Every family maps each HF tensor to exactly one brickwork tensor (and back) through a table of
-:class:`Rule` rows built from the spec. Converting checks both sides: an HF tensor no rule names, a
-rule whose tensor is absent, or a shape that does not fit raises an error naming the key, so the
-loaded model can never hold a tensor left over from initialisation.
+Every family maps each HF tensor to brickwork tensors (and back) through a table of rows built from
+the spec: a :class:`Rule` for one tensor on each side, a :class:`Packed` for an HF tensor that holds
+several brickwork ones (Mixtral's experts of a layer in one tensor). Converting checks both sides:
+an HF tensor no rule names, a rule whose tensor is absent, or a shape that does not fit raises an
+error naming the key, so the loaded model can never hold a tensor left over from initialisation.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,40 @@ class Rule:
     bw: str
     to_bw: Transform = same
     to_hf: Transform = same
+
+    @property
+    def bw_keys(self) -> tuple[str, ...]:
+        return (self.bw,)
+
+    def brickwork_tensors(self, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {self.bw: self.to_bw(tensor)}
+
+    def hf_tensor(self, bw_state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.to_hf(bw_state[self.bw])
+
+
+@dataclass(frozen=True)
+class Packed:
+    """HF tensor ``hf`` holds the brickwork tensors ``bw``: ``split`` cuts it into them, in that order,
+    and ``join`` puts them back together."""
+
+    hf: str
+    bw: tuple[str, ...]
+    split: Callable[[torch.Tensor], Sequence[torch.Tensor]]
+    join: Callable[[Sequence[torch.Tensor]], torch.Tensor]
+
+    @property
+    def bw_keys(self) -> tuple[str, ...]:
+        return self.bw
+
+    def brickwork_tensors(self, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = self.split(tensor)
+        if len(parts) != len(self.bw):
+            raise KeyError(f"{self.hf} of shape {tuple(tensor.shape)} does not hold {len(self.bw)} tensors")
+        return {key: part.contiguous() for key, part in zip(self.bw, parts, strict=True)}
+
+    def hf_tensor(self, bw_state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.join([bw_state[key] for key in self.bw])
 
 
 @dataclass(frozen=True)
@@ -97,7 +132,7 @@ class Family(abc.ABC):
         """The brickwork spec for an HF config; reads every key it translates from ``cfg``."""
 
     @abc.abstractmethod
-    def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule]:
+    def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule | Packed]:
         """The tensor table of a model built from ``spec``."""
 
     @abc.abstractmethod
@@ -150,7 +185,7 @@ def to_brickwork_state(
     for rule in family.rules(spec, variant):
         if rule.hf not in state:
             raise KeyError(f"{family.name}: the HF state dict has no {rule.hf!r}")
-        out[rule.bw] = rule.to_bw(state.pop(rule.hf))
+        out.update(rule.brickwork_tensors(state.pop(rule.hf)))
     if state:
         raise KeyError(f"{family.name}: HF tensors with no brickwork counterpart: {', '.join(sorted(state))}")
     return out
@@ -163,10 +198,11 @@ def to_hf_state(
     left = set(bw_state)
     out: dict[str, torch.Tensor] = {}
     for rule in family.rules(spec, variant):
-        if rule.bw not in bw_state:
-            raise KeyError(f"{family.name}: the brickwork state dict has no {rule.bw!r}")
-        out[rule.hf] = rule.to_hf(bw_state[rule.bw])
-        left.discard(rule.bw)
+        missing = [key for key in rule.bw_keys if key not in bw_state]
+        if missing:
+            raise KeyError(f"{family.name}: the brickwork state dict has no {missing[0]!r}")
+        out[rule.hf] = rule.hf_tensor(bw_state)
+        left.difference_update(rule.bw_keys)
     for key, source in variant.aliases.items():
         out[key] = out[source]
     if left:

@@ -1,12 +1,16 @@
 """Llama (``LlamaForCausalLM``): RMSNorm, SwiGLU, rotary (half-split), GQA, optional biases.
 
+Mistral, Qwen2, Qwen3 and Mixtral are built the same way, with the same tensor names, and subclass
+:class:`Llama`: each changes what differs through its hooks (``attention_options``, ``feedforward``,
+``windows``, ``feedforward_rules``, ``layer_plan`` and their ``hf_*`` inverses).
+
 Under tensor parallel q/k/v and gate/up split by columns, o/down by rows; HF's attention reshapes with
 -1 heads and keeps the q-per-kv ratio, so no attribute is divided, but both head counts must split.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from torch import nn
@@ -14,7 +18,7 @@ from torch import nn
 from brickwork.layout import ModelPlan, StageRecipe
 
 from .config import HFConfig
-from .family import Family, Rule, Variant, prefix, with_head
+from .family import Family, Packed, Rule, Variant, prefix, with_head
 from .rope import hf_rope, read_rope
 from .spec import (
     attention_spec,
@@ -24,106 +28,137 @@ from .spec import (
     head_dim_of,
     hf_activation,
     spec_attention,
+    spec_block,
     spec_feedforward,
     spec_norm,
     unsupported,
 )
 from .stages import HFCausalLMStages
+from .windows import read_windows, with_windows
 
-_LM = Variant(
-    "LlamaForCausalLM",
-    head="lm",
-    prefix="model.",
-    tied={"lm_head.weight": "model.embed_tokens.weight"},
-    head_prefixes=("lm_head.",),
-)
-# HF projection of a layer -> (brickwork module, tensor-parallel style): the weight map and the plan.
-_PROJECTIONS = {
-    "self_attn.q_proj": ("attention.q_proj", "colwise"),
-    "self_attn.k_proj": ("attention.k_proj", "colwise"),
-    "self_attn.v_proj": ("attention.v_proj", "colwise"),
-    "self_attn.o_proj": ("attention.out_proj", "rowwise"),
-    "mlp.gate_proj": ("feedforward.gate_proj", "colwise"),
-    "mlp.up_proj": ("feedforward.up_proj", "colwise"),
-    "mlp.down_proj": ("feedforward.down_proj", "rowwise"),
+# HF module of an attention -> brickwork module.
+ATTENTION = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "out_proj"}
+# HF module of a layer -> tensor-parallel style, for the plan of a gated MLP family.
+GATED_LAYER_PLAN = {
+    "self_attn.q_proj": "colwise",
+    "self_attn.k_proj": "colwise",
+    "self_attn.v_proj": "colwise",
+    "self_attn.o_proj": "rowwise",
+    "mlp.gate_proj": "colwise",
+    "mlp.up_proj": "colwise",
+    "mlp.down_proj": "rowwise",
 }
+
+
+def causal_lm(architecture: str) -> Variant:
+    """The LM class of a Llama-shaped family: its base model under ``model.``, its head ``lm_head``."""
+    return Variant(
+        architecture,
+        head="lm",
+        prefix="model.",
+        tied={"lm_head.weight": "model.embed_tokens.weight"},
+        head_prefixes=("lm_head.",),
+    )
 
 
 class Llama(Family):
     name = "llama"
     model_type = "llama"
-    variants: ClassVar[dict[str, Variant]] = {_LM.architecture: _LM}
+    lm: ClassVar[Variant] = causal_lm("LlamaForCausalLM")
+    variants: ClassVar[dict[str, Variant]] = {lm.architecture: lm}
     shape = "rotary + RMSNorm + gated MLP"
     ignored_suffixes = ("rotary_emb.inv_freq",)
     tie_default = False
+    # Config keys that change nothing the model computes (pretraining-time tensor-parallel slicing:
+    # HF computes the same function without it).
+    inert: ClassVar[tuple[str, ...]] = ("pretraining_tp",)
+    layer_plan: ClassVar[Mapping[str, str]] = GATED_LAYER_PLAN
+    # The attention bias the family's HF class can have: True/False/"qkv", or None for a config option.
+    attention_bias: ClassVar[bool | str | None] = None
+    qk_norm: ClassVar[bool] = False
+    # head_dim when the config leaves it out; None: hidden_size // num_attention_heads.
+    head_dim_default: ClassVar[int | None] = None
 
     def spec(self, cfg: HFConfig, variant: Variant) -> dict[str, Any]:
-        cfg.expect("is_encoder_decoder", False, False, "Llama is a decoder-only model")
-        cfg.get("is_decoder")  # Llama is causal whatever this flag says
-        # Pretraining-time tensor-parallel slicing; HF computes the same function without it.
-        cfg.get("pretraining_tp")
+        cfg.expect("is_encoder_decoder", False, False, f"HF {self.name} is a decoder-only model")
+        cfg.get("is_decoder")  # causal whatever this flag says
+        for key in self.inert:
+            cfg.get(key)
         dim = cfg.require("hidden_size")
         heads = cfg.require("num_attention_heads")
-        head_dim = cfg.get("head_dim", dim // heads)
-        activation = cfg.activation("hidden_act", "silu")
-        bias = bool(cfg.get("attention_bias", False))
-        mlp_bias = bool(cfg.get("mlp_bias", False))
+        head_dim = cfg.get("head_dim") or self.head_dim_default or dim // heads
         max_len = cfg.get("max_position_embeddings", 2048)
+        eps = float(cfg.get("rms_norm_eps", 1e-6))
         attention = attention_spec(
             num_heads=heads,
             num_kv_heads=cfg.get("num_key_value_heads", heads),
-            bias=bias,
+            bias=False,
             fused_qkv=False,
             probs_dropout=cfg.dropout("attention_dropout"),
             output_dropout=0.0,
             dim_head=head_dim if head_dim != dim // heads else None,
         )
-        feedforward = {
-            "name": "swiglu" if activation == "silu" else "glu",
-            "hidden_dim": cfg.require("intermediate_size"),
-            "bias": mlp_bias,
-            "dropout": 0.0,
-        }
-        if activation != "silu":
-            feedforward["activation"] = activation
         position = read_rope(cfg, head_dim, max_len, default_fraction=1.0)
         if position["fraction"] != 1.0:
             raise unsupported(
-                self.name, "hf_config.rope_parameters.partial_rotary_factor", "HF Llama rotates every channel"
+                self.name,
+                "hf_config.rope_parameters.partial_rotary_factor",
+                f"HF {self.name} rotates every channel",
             )
-        return decoder_spec(
+        layers = cfg.require("num_hidden_layers")
+        spec = decoder_spec(
             vocab_size=cfg.require("vocab_size"),
             dim_model=dim,
             max_seq_len=max_len,
             position=position,
             dropout=0.0,
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            num_layers=cfg.require("num_hidden_layers"),
+            num_layers=layers,
             block=block(
                 residual="pre",
-                norm={"name": "rmsnorm", "eps": float(cfg.get("rms_norm_eps", 1e-6))},
-                attention=attention,
-                feedforward=feedforward,
+                norm={"name": "rmsnorm", "eps": eps},
+                attention=attention | self.attention_options(cfg, eps),
+                feedforward=self.feedforward(cfg, cfg.activation("hidden_act", "silu")),
             ),
         )
+        return with_windows(spec, self.windows(cfg, layers))
 
-    def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule]:
+    def attention_options(self, cfg: HFConfig, eps: float) -> dict[str, Any]:
+        """The attention spec's options that differ between the families (``eps``: the RMSNorms')."""
+        return {"bias": bool(cfg.get("attention_bias", False))}
+
+    def feedforward(self, cfg: HFConfig, activation: str) -> dict[str, Any]:
+        return gated_mlp(cfg, activation, bias=bool(cfg.get("mlp_bias", False)))
+
+    def windows(self, cfg: HFConfig, num_layers: int) -> list[int | None]:
+        """Each layer's sliding window (windows.py), None where it attends to every earlier position."""
+        return [None] * num_layers
+
+    def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule | Packed]:
         p = variant.prefix
-        attn = spec_attention(spec)
-        ff = spec_feedforward(spec, self.name, names=("swiglu", "glu"))
-        bias = {"self_attn": attn["bias"], "mlp": ff["bias"]}
-        rules = [Rule(f"{p}embed_tokens.weight", "token_embedding.weight")]
+        attention = spec_attention(spec)
+        rules: list[Rule | Packed] = [Rule(f"{p}embed_tokens.weight", "token_embedding.weight")]
         for i in range(spec["decoder"]["num_layers"]):
             h, b = f"{p}layers.{i}.", f"layers.{i}."
             rules += [
                 Rule(f"{h}input_layernorm.weight", f"{b}attention_norm.weight"),
                 Rule(f"{h}post_attention_layernorm.weight", f"{b}feedforward_norm.weight"),
+                *attention_rules(f"{h}self_attn.", f"{b}attention.", attention),
+                *self.feedforward_rules(spec, variant, h, b),
             ]
-            for hf, (bw, _) in _PROJECTIONS.items():
-                rules.append(Rule(f"{h}{hf}.weight", f"{b}{bw}.weight"))
-                if bias[hf.split(".")[0]]:
-                    rules.append(Rule(f"{h}{hf}.bias", f"{b}{bw}.bias"))
         rules += [Rule(f"{p}norm.weight", "final_norm.weight"), Rule("lm_head.weight", "lm_head.weight")]
+        return rules
+
+    def feedforward_rules(
+        self, spec: Mapping[str, Any], variant: Variant, h: str, b: str
+    ) -> list[Rule | Packed]:
+        """The tensors of layer ``h``'s MLP (HF) and ``b``'s feedforward (brickwork)."""
+        ff = spec_feedforward(spec, self.name, names=("swiglu", "glu"))
+        rules = []
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            rules.append(Rule(f"{h}mlp.{name}.weight", f"{b}feedforward.{name}.weight"))
+            if ff["bias"]:
+                rules.append(Rule(f"{h}mlp.{name}.bias", f"{b}feedforward.{name}.bias"))
         return rules
 
     def matches(self, spec: Mapping[str, Any]) -> bool:
@@ -134,37 +169,79 @@ class Llama(Family):
         )
 
     def hf_config(self, spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        check_blocks(spec, self.name, ("pre",), "rmsnorm", fused_qkv=False, bias=None)
-        attn = spec_attention(spec)
-        ff = spec_feedforward(spec, self.name, names=("swiglu", "glu"))
-        if attn["dropout"] or ff["dropout"] or spec["dropout"]:
-            raise unsupported(self.name, "dropout", "Llama drops attention probabilities only")
-        dim = spec["dim_model"]
-        head_dim = head_dim_of(spec)
+        windows, plain = read_windows(spec, self.name)
+        check_blocks(plain, self.name, ("pre",), "rmsnorm", False, self.attention_bias, self.qk_norm)
+        attention = spec_attention(plain)
+        if attention["dropout"] or spec_block(spec)["feedforward"].get("dropout") or spec["dropout"]:
+            raise unsupported(self.name, "dropout", f"HF {self.name} drops attention probabilities only")
         config = {
             "vocab_size": spec["vocab_size"],
-            "hidden_size": dim,
-            "intermediate_size": ff["hidden_dim"],
+            "hidden_size": spec["dim_model"],
             "num_hidden_layers": spec["decoder"]["num_layers"],
-            "num_attention_heads": attn["num_heads"],
-            "num_key_value_heads": attn["num_kv_heads"] or attn["num_heads"],
-            "head_dim": head_dim,
-            "hidden_act": hf_activation(ff, self.name, "silu"),
+            "num_attention_heads": attention["num_heads"],
+            "num_key_value_heads": attention["num_kv_heads"] or attention["num_heads"],
+            "head_dim": head_dim_of(spec),
             "max_position_embeddings": spec["max_seq_len"],
             "rms_norm_eps": spec_norm(spec)["eps"],
             "tie_word_embeddings": spec["tie_embeddings"],
             "rope_parameters": hf_rope(spec["position"], self.name, fraction_allowed=False),
-            "attention_bias": attn["bias"],
-            "attention_dropout": attn["mechanism"].get("dropout", 0.0),
-            "mlp_bias": ff["bias"],
+            "attention_dropout": attention["mechanism"].get("dropout", 0.0),
         }
-        return "LlamaForCausalLM", config
+        config |= self.hf_attention(attention, spec_norm(spec)["eps"])
+        config |= self.hf_feedforward(spec) | self.hf_windows(windows)
+        return self.lm.architecture, config
+
+    def hf_attention(self, attention: Mapping[str, Any], eps: float) -> dict[str, Any]:
+        """The HF config options of ``attention_options``, from a spec ``check_blocks`` accepted."""
+        return {"attention_bias": attention["bias"]}
+
+    def hf_feedforward(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        ff = spec_feedforward(spec, self.name, names=("swiglu", "glu"))
+        return hf_gated_mlp(ff, self.name) | {"mlp_bias": ff["bias"]}
+
+    def hf_windows(self, windows: Sequence[int | None]) -> dict[str, Any]:
+        """The HF config options of the layers' windows."""
+        if any(windows):
+            raise unsupported(
+                self.name, "decoder.block.attention.mechanism.name", f"HF {self.name} has no sliding window"
+            )
+        return {}
 
     def tp_plan(self, model: nn.Module) -> ModelPlan:
-        p = prefix(model, _LM)
-        plan = {f"{p}layers.*.{hf}": style for hf, (_, style) in _PROJECTIONS.items()}
+        p = prefix(model, self.lm)
+        plan = {f"{p}layers.*.{hf}": style for hf, style in self.layer_plan.items()}
         heads = {n: getattr(model.config, n) for n in ("num_attention_heads", "num_key_value_heads")}
-        return ModelPlan(with_head(model, _LM, {f"{p}embed_tokens": "vocab", **plan}), {}, heads)
+        return ModelPlan(with_head(model, self.lm, {f"{p}embed_tokens": "vocab", **plan}), {}, heads)
 
     def stage_recipe(self, model: nn.Module) -> StageRecipe:
-        return HFCausalLMStages(model, _LM, "layers", "embed_tokens", "norm", rotary="rotary_emb")
+        return HFCausalLMStages(model, self.lm, "layers", "embed_tokens", "norm", rotary="rotary_emb")
+
+
+def attention_rules(hf: str, bw: str, attention: Mapping[str, Any]) -> list[Rule]:
+    """The tensors of an HF attention under ``hf`` and of brickwork's under ``bw``: q/k/v/o with the
+    biases ``attention["bias"]`` says, and the per-head q/k norms when it has them."""
+    bias = attention["bias"]
+    rules = []
+    for hf_name, bw_name in ATTENTION.items():
+        rules.append(Rule(f"{hf}{hf_name}.weight", f"{bw}{bw_name}.weight"))
+        if bias is True or (bias == "qkv" and hf_name != "o_proj"):
+            rules.append(Rule(f"{hf}{hf_name}.bias", f"{bw}{bw_name}.bias"))
+    if attention.get("qk_norm") is not None:
+        rules += [Rule(f"{hf}{name}.weight", f"{bw}{name}.weight") for name in ("q_norm", "k_norm")]
+    return rules
+
+
+def gated_mlp(cfg: HFConfig, activation: str, bias: bool) -> dict[str, Any]:
+    """The spec of HF's ``down(act(gate(x)) * up(x))``: SwiGLU, or a GLU of another activation."""
+    feedforward = {
+        "name": "swiglu" if activation == "silu" else "glu",
+        "hidden_dim": cfg.require("intermediate_size"),
+        "bias": bias,
+        "dropout": 0.0,
+    }
+    return feedforward if activation == "silu" else feedforward | {"activation": activation}
+
+
+def hf_gated_mlp(ff: Mapping[str, Any], family: str) -> dict[str, Any]:
+    """The HF config options of a SwiGLU or GLU feedforward (or expert)."""
+    return {"intermediate_size": ff["hidden_dim"], "hidden_act": hf_activation(ff, family, "silu")}

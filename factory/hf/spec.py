@@ -158,9 +158,11 @@ def check_blocks(
     residual: tuple[str, ...],
     norm: str,
     fused_qkv: bool,
-    bias: bool | None,
+    bias: bool | str | None,
+    qk_norm: bool = False,
 ) -> None:
-    """Refuse a spec whose blocks differ from what HF ``family`` builds."""
+    """Refuse a spec whose blocks differ from what HF ``family`` builds: ``bias`` is the attention's
+    (None: true or false, as a config option says), ``qk_norm`` whether the family norms q and k."""
     kind = "decoder" if spec.get("model") == "decoder_lm" else "encoder"
     if stack(spec).get("layers"):
         raise unsupported(family, f"{kind}.layers", "HF layers are all alike; per-layer overrides are not")
@@ -170,7 +172,10 @@ def check_blocks(
         (b["residual"]["name"] in residual, "residual.name", f"residual must be {' or '.join(residual)}"),
         (b["norm"]["name"] == norm, "norm.name", f"norm must be {norm}"),
         (attn["fused_qkv"] == fused_qkv, "attention.fused_qkv", f"fused_qkv must be {fused_qkv}"),
-        (bias is None or attn["bias"] == bias, "attention.bias", f"bias must be {bias}"),
+        (attn["bias"] in ((True, False) if bias is None else (bias,)), "attention.bias",
+         f"bias must be {'true or false' if bias is None else repr(bias)}"),
+        ((attn.get("qk_norm") is not None) == qk_norm, "attention.qk_norm",
+         f"HF {family} {'norms' if qk_norm else 'has no norm of'} queries and keys per head"),
         (b["norm"].get("bias", True), "norm.bias", "HF's LayerNorms have biases"),
         (not attn["mechanism"].get("causal", False), "attention.mechanism.causal", "HF BERT is not causal"),
         (attn["mechanism"]["name"] == "scaled_dot_product", "attention.mechanism.name",

@@ -1,4 +1,4 @@
-"""Tiny random HF models of the four families, and the checks every interop test shares."""
+"""Tiny random HF models of each family, and the checks every interop test shares."""
 
 from __future__ import annotations
 
@@ -37,6 +37,38 @@ CONFIGS = {
              intermediate_size=52, max_position_embeddings=48, rotary_pct=0.5, rotary_emb_base=1000,
              bos_token_id=0, eos_token_id=0),
     ),
+    # Windows shorter than the test sequences: Mistral's in every layer, Qwen2's from layer 1 on.
+    "mistral": (
+        transformers.MistralConfig,
+        transformers.MistralForCausalLM,
+        dict(vocab_size=VOCAB, hidden_size=36, num_hidden_layers=3, num_attention_heads=6,
+             num_key_value_heads=2, intermediate_size=52, max_position_embeddings=64, sliding_window=5,
+             rope_parameters={"rope_type": "default", "rope_theta": 500.0}, bos_token_id=0, eos_token_id=0),
+    ),
+    "qwen2": (
+        transformers.Qwen2Config,
+        transformers.Qwen2ForCausalLM,
+        dict(vocab_size=VOCAB, hidden_size=36, num_hidden_layers=3, num_attention_heads=6,
+             num_key_value_heads=2, intermediate_size=52, max_position_embeddings=64,
+             use_sliding_window=True, sliding_window=4, max_window_layers=1,
+             rope_parameters={"rope_type": "default", "rope_theta": 500.0}, bos_token_id=0, eos_token_id=0),
+    ),
+    "qwen3": (
+        transformers.Qwen3Config,
+        transformers.Qwen3ForCausalLM,
+        dict(vocab_size=VOCAB, hidden_size=36, num_hidden_layers=3, num_attention_heads=6,
+             num_key_value_heads=2, head_dim=8, intermediate_size=52, max_position_embeddings=64,
+             rope_parameters={"rope_type": "default", "rope_theta": 500.0}, bos_token_id=0, eos_token_id=0),
+    ),
+    "mixtral": (
+        transformers.MixtralConfig,
+        transformers.MixtralForCausalLM,
+        # HF's grouped_mm experts need rows of a multiple of 16 bytes, in bf16 too.
+        dict(vocab_size=VOCAB, hidden_size=40, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2,
+             max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+             bos_token_id=0, eos_token_id=0),
+    ),
 }  # fmt: skip
 
 ZERO_DROPOUT = {
@@ -44,6 +76,10 @@ ZERO_DROPOUT = {
     "bert": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
     "llama": dict(attention_dropout=0.0),
     "gpt_neox": dict(attention_dropout=0.0, hidden_dropout=0.0),
+    "mistral": dict(attention_dropout=0.0),
+    "qwen2": dict(attention_dropout=0.0),
+    "qwen3": dict(attention_dropout=0.0),
+    "mixtral": dict(attention_dropout=0.0),
 }
 
 

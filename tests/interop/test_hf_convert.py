@@ -1,4 +1,6 @@
-"""HF -> brickwork -> HF for GPT-2, BERT, Llama and GPT-NeoX: same outputs, same weights back."""
+"""HF -> brickwork -> HF for every family: same outputs, same weights back."""
+
+import copy
 
 import pytest
 import torch
@@ -7,7 +9,7 @@ from hf_models import VOCAB, assert_close, fill_nan, hf_model, logits_of
 from brickwork.factory import build_model
 from brickwork.factory.hf import from_hf, hf_state_to_brickwork, to_hf
 
-FAMILIES = ["gpt2", "bert", "llama", "gpt_neox"]
+FAMILIES = ["gpt2", "bert", "llama", "gpt_neox", "mistral", "qwen2", "qwen3", "mixtral"]
 
 
 def _inputs(family: str, batch: int = 3, length: int = 13) -> dict[str, torch.Tensor]:
@@ -54,16 +56,18 @@ def test_from_hf_keeps_spec_dtype_and_mode(family: str) -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bf16_outputs_match_hf(family: str) -> None:
-    hf = hf_model(family, seed=1).to(torch.bfloat16)
-    model = from_hf(hf)
+    hf = hf_model(family, seed=1)
+    model = from_hf(copy.deepcopy(hf).to(torch.bfloat16))
     assert next(model.parameters()).dtype == torch.bfloat16
     inputs = _inputs(family)
     with torch.no_grad():
         ref = logits_of(hf, **inputs)
         ours = model(**inputs)
     assert ours.dtype == torch.bfloat16
-    # bf16 keeps 8 bits of mantissa; three layers of differently ordered sums drift by a few ulps.
-    assert_close(ours, ref, atol=0.1, rtol=3e-2)
+    # Against the float32 outputs: bf16 keeps 8 bits of mantissa, and three layers of differently
+    # ordered sums drift by a few ulps. HF's own bf16 run drifts as far, and further where a router's
+    # choice flips (Mixtral), so it is no reference.
+    assert_close(ours, ref, atol=0.15, rtol=3e-2)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -111,7 +115,7 @@ def test_variants_with_pooler_and_untied_heads() -> None:
         assert_close(model.pool(hidden), out.pooler_output)
     assert "pooler.dense.weight" in to_hf(model).state_dict()
 
-    for family, tie in (("llama", True), ("gpt_neox", True), ("gpt2", False)):
+    for family, tie in (("llama", True), ("gpt_neox", True), ("gpt2", False), ("qwen3", True)):
         hf = hf_model(family, tie_word_embeddings=tie)
         model = from_hf(hf)
         assert (model.lm_head.weight is model.token_embedding.weight) == tie
@@ -135,6 +139,14 @@ def test_variants_with_pooler_and_untied_heads() -> None:
                                         "original_max_position_embeddings": 16})),
         ("llama", dict(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1000.0,
                                         "original_max_position_embeddings": 16})),
+        ("mistral", dict(head_dim=8, hidden_act="gelu", sliding_window=1)),
+        ("qwen2", dict(layer_types=["sliding_attention", "full_attention", "sliding_attention"], head_dim=8)),
+        ("qwen2", dict(use_sliding_window=False, tie_word_embeddings=True)),
+        ("qwen3", dict(attention_bias=True, use_sliding_window=True, sliding_window=3, max_window_layers=2,
+                       rms_norm_eps=1e-5)),
+        ("mixtral", dict(num_experts_per_tok=1, sliding_window=6, hidden_act="gelu")),
+        ("mixtral", dict(num_experts_per_tok=4, rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                 "rope_theta": 1000.0})),
     ],
 )  # fmt: skip
 def test_config_options_are_honoured(family: str, overrides: dict) -> None:
@@ -149,3 +161,18 @@ def test_config_options_are_honoured(family: str, overrides: dict) -> None:
         assert torch.equal(back.state_dict()[key], value), key
     with torch.no_grad():
         assert torch.equal(logits_of(back, **inputs), ref)
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2"])
+def test_the_sliding_window_binds_and_counts_the_query_itself(family: str) -> None:
+    """HF's window of W positions holds the query's own: local attention with window_size 2W - 1. The
+    20-token inputs are longer than the windows, so without them the outputs differ."""
+    windowless = {"mistral": dict(sliding_window=None), "qwen2": dict(use_sliding_window=False)}[family]
+    inputs = _inputs(family, length=20)
+    with torch.no_grad():
+        windowed, plain = (logits_of(hf_model(family, seed=5, **o), **inputs) for o in ({}, windowless))
+        assert (windowed - plain).abs().max() > 0.1
+        assert_close(from_hf(hf_model(family, seed=5))(**inputs), windowed)
+    window = {"mistral": 5, "qwen2": 4}[family]
+    mechanisms = [layer.attention.mechanism for layer in from_hf(hf_model(family)).layers]
+    assert {m.window_size for m in mechanisms if hasattr(m, "window_size")} == {2 * window - 1}

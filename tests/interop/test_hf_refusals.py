@@ -1,15 +1,19 @@
 """HF options brickwork cannot express are refused with a ConfigError naming them, never dropped."""
 
+import copy
+
 import pytest
 import torch
-from hf_models import CONFIGS, hf_model
+from hf_models import CONFIGS, VOCAB, hf_model
 
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, from_hf, to_hf
 from brickwork.factory.hf import hf_to_spec
 
 ARCHITECTURE = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM",
-                "gpt_neox": "GPTNeoXForCausalLM"}  # fmt: skip
+                "gpt_neox": "GPTNeoXForCausalLM", "mistral": "MistralForCausalLM",
+                "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                "mixtral": "MixtralForCausalLM"}  # fmt: skip
 
 
 def _config(family: str, **changes) -> dict:
@@ -36,6 +40,11 @@ def _config(family: str, **changes) -> dict:
                                        "partial_rotary_factor": 0.5}}, "partial_rotary_factor"),
         ("gpt_neox", {"brand_new_option": 3}, "brand_new_option"),
         ("gpt_neox", {"attn_dropout_typo": 0.1}, "attn_dropout_typo"),
+        ("mistral", {"attention_bias": True}, "attention_bias"),  # HF's Mistral has none, whatever this says
+        ("qwen2", {"layer_types": ["full_attention", "chunked_attention", "full_attention"]}, "layer_types"),
+        ("qwen2", {"use_sliding_window": False, "layer_types": ["sliding_attention"] * 3}, "layer_types"),
+        ("mixtral", {"output_router_logits": True}, "output_router_logits"),
+        ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
     ],
 )  # fmt: skip
 def test_unsupported_options_are_named(family: str, changes: dict, named: str) -> None:
@@ -44,7 +53,8 @@ def test_unsupported_options_are_named(family: str, changes: dict, named: str) -
 
 
 def test_unknown_family_and_class_list_the_choices() -> None:
-    with pytest.raises(ConfigError, match=r"model_type.*allowed: bert, gpt2, gpt_neox, llama"):
+    allowed = "bert, gpt2, gpt_neox, llama, mistral, mixtral, qwen2, qwen3"
+    with pytest.raises(ConfigError, match=rf"model_type.*allowed: {allowed}"):
         hf_to_spec({"model_type": "t5"}, "T5Model")
     with pytest.raises(ConfigError, match=r"architectures.*GPT2LMHeadModel"):
         hf_to_spec(_config("gpt2"), "GPT2ForSequenceClassification")
@@ -82,6 +92,57 @@ def test_legacy_rope_keys_are_read() -> None:
     spec = hf_to_spec(config, "LlamaForCausalLM")
     assert spec["position"] == {"name": "rotary", "base": 2500.0, "fraction": 1.0,
                                 "scaling": {"type": "linear", "factor": 3.0}}  # fmt: skip
+
+
+def _with(spec: dict, path: str, value) -> dict:
+    """A copy of ``spec`` with the dotted ``path`` set to ``value``."""
+    spec = copy.deepcopy(spec)
+    *parents, leaf = path.split(".")
+    here = spec
+    for key in parents:
+        here = here.setdefault(int(key) if key.isdigit() else key, {})
+    here[leaf] = value
+    return spec
+
+
+@pytest.mark.parametrize(
+    "family,path,value,named",
+    [
+        ("qwen3", "decoder.block.attention.qk_norm", {"name": "layernorm"}, "qk_norm"),
+        ("qwen3", "decoder.block.attention.qk_norm", {"name": "rmsnorm", "eps": 1e-3}, "qk_norm"),
+        ("qwen2", "decoder.block.attention.bias", True, "bias"),  # to Qwen2 or Llama: out_proj has none
+        ("mixtral", "decoder.block.feedforward.aux_loss_weight", 0.01, "aux_loss_weight"),
+        ("mixtral", "decoder.block.feedforward.normalize_top_k", False, "normalize_top_k"),
+        ("mixtral", "decoder.block.feedforward.bias", True, "bias"),
+        ("mistral", "decoder.layers.1.attention.mechanism.window_size", 3, "same window"),
+        ("mistral", "decoder.layers.1.attention.dropout", 0.1, "window only"),
+        ("gpt_neox", "decoder.block.attention.qk_norm", {"name": "layernorm"}, "qk_norm"),
+        ("gpt2", "decoder.block.attention.bias", "qkv", "bias"),
+    ],
+)  # fmt: skip
+def test_to_hf_refuses_what_the_family_cannot_express(family: str, path: str, value, named: str) -> None:
+    spec = _with(from_hf(hf_model(family)).spec, path, value)
+    with pytest.raises(ConfigError, match=named):
+        to_hf(build_model(spec))
+
+
+@pytest.mark.parametrize(
+    "family,path,value,exported",
+    [
+        ("llama", "decoder.block.attention.qk_norm", {"name": "rmsnorm"}, "Qwen3ForCausalLM"),
+        ("llama", "decoder.block.attention.bias", "qkv", "Qwen2ForCausalLM"),
+        ("mistral", "decoder.block.attention.mechanism", {"name": "scaled_dot_product"}, "LlamaForCausalLM"),
+    ],
+)  # fmt: skip
+def test_a_llama_shaped_spec_exports_to_the_family_that_expresses_it(
+    family: str, path: str, value, exported: str
+) -> None:
+    model = build_model(_with(from_hf(hf_model(family)).spec, path, value)).eval()
+    back = to_hf(model)
+    assert type(back).__name__ == exported
+    ids = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(back(ids).logits, model(ids), rtol=1e-5, atol=1e-5)
 
 
 def test_to_hf_refuses_an_mlm_head_activation_hf_cannot_express() -> None:

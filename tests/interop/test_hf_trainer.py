@@ -69,7 +69,7 @@ def run_trainer(model: torch.nn.Module, family: str, out: Path) -> tuple[list[fl
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "mistral", "qwen2", "qwen3", "mixtral"])
 def test_trainer_logs_the_losses_of_the_hf_original(family: str, tmp_path: Path) -> None:
     hf = hf_model(family).train()
     ours = from_hf(copy.deepcopy(hf))
