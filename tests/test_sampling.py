@@ -86,6 +86,23 @@ def test_next_token_draws_only_from_the_top_k():
     assert drawn == {1, 2}
 
 
+def test_next_token_draws_only_from_the_nucleus():
+    # probabilities 0.37, 0.33, 0.30, ...: the first two hold 0.5 of the mass, the first alone 0.3
+    logits = torch.tensor([[0.0, 5.0, 4.9, -1.0, 4.8]])
+    g = torch.Generator().manual_seed(0)
+    assert {int(next_token(logits, 1.0, None, g, top_p=0.5)) for _ in range(200)} == {1, 2}
+    assert {int(next_token(logits, 1.0, None, g, top_p=0.3)) for _ in range(50)} == {1}
+    assert {int(next_token(logits, 1.0, None, g, top_p=1.0)) for _ in range(400)} == {0, 1, 2, 3, 4}
+
+
+def test_generate_slides_past_max_seq_len_as_sample_does():
+    model = small_decoder("learned", 12)
+    prompt = torch.tensor([5, 9, 2, 33, 7])
+    got = model.generate(prompt[None], 30, slide=3)  # the window is max_seq_len, 12
+    assert got[0].tolist() == reference(model, prompt, 30, 12, 3)
+    assert torch.equal(got[0], sample_ids(model, prompt, 30, window=12, temperature=0.0, slide=3))
+
+
 def test_bad_arguments_are_refused():
     model = small_decoder("learned", 8)
     with pytest.raises(ValueError, match="non-empty 1-D"):
@@ -105,6 +122,8 @@ def test_bad_arguments_are_refused():
         ("seed", 2**70, rf"^seed: must be in 0 \.\. 2\*\*64 - 1, got {2**70}"),
         ("seed", -1, r"^seed: must be in 0 \.\. 2\*\*64 - 1, got -1"),
         ("window", 9, r"^window: 9 tokens is past the 8 positions the model has \(its max_seq_len\)"),
+        ("top_p", 0.0, r"^top_p: must be a probability in \(0, 1\], got 0.0"),
+        ("top_p", 1.5, r"^top_p: must be a probability in \(0, 1\], got 1.5"),
     ],
 )
 def test_options_no_run_can_use_are_refused_by_name(option, value, expected):

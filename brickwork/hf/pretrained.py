@@ -55,7 +55,8 @@ class BrickworkPreTrainedModel(transformers.PreTrainedModel):
             )
         if model is None:
             # Unpadded until the weights are in (see the module docstring); it carries the real spec.
-            model = build_model({**config.spec, "vocab_multiple": 1})
+            padded = config.spec.get("vocab_multiple", 1) > 1
+            model = build_model({**config.spec, "vocab_multiple": 1} if padded else config.spec)
             model.spec = config.spec
         self.model = model
         if not next(model.parameters()).is_meta:  # built whole here: nothing for HF to initialise
