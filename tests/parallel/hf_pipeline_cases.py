@@ -1,5 +1,5 @@
-"""HF GPT-NeoX and BERT (masked LM) split into pipeline stages by their layer lists: what the spawned
-ranks run, against the one-process runs of hf_plan_cases."""
+"""HF GPT-NeoX, Qwen2, Mixtral and BERT (masked LM) split into pipeline stages by their layer lists:
+what the spawned ranks run, against the one-process runs of hf_plan_cases."""
 
 from __future__ import annotations
 
@@ -22,13 +22,19 @@ def _run(family: str, task: str, batch: dict[str, torch.Tensor], layout: dict) -
     return {"losses": losses, "state": full_state_dict(model), "stage_parameters": stages}
 
 
+# Causal LMs split at pp=2: Qwen2's stages hold a full-attention layer and a sliding-window one, each
+# given the mask of its type; Mixtral's hold a mixture of experts each.
+PIPELINED = ("gpt_neox", "qwen2", "mixtral")
+
+
 def pp2_rank() -> dict[str, dict[str, Any]]:
-    """GPT-NeoX (next tokens) and BertForMaskedLM (masked tokens, padding, two segments) at pp=2."""
+    """The PIPELINED causal LMs (next tokens) and BertForMaskedLM (masked tokens, padding, two
+    segments) at pp=2."""
     ids, labels = data()
-    return {
-        "gpt_neox": _run("gpt_neox", "causal_lm", {"input_ids": ids, "labels": labels}, PP2),
-        "bert": _run("bert", "masked_lm", mlm_batch(), PP2),
+    out = {
+        family: _run(family, "causal_lm", {"input_ids": ids, "labels": labels}, PP2) for family in PIPELINED
     }
+    return out | {"bert": _run("bert", "masked_lm", mlm_batch(), PP2)}
 
 
 def four_rank() -> dict[str, Any]:
@@ -45,9 +51,9 @@ def four_rank() -> dict[str, Any]:
     }
 
 
-def neox_reference() -> tuple[list[float], dict[str, torch.Tensor]]:
-    """GPT-NeoX in one process: STEPS SGD steps of mean next-token cross entropy."""
-    model = build("gpt_neox")
+def causal_reference(family: str) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """A causal LM of ``family`` in one process: STEPS SGD steps of mean next-token cross entropy."""
+    model = build(family)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     ids, labels = data()
     losses = []

@@ -10,13 +10,28 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from brickwork.factory.hf import from_hf, to_hf
 from brickwork.parallel import full_state_dict, parallel_state, parallelize
 from brickwork.train import TrainStep
 
 VOCAB, DIM, SEQ, BATCH, STEPS = 64, 32, 8, 2, 3
-FAMILIES = ("gpt2", "llama", "gpt_neox")  # causal LMs, trained on next tokens
+# Causal LMs, trained on next tokens.
+FAMILIES = ("gpt2", "llama", "gpt_neox", "mistral", "qwen2", "qwen3", "mixtral")
 PLANNED = (*FAMILIES, "bert")
+# Models converted by from_hf and laid out by brickwork's own plans: q/k/v biases and windows by layer
+# (Qwen2), per-head q/k norms (Qwen3).
+CONVERTED = ("qwen2", "qwen3")
 MASK_ID = 3
+# The Llama-shaped families: (config, LM class, base class, options beyond Llama's). Windows shorter
+# than SEQ: Mistral's in both layers, Qwen2's in layer 1.
+LLAMA_SHAPED = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", "LlamaModel", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", "MistralModel", dict(sliding_window=4)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", "Qwen2Model",
+              dict(use_sliding_window=True, sliding_window=4, max_window_layers=1)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", "Qwen3Model", dict(head_dim=8)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", "MixtralModel", dict(num_local_experts=4)),
+}  # fmt: skip
 
 
 def build(family: str, head: bool = True, seed: int = 0) -> nn.Module:
@@ -36,11 +51,12 @@ def build(family: str, head: bool = True, seed: int = 0) -> nn.Module:
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         )  # fmt: skip
         return (hf.BertForMaskedLM if head else hf.BertModel)(config)
-    if family == "llama":
-        config = hf.LlamaConfig(
-            **common, num_key_value_heads=2, intermediate_size=64, max_position_embeddings=32
+    if family in LLAMA_SHAPED:
+        config_class, lm, base, options = LLAMA_SHAPED[family]
+        config = getattr(hf, config_class)(
+            **common, num_key_value_heads=2, intermediate_size=64, max_position_embeddings=32, **options
         )
-        return (hf.LlamaForCausalLM if head else hf.LlamaModel)(config)
+        return getattr(hf, lm if head else base)(config)
     config = hf.GPTNeoXConfig(**common, intermediate_size=64, max_position_embeddings=32, rotary_pct=0.5)
     return (hf.GPTNeoXForCausalLM if head else hf.GPTNeoXModel)(config)
 
@@ -63,7 +79,8 @@ def train(model: nn.Module) -> tuple[list[float], torch.Tensor, dict[str, torch.
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     losses, first = [], None
     for _ in range(STEPS):
-        logits = _full(model(ids).logits)
+        out = model(ids)
+        logits = _full(getattr(out, "logits", out))  # an HF output, or a brickwork model's logits
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
         optimizer.zero_grad()
         loss.backward()
@@ -138,11 +155,40 @@ def build_classifier() -> nn.Module:
     return hf.BertForSequenceClassification(config)
 
 
+def hf_weights(family: str, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A converted model's full weights under the HF model's names (through a one-process copy)."""
+    model = from_hf(build(family))
+    model.load_state_dict(state, strict=True)
+    return to_hf(model).state_dict()
+
+
+def train_converted(family: str) -> tuple[list[float], torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`train` on ``from_hf`` of the family's model at tp=2; its weights under HF's names."""
+    losses, first, state = train(parallelize(from_hf(build(family)), {"tensor_parallel_size": 2}))
+    return losses, first, hf_weights(family, state)
+
+
+def mixtral_ep2() -> tuple[list[float], dict[str, torch.Tensor], list[list[int]]]:
+    """``from_hf`` of Mixtral at dp2 × ep2 through TrainStep (each rank its row), plain SGD as
+    :func:`train`: the losses, the full weights under HF's names, and each layer's experts here."""
+    model = parallelize(from_hf(build("mixtral")), {"data_parallel_size": 2, "expert_parallel_size": 2})
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5), "causal_lm")
+    dp = parallel_state(model).mesh["dp"]
+    ids, labels = data()
+    rows = {"input_ids": ids.chunk(2)[dp.get_local_rank()], "labels": labels.chunk(2)[dp.get_local_rank()]}
+    losses = [step(rows) for _ in range(STEPS)]
+    held = [layer.feedforward.experts.indices() for layer in model.layers]
+    return losses, hf_weights("mixtral", full_state_dict(model)), held
+
+
 def tp2_rank() -> dict[str, Any]:
     """Every family at tp=2 with the plan parallelize picks itself, in one process group (one spawn
-    for all: process start-up dominates): the causal LMs, BERT's masked LM, BERT's classifier."""
+    for all: process start-up dominates): the causal LMs, BERT's masked LM, BERT's classifier; the
+    CONVERTED models at tp=2 and Mixtral's at dp2 × ep2 (the two ranks as two data-parallel ones)."""
     tp2 = {"tensor_parallel_size": 2}
     results: dict[str, Any] = {family: train(parallelize(build(family), tp2)) for family in FAMILIES}
     results["bert"] = mlm_rank(tp2)
     results["bert-classifier"] = classifier_logits(parallelize(build_classifier(), tp2))
+    results["converted"] = {family: train_converted(family) for family in CONVERTED}
+    results["mixtral-ep2"] = mixtral_ep2()
     return results

@@ -1,12 +1,12 @@
 """Unmodified HF GPT-NeoX and BERT models under pipeline parallel: embeddings on the first stage, the
 head on the last, trained at pp=2 (1F1B) and pp2 × tp2 like one process; BERT at dp2 × tp2 too (DDP
-and ZeRO-3)."""
+and ZeRO-3); Qwen2 (a full and a sliding-window layer) and Mixtral at pp=2."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from hf_pipeline_cases import four_rank, neox_reference, pp2_rank
+from hf_pipeline_cases import causal_reference, four_rank, pp2_rank
 from hf_plan_cases import build, mlm_reference
 
 from brickwork.errors import ConfigError
@@ -37,9 +37,21 @@ def test_gpt_neox_at_pp2_trains_like_one_process(pp2_results: list[dict]) -> Non
     assert "lm_head.weight" in last and "gpt_neox.final_layer_norm.weight" in last
     assert "gpt_neox.layers.0.attention.dense.weight" in first
     assert "gpt_neox.layers.1.attention.dense.weight" in last
-    ref = neox_reference()
+    ref = causal_reference("gpt_neox")
     for rank in pp2_results:
         _same(rank["gpt_neox"], ref)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("family", ["qwen2", "mixtral"])
+def test_llama_shaped_models_at_pp2_train_like_one_process(family: str, pp2_results: list[dict]) -> None:
+    first, last = (rank[family]["stage_parameters"][0] for rank in pp2_results)
+    assert "model.embed_tokens.weight" in first and "lm_head.weight" in last
+    assert any(".layers.0." in name for name in first) and not any(".layers.0." in name for name in last)
+    ref = causal_reference(family)
+    for rank in pp2_results:
+        _same(rank[family], ref)
 
 
 @pytest.mark.distributed
@@ -68,7 +80,7 @@ def test_a_model_without_the_head_its_recipe_needs_is_refused() -> None:
 @pytest.mark.timeout(400)
 def test_pp2_tp2_and_bert_at_dp2_tp2_with_and_without_zero3_train_like_one_process() -> None:
     results = spawn(four_rank, 4, timeout=360)
-    neox, bert = neox_reference(), mlm_reference()
+    neox, bert = causal_reference("gpt_neox"), mlm_reference()
     for rank in results:
         _same(rank["gpt_neox"], neox)
         _same(rank["bert"], bert)

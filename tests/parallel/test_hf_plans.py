@@ -1,10 +1,13 @@
-"""Plans for unmodified HF models: picked by model type, complete, checked, and exact at tp=2."""
+"""Plans for unmodified HF models: picked by model type, complete, checked, and exact at tp=2; HF
+models converted by from_hf, at tp=2 (Qwen2, Qwen3) and at dp2 × ep2 (Mixtral), exact against the HF
+original in one process."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from hf_plan_cases import (
+    CONVERTED,
     FAMILIES,
     PLANNED,
     build,
@@ -100,3 +103,30 @@ def test_bert_masked_lm_at_tp2_trains_like_one_process(tp2_results: list[dict]) 
     ref_logits = classifier_logits(build_classifier())
     for rank in tp2_results:
         torch.testing.assert_close(rank["bert-classifier"], ref_logits, rtol=1e-5, atol=1e-5)
+
+
+def _same_training(got: tuple, want: tuple) -> None:
+    (losses, state), (ref_losses, ref_state) = got, want
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+    assert state.keys() == ref_state.keys()
+    for name, value in ref_state.items():
+        torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("family", CONVERTED)
+def test_a_converted_model_at_tp2_trains_like_the_hf_original(family: str, tp2_results: list[dict]) -> None:
+    ref_losses, ref_logits, ref_state = train(build(family))
+    for losses, logits, state in (rank["converted"][family] for rank in tp2_results):
+        _same_training((losses, state), (ref_losses, ref_state))
+        torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_converted_mixtral_at_ep2_trains_like_the_hf_original(tp2_results: list[dict]) -> None:
+    ref_losses, _, ref_state = train(build("mixtral"))
+    assert [rank["mixtral-ep2"][2] for rank in tp2_results] == [[[0, 1]] * 2, [[2, 3]] * 2]
+    for losses, state, _ in (rank["mixtral-ep2"] for rank in tp2_results):
+        _same_training((losses, state), (ref_losses, ref_state))
