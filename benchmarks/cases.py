@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-MODES = ("forward", "backward", "forward+backward")
-
 # Traffic of a kernel that maps one [rows, width] tensor to another: forward reads x and writes y (2),
 # backward reads x (or y) and dy and writes dx (3).
 ROW_TRAFFIC = {"forward": 2, "backward": 3, "forward+backward": 5}

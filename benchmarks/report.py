@@ -12,13 +12,17 @@ from pathlib import Path
 
 import torch
 
-from .cases import MODES, KernelBench
+from .cases import KernelBench
+from .selection import MODES
 
 FIELDS = (
     "kernel", "provider", "dtype", "rows", "width", "mode",
     "ms", "ms_p20", "ms_p80", "host_ms", "gbps", "bandwidth_fraction", "copy_gbps", "error",
 )  # fmt: skip
 KEY = ("kernel", "provider", "dtype", "rows", "width", "mode")
+# Every ratio column reads one way: how many times faster brickwork is (the other's time over
+# brickwork's), so higher is better; the model table says the same of HF.
+SPEEDUP_VS_TORCH = "× faster than torch (higher is better)"
 
 
 def _version(package: str) -> str | None:
@@ -104,7 +108,11 @@ def markdown_table(metadata: dict, rows: list[dict], benches: dict[str, KernelBe
     # Host time is measured apart from device time on GPU only; on CPU all time is host time.
     hosts = [p for p in ("brickwork", "torch") if any(r["provider"] == p and r.get("host_ms") for r in ok)]
     head = ["kernel", "mode", "dtype", "width", "brickwork ms", "GB/s", "% copy BW"]
-    head += [f"{p} GB/s" for p in providers] + [f"{p} host µs" for p in hosts] + ["x torch", "target", "met"]
+    head += (
+        [f"{p} GB/s" for p in providers]
+        + [f"{p} host µs" for p in hosts]
+        + [SPEEDUP_VS_TORCH, "target", "met"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(
         (r for r in ok if r["provider"] == "brickwork"),
@@ -142,7 +150,8 @@ def write_markdown(path: Path, metadata: dict, rows: list[dict], benches: dict[s
 
 
 def write_plot(path: Path, metadata: dict, rows: list[dict]) -> bool:
-    """GB/s against width, one panel per kernel and mode, for the first dtype; False without matplotlib."""
+    """GB/s against width, one panel per kernel and mode that ran, for the first dtype; False without
+    matplotlib."""
     try:
         import matplotlib
 
@@ -153,13 +162,14 @@ def write_plot(path: Path, metadata: dict, rows: list[dict]) -> bool:
     ok = [r for r in rows if r.get("ms")]
     dtypes = sorted({r["dtype"] for r in ok}, key=lambda d: d != "bfloat16")
     kernels = sorted({r["kernel"] for r in ok})
+    modes = [m for m in MODES if any(r["mode"] == m for r in ok)]
     if not ok:
         return False
     fig, axes = plt.subplots(
-        len(kernels), len(MODES), figsize=(4.5 * len(MODES), 3.2 * len(kernels)), squeeze=False
+        len(kernels), len(modes), figsize=(4.5 * len(modes), 3.2 * len(kernels)), squeeze=False
     )
     for i, kernel in enumerate(kernels):
-        for j, mode in enumerate(MODES):
+        for j, mode in enumerate(modes):
             ax = axes[i][j]
             for provider in sorted({r["provider"] for r in ok if r["kernel"] == kernel}):
                 points = sorted(

@@ -17,8 +17,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from brickwork.errors import ConfigError
+
 from .bias_gelu import BENCH as BIAS_GELU
-from .cases import MODES, KernelBench
+from .cases import KernelBench
 from .layer_norm import BENCH as LAYER_NORM
 from .masked_softmax import BENCH as MASKED_SOFTMAX
 from .report import (
@@ -31,11 +33,11 @@ from .report import (
     write_plot,
 )
 from .rms_norm import BENCH as RMS_NORM
+from .selection import DTYPE_NAMES, PROVIDERS, add_selection_arguments, check_selection
 from .timing import copy_bandwidth_gbps, mode_step, time_case
 
 BENCHES: dict[str, KernelBench] = {b.name: b for b in (LAYER_NORM, RMS_NORM, BIAS_GELU, MASKED_SOFTMAX)}
-PROVIDERS = ("brickwork", "torch", "torch.compile", "liger", "apex")
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 GPU_DEFAULTS = {"widths": [2**k for k in range(10, 17)], "rows": 4096, "dtypes": ["bfloat16", "float32"]}
 # CPU runs are a smoke test of the pipeline and a record of the twins' speed, not a tuning target.
 CPU_DEFAULTS = {"widths": [1024, 4096, 16384], "rows": 256, "dtypes": ["float32"]}
@@ -43,26 +45,13 @@ CPU_DEFAULTS = {"widths": [1024, 4096, 16384], "rows": 256, "dtypes": ["float32"
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kernels", nargs="+", choices=list(BENCHES), default=list(BENCHES))
-    parser.add_argument(
-        "--providers", nargs="+", choices=PROVIDERS, help="default: all on GPU; brickwork and torch on CPU"
-    )
-    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="default: bfloat16 float32 (GPU)")
-    parser.add_argument("--widths", nargs="+", type=int, help="row widths; default 1024 ... 65536 on GPU")
-    parser.add_argument("--rows", type=int, help="rows per input; default 4096 on GPU, 256 on CPU")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    add_selection_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="results folder")
-    parser.add_argument("--fresh", action="store_true", help="replace earlier results instead of merging")
-    parser.add_argument("--no-plot", action="store_true", help="skip the matplotlib plot")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="CPU runs only: torch threads (default 1, steadier on shared hosts)",
-    )
     args = parser.parse_args(argv)
-    if any(w < 1 for w in args.widths or []) or (args.rows is not None and args.rows < 1) or args.threads < 1:
-        parser.error("--widths, --rows and --threads must be positive integers")
+    try:
+        check_selection(args)
+    except ConfigError as err:
+        parser.error(str(err))
     return args
 
 
@@ -99,7 +88,13 @@ def run_case(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    run_kernels(parse_args(argv))
+    return 0
+
+
+def run_kernels(args: argparse.Namespace) -> list[Path]:
+    """The sweep ``args`` selects (the flags of selection.py, and ``out``); returns the files written."""
+    out = Path(args.out)
     gpu = torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
     defaults = GPU_DEFAULTS if gpu else CPU_DEFAULTS
@@ -132,8 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     metadata = run_metadata(device, copy_gbps)
     if not gpu:
         metadata["cpu_threads"] = args.threads
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / device_slug(metadata["device"])
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / device_slug(metadata["device"])
     json_path = stem.with_suffix(".json")
     old_rows = [] if args.fresh or not json_path.exists() else json.loads(json_path.read_text())["results"]
     all_rows = merge_rows(old_rows, new_rows)
@@ -145,6 +140,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if write_plot(stem.with_suffix(".png"), metadata, all_rows):
             written.append(stem.with_suffix(".png"))
         else:
-            print("matplotlib is not installed (pip install 'brickwork[bench]'): no plot written")
+            print("matplotlib is not installed (pip install 'brickwork[plot]'): no plot written")
     print("wrote " + ", ".join(str(p) for p in written))
-    return 0
+    return written

@@ -6,6 +6,7 @@ kernels, ``model_step`` for the models) stay importable and runnable on their ow
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -13,11 +14,14 @@ import torch
 
 from brickwork.errors import ConfigError
 
+from .selection import check_selection
+
 
 def run(
     out: str | Path = "benchmarks/results",
     *,
     kernels: bool = True,
+    kernel_selection: argparse.Namespace | None = None,
     models: bool = True,
     compile_too: bool = False,
     layers: int = 12,
@@ -28,6 +32,10 @@ def run(
     """Run the kernel benchmark sweep (``kernels``), then time a training step of GPT-2-small- and
     Llama-shaped models built by brickwork against the same models in HF transformers (``models``).
 
+    ``kernel_selection`` holds the sweep's flags (selection.py: kernels, providers, dtypes, widths,
+    rows, modes, fresh, no_plot, threads), as ``python -m benchmarks`` parses them; None takes the
+    device's defaults.
+
     ``layers`` per model, ``batch`` sequences of ``seq_len`` tokens per step (default 8 x 1024 on a
     GPU, 1 x 128 on CPU), the median of ``repeats`` timed steps; ``compile_too`` also times
     ``torch.compile`` of each model. Results go under ``out``; returns the model benchmark's files.
@@ -35,12 +43,15 @@ def run(
     for option, value in (("layers", layers), ("batch", batch), ("seq_len", seq_len), ("repeats", repeats)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"must be a positive integer, got {value}", option)
+    if kernel_selection is not None:
+        check_selection(kernel_selection)
     if models and importlib.util.find_spec("transformers") is None:
         raise ConfigError("the model benchmark compares against HF transformers: pip install transformers")
     if kernels:
-        from .runner import main as kernel_benchmarks
+        from .runner import parse_args, run_kernels
 
-        kernel_benchmarks(["--out", str(out)])
+        selection = vars(kernel_selection) if kernel_selection is not None else vars(parse_args([]))
+        run_kernels(argparse.Namespace(**{**selection, "out": out}))
     if not models:
         return []
     from . import model_step

@@ -7,8 +7,8 @@ that is available here, every mode. The sweep with bandwidth figures is ``python
 import pytest
 import torch
 
-from .cases import MODES
-from .runner import BENCHES, PROVIDERS
+from .runner import BENCHES
+from .selection import MODES, PROVIDERS
 from .timing import mode_step
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 import brickwork
+from brickwork.benchmarks.selection import add_selection_arguments
 from brickwork.error_report import error_line, speaks
 from brickwork.errors import ConfigError, RunFailure
 from brickwork.logs import show_messages
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Llama-shaped models built by brickwork against the same models in HF transformers.",
     )
     bench.add_argument("--skip-kernels", action="store_true", help="only the model benchmark")
+    add_selection_arguments(bench)
     bench.add_argument("--skip-models", action="store_true", help="only the kernel benchmarks")
     bench.add_argument("--compile", action="store_true", help="also time torch.compile of each model")
     bench.add_argument("--layers", type=int, default=12, help="layers per model (default 12, the full shape)")
@@ -325,6 +327,7 @@ def run_bench(ns: argparse.Namespace) -> int:
     run(
         ns.out,
         kernels=not ns.skip_kernels,
+        kernel_selection=ns,
         models=not ns.skip_models,
         compile_too=ns.compile,
         layers=ns.layers,

@@ -2,14 +2,16 @@
 
 import csv
 import json
+import struct
 import time
 
 import pytest
 import torch
 
 from brickwork.benchmarks.layer_norm import BENCH as LAYER_NORM
-from brickwork.benchmarks.report import device_slug, markdown_table, merge_rows
+from brickwork.benchmarks.report import device_slug, markdown_table, merge_rows, write_plot
 from brickwork.benchmarks.runner import BENCHES, main
+from brickwork.benchmarks.selection import KERNELS
 from brickwork.benchmarks.timing import _sleep_cycles_per_ms, mode_step, time_case, time_ms
 
 TINY = [
@@ -142,3 +144,15 @@ def test_modes_time_what_they_say():
         mode_step(fn, [x, w, b], "sideways")
     median, low, high = time_ms(step, torch.device("cpu"), leaves)
     assert 0 < low <= median <= high
+
+
+def test_the_plot_has_panels_only_for_the_modes_that_ran(tmp_path):
+    rows = [_row("brickwork", 0.10, 0.93), _row("torch", 0.20, 0.50)]
+    assert write_plot(tmp_path / "plot.png", {"device": "test", "copy_bandwidth_gbps": 3000.0}, rows)
+    width, height = struct.unpack(">II", (tmp_path / "plot.png").read_bytes()[16:24])
+    # One kernel x one mode: a single 4.5 x 3.2 inch panel at 80 dpi, not a row of three.
+    assert (width, height) == (360, 256)
+
+
+def test_the_selection_flags_name_every_kernel_benchmark():
+    assert tuple(BENCHES) == KERNELS
