@@ -15,6 +15,7 @@ from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenMod
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
+from brickwork.components.attention import KVCache
 from brickwork.layout import Stage, StageRecipe
 from brickwork.layout.vocab_padding import pad_own_vocabulary
 
@@ -70,11 +71,11 @@ class EncoderDecoder(nn.Module):
         """How pipeline parallel splits this model into stages."""
         return EncoderDecoderStages(self)
 
-    def _embed(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+    def _embed(self, name: str, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         check_token_ids(name, ids, vocab_size=self.vocab_size)
         h = self.token_embedding(ids)
         if self.position_embedding is not None:
-            h = self.position_embedding(h)
+            h = self.position_embedding(h, offset=offset)
         return self.dropout(h)
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -85,13 +86,18 @@ class EncoderDecoder(nn.Module):
         return self.encoder_final_norm(h)
 
     def decode(
-        self, tgt_ids: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None
+        self,
+        tgt_ids: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        caches: Sequence[KVCache] | None = None,
     ) -> torch.Tensor:
-        """[B, T] target ids and encoder output [B, S, d] -> logits [B, T, vocab]."""
+        """[B, T] target ids and encoder output [B, S, d] -> logits [B, T, vocab]. With ``caches`` (one
+        per decoder layer, for its self-attention), the ids continue the cached ones (decoding)."""
         memory_mask = padding_mask("src_mask", src_mask, memory.shape[:2])
-        h = self._embed("tgt_ids", tgt_ids)
-        for layer in self.decoder_layers:
-            h = layer(h, memory=memory, memory_mask=memory_mask)
+        h = self._embed("tgt_ids", tgt_ids, offset=caches[0].length if caches else 0)
+        for i, layer in enumerate(self.decoder_layers):
+            h = layer(h, memory=memory, memory_mask=memory_mask, cache=caches[i] if caches else None)
         return self.lm_head(self.decoder_final_norm(h))
 
     def forward(

@@ -21,21 +21,30 @@ from brickwork.hf.config import BrickworkConfig
 from brickwork.hf.image_classification import BrickworkForImageClassification
 from brickwork.hf.masked_lm import BrickworkForMaskedLM
 from brickwork.hf.pretrained import BrickworkPreTrainedModel
+from brickwork.hf.seq2seq import BrickworkForSeq2SeqLM
 
 HF_CLASSES: dict[str, type[BrickworkPreTrainedModel]] = {
-    cls.__name__: cls for cls in (BrickworkForCausalLM, BrickworkForMaskedLM, BrickworkForImageClassification)
+    cls.__name__: cls
+    for cls in (
+        BrickworkForCausalLM,
+        BrickworkForMaskedLM,
+        BrickworkForSeq2SeqLM,
+        BrickworkForImageClassification,
+    )
 }
 
 transformers.AutoConfig.register(MODEL_TYPE, BrickworkConfig)
 transformers.AutoModelForCausalLM.register(BrickworkConfig, BrickworkForCausalLM)
 transformers.AutoModelForMaskedLM.register(BrickworkConfig, BrickworkForMaskedLM)
+transformers.AutoModelForSeq2SeqLM.register(BrickworkConfig, BrickworkForSeq2SeqLM)
 transformers.AutoModelForImageClassification.register(BrickworkConfig, BrickworkForImageClassification)
 
 
 def to_hf_class(model: nn.Module) -> BrickworkPreTrainedModel:
     """``model`` (built by brickwork: it carries ``.spec``) inside the HF class of its head, sharing its
     parameters: ``BrickworkForCausalLM`` for a decoder LM, ``BrickworkForMaskedLM`` for an encoder with
-    an MLM head, ``BrickworkForImageClassification`` for an image encoder with classes.
+    an MLM head, ``BrickworkForSeq2SeqLM`` for an encoder-decoder, ``BrickworkForImageClassification``
+    for an image encoder with classes.
     ConfigError for a model without a head HF has."""
     spec = getattr(model, "spec", None)
     if spec is None:
@@ -49,6 +58,7 @@ __all__ = [
     "BrickworkForCausalLM",
     "BrickworkForImageClassification",
     "BrickworkForMaskedLM",
+    "BrickworkForSeq2SeqLM",
     "BrickworkPreTrainedModel",
     "to_hf_class",
 ]

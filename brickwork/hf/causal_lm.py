@@ -59,7 +59,7 @@ class BrickworkForCausalLM(BrickworkPreTrainedModel, transformers.GenerationMixi
         fused (``DecoderLM.forward``). ``num_items_in_batch``, ``shift_labels`` and ``ignore_index``
         go to the loss; any other keyword is a TypeError.
         """
-        cache = _cache_argument(cache, kwargs)
+        cache = cache_argument(cache, kwargs)
         loss_kwargs = {k: kwargs.pop(k) for k in LOSS_KWARGS if k in kwargs}
         refuse_unknown(kwargs)
         use_cache = self.config.use_cache if use_cache is None else use_cache
@@ -86,7 +86,7 @@ class BrickworkForCausalLM(BrickworkPreTrainedModel, transformers.GenerationMixi
         return output if return_dict else output.to_tuple()
 
 
-def _cache_argument(cache: transformers.Cache | None, kwargs: dict[str, Any]) -> transformers.Cache | None:
+def cache_argument(cache: transformers.Cache | None, kwargs: dict[str, Any]) -> transformers.Cache | None:
     """The cache, under either name transformers has given it."""
     older = kwargs.pop("past_key_values", None)
     if cache is not None and older is not None:

@@ -13,7 +13,8 @@ from brickwork.checkpoint.hf_folder import MODEL_TYPE
 
 class BrickworkConfig(transformers.PreTrainedConfig):
     """``spec``: the model's resolved brickwork spec, which is all the config says of the model;
-    ``use_cache`` whether a causal LM's forward returns its KV cache by default.
+    ``use_cache`` whether a generating forward returns its KV cache by default; the special ids
+    HF's generation reads (``decoder_start_token_id`` also starts a seq2seq model's shifted labels).
 
     HF's own code reads some facts from a config under its own names; they are derived from the spec
     on every construction (the values a saved ``config.json`` holds for them are replaced):
@@ -27,7 +28,12 @@ class BrickworkConfig(transformers.PreTrainedConfig):
     keys_to_ignore_at_inference: ClassVar[list[str]] = ["cache", "past_key_values"]
 
     spec: dict[str, Any] | None = None
-    use_cache: bool = True  # a causal LM's forward returns its KV cache by default, as HF's do
+    use_cache: bool = True  # a generating forward returns its KV cache by default, as HF's do
+    # The ids generation and a seq2seq loss read (HF's generation config is made from these).
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    decoder_start_token_id: int | None = None
 
     def __post_init__(self, **kwargs: Any) -> None:
         if self.spec is not None:

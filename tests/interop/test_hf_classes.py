@@ -160,3 +160,45 @@ def test_a_model_without_a_head_hf_has_is_refused() -> None:
     spec["encoder"]["block"] = {**spec["encoder"]["block"], "attention": {"num_heads": 2}}
     with pytest.raises(ConfigError, match="head: mlm"):
         to_hf_class(build_model(spec))
+
+
+def seq2seq_spec() -> dict:
+    """t5-small, small: rotary positions, a padded vocabulary, cross-attention in every decoder layer."""
+    spec = get_preset("t5-small") | {"vocab_size": VOCAB, "dim_model": 32, "max_seq_len": 32, "dropout": 0.0}
+    feedforward = {"name": "mlp", "hidden_dim": 48, "bias": False, "activation": "relu"}
+    for stack in ("encoder", "decoder"):
+        block = {
+            **spec[stack]["block"],
+            "attention": {"num_heads": 2, "bias": False},
+            "feedforward": feedforward,
+        }
+        if stack == "decoder":
+            block["cross_attention"] = {"num_heads": 2, "bias": False}
+        spec[stack] = {**spec[stack], "num_layers": 2, "block": block}
+    return spec
+
+
+def test_a_seq2seq_model_generates_on_hf_s_cache_and_round_trips(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    plain = build_model(seq2seq_spec()).eval()
+    ours = to_hf_class(plain)
+    ours.config.decoder_start_token_id = ours.config.pad_token_id = 0
+    ours.generation_config.decoder_start_token_id = ours.generation_config.pad_token_id = 0
+    source, mask = ids(length=7), torch.ones(2, 7, dtype=torch.long)
+    mask[0, :3] = 0
+    labels = ids(length=5)
+    with torch.no_grad():
+        out = ours(source, attention_mask=mask, labels=labels, output_hidden_states=True)
+        shifted = torch.cat([torch.zeros_like(labels[:, :1]), labels[:, :-1]], dim=1)  # HF's shift right
+        ref = plain(source, shifted, mask, labels=labels)
+    assert torch.equal(out.logits, ref.logits) and torch.equal(out.loss, ref.loss)
+    assert len(out.decoder_hidden_states) == 3
+    targets = torch.zeros_like(labels[:, :1])  # greedy decoding without a cache: the whole target each step
+    with torch.no_grad():
+        for _ in range(6):
+            targets = torch.cat([targets, plain(source, targets, mask)[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(ours.generate(source, attention_mask=mask, max_new_tokens=6, do_sample=False), targets)
+    ours.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    with torch.no_grad():
+        assert torch.equal(loaded(source, attention_mask=mask, decoder_input_ids=shifted).logits, ref.logits)

@@ -99,7 +99,10 @@ def test_hf_sampling_and_logits_processors_run_on_the_brickwork_class() -> None:
     assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], draws[2])
     with torch.no_grad():  # HF's repetition penalty reads brickwork's logits as it reads its own
         ref = hf.generate(ids, do_sample=False, **options)
+        beams = hf.generate(ids, attention_mask=mask, max_new_tokens=NEW, num_beams=3, do_sample=False)
     assert torch.equal(ours.generate(ids, do_sample=False, **options), ref)
+    # beam search reorders HF's cache, which brickwork's attention writes
+    assert torch.equal(ours.generate(ids, attention_mask=mask, max_new_tokens=NEW, num_beams=3), beams)
 
 
 def test_streamers_and_stopping_criteria_run_on_the_brickwork_class() -> None:
