@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from brickwork.errors import ConfigError
+from brickwork.extras import missing_package
 
 from .bias_gelu import BENCH as BIAS_GELU
 from .cases import KernelBench
@@ -140,6 +141,6 @@ def run_kernels(args: argparse.Namespace) -> list[Path]:
         if write_plot(stem.with_suffix(".png"), metadata, all_rows):
             written.append(stem.with_suffix(".png"))
         else:
-            print("matplotlib is not installed (pip install 'brickwork[plot]'): no plot written")
+            print(f"no plot written: {missing_package('matplotlib', 'the plot')}")
     print("wrote " + ", ".join(str(p) for p in written))
     return written

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from brickwork.errors import ConfigError
+from brickwork.extras import missing_package
 
 from .selection import check_selection
 
@@ -46,7 +47,7 @@ def run(
     if kernel_selection is not None:
         check_selection(kernel_selection)
     if models and importlib.util.find_spec("transformers") is None:
-        raise ConfigError("the model benchmark compares against HF transformers: pip install transformers")
+        raise ConfigError(missing_package("transformers", "the model benchmark (it compares with HF)"))
     if kernels:
         from .runner import parse_args, run_kernels
 

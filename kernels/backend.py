@@ -24,6 +24,7 @@ import sys
 import torch
 
 from brickwork.errors import ConfigError
+from brickwork.extras import missing_package
 
 BACKENDS = ("triton", "torch")
 
@@ -72,7 +73,7 @@ def use_triton(backend: str | None, x: torch.Tensor) -> bool:
     check_backend(backend)
     if backend == "triton":
         if not TRITON_INSTALLED:
-            raise ImportError("backend='triton' needs the triton package, which is not installed")
+            raise ImportError(missing_package("triton", "backend='triton'"))
         if not x.is_cuda and "triton" not in sys.modules:
             use_triton_interpreter()  # this call is the first to choose Triton on CPU: interpret it
         return True

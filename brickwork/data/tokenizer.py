@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from brickwork.errors import ConfigError
+from brickwork.extras import missing_package
 
 # The special token brickwork's own BPE training adds, as GPT-2's vocabulary has it.
 END_OF_TEXT = "<|endoftext|>"
@@ -144,10 +145,7 @@ def require_tokenizers(option: str):
     try:
         import tokenizers
     except ImportError:
-        raise ConfigError(
-            "a tokenizer other than bytes needs the tokenizers package: pip install tokenizers",
-            option,
-        ) from None
+        raise ConfigError(missing_package("tokenizers", "a tokenizer other than bytes"), option) from None
     return tokenizers
 
 
