@@ -11,6 +11,7 @@ import transformers
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from brickwork.blocks.output import LossOutput
+from brickwork.hf.arguments import cache_argument, refuse_unknown
 from brickwork.hf.cache import layer_caches
 from brickwork.hf.hidden_states import recording
 from brickwork.hf.pretrained import BrickworkPreTrainedModel
@@ -20,7 +21,7 @@ _CACHE_FIELD = next(
     f.name for f in dataclasses.fields(CausalLMOutputWithPast) if f.name in ("cache", "past_key_values")
 )
 # What the DecoderLM's loss takes besides the labels (HF's Trainer passes num_items_in_batch).
-LOSS_KWARGS = ("num_items_in_batch", "shift_labels", "ignore_index")
+_LOSS_KWARGS = ("num_items_in_batch", "shift_labels", "ignore_index")
 
 
 class BrickworkForCausalLM(BrickworkPreTrainedModel, transformers.GenerationMixin):
@@ -60,7 +61,7 @@ class BrickworkForCausalLM(BrickworkPreTrainedModel, transformers.GenerationMixi
         go to the loss; any other keyword is a TypeError.
         """
         cache = cache_argument(cache, kwargs)
-        loss_kwargs = {k: kwargs.pop(k) for k in LOSS_KWARGS if k in kwargs}
+        loss_kwargs = {k: kwargs.pop(k) for k in _LOSS_KWARGS if k in kwargs}
         refuse_unknown(kwargs)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
@@ -84,23 +85,3 @@ class BrickworkForCausalLM(BrickworkPreTrainedModel, transformers.GenerationMixi
         )
         return_dict = self.config.return_dict if return_dict is None else return_dict
         return output if return_dict else output.to_tuple()
-
-
-def cache_argument(cache: transformers.Cache | None, kwargs: dict[str, Any]) -> transformers.Cache | None:
-    """The cache, under either name transformers has given it."""
-    older = kwargs.pop("past_key_values", None)
-    if cache is not None and older is not None:
-        raise ValueError("give cache or past_key_values (its older name), not both")
-    return cache if cache is not None else older
-
-
-def refuse_unknown(kwargs: dict[str, Any]) -> None:
-    """What HF may pass that brickwork has no use for: attention maps (brickwork's mechanisms return
-    none) and input embeddings (brickwork models read ids) are refused when asked for; any other
-    keyword is a TypeError, never dropped."""
-    if kwargs.pop("output_attentions", None):
-        raise ValueError("output_attentions: brickwork's attention mechanisms do not return attention maps")
-    if kwargs.pop("inputs_embeds", None) is not None:
-        raise ValueError("inputs_embeds: brickwork models embed their input_ids themselves")
-    if kwargs:
-        raise TypeError(f"forward got unexpected keyword arguments {sorted(kwargs)}")

@@ -9,7 +9,7 @@ import torch
 from transformers.modeling_outputs import ImageClassifierOutput
 
 from brickwork.blocks.output import LossOutput
-from brickwork.hf.causal_lm import refuse_unknown
+from brickwork.hf.arguments import refuse_unknown
 from brickwork.hf.hidden_states import recording
 from brickwork.hf.pretrained import BrickworkPreTrainedModel
 

@@ -12,8 +12,8 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from brickwork.blocks.output import IGNORE_INDEX, logits_loss
+from brickwork.hf.arguments import cache_argument, refuse_unknown
 from brickwork.hf.cache import layer_caches
-from brickwork.hf.causal_lm import cache_argument, refuse_unknown
 from brickwork.hf.hidden_states import recording
 from brickwork.hf.pretrained import BrickworkPreTrainedModel
 
