@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from brickwork.checks import check_choice
 from brickwork.errors import ConfigError
 from brickwork.train.precision import PRECISIONS
+from brickwork.train.trackers import ALWAYS, TRACKERS
 
 SCHEDULES = ("cosine", "linear", "constant")
 OPTIMIZERS = ("adamw", "sgd")
@@ -24,7 +25,6 @@ POSITIVE = (
     "checkpoint_interval",
 )
 NON_NEGATIVE = ("warmup_steps", "sample_tokens", "keep_checkpoints", "seed", "max_skipped_steps")
-LOG_TO = ("jsonl", "tensorboard")
 
 
 @dataclass
@@ -41,8 +41,9 @@ class TrainConfig:
     bf16-mixed, fp16; see brickwork/train/precision.py). ``seq_len`` is the window of tokens for text
     tasks; image tasks take the model's image size. ``init_from`` is where a new run takes its
     starting weights (``brickwork train --init-from PATH``: anything ``from_pretrained`` reads).
-    ``log_to=tensorboard`` also writes the metrics as TensorBoard events (``metrics.jsonl`` is always
-    written). ``compile`` compiles each layer, and the head and loss, as regions of their own
+    ``log_to`` names where the metrics go besides ``metrics.jsonl``, which is always written: one
+    name or a list of them, from jsonl, tensorboard and wandb (brickwork/train/trackers/).
+    ``compile`` compiles each layer, and the head and loss, as regions of their own
     (parallel/compile.py): ``auto`` is on where the run trains on CUDA and off on the CPU, where
     Inductor's C++ build costs more than a small model's steps gain. ``checkpoint_on_preempt``: a run
     stopped by SIGTERM or SIGUSR1 saves a checkpoint of the step it stops after
@@ -75,7 +76,7 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "fp32"
     init_from: str | None = None
-    log_to: str = "jsonl"
+    log_to: str | list[str] = "jsonl"
     compile: str | bool = "auto"
     checkpoint_on_preempt: bool = True
     max_skipped_steps: int = 10
@@ -110,12 +111,24 @@ class TrainConfig:
         check_choice(self.optimizer, "optimizer", OPTIMIZERS)
         check_choice(self.device, "device", DEVICES)
         check_choice(self.precision, "precision", PRECISIONS)
-        check_choice(self.log_to, "log_to", LOG_TO)
         # A membership test alone would take 1 and 0 for True and False.
         _check(isinstance(self.compile, bool) or self.compile == "auto", "compile",
                "must be auto, true or false", self.compile)  # fmt: skip
-        if self.log_to == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
-            raise ConfigError("tensorboard is not installed: pip install tensorboard", "log_to")
+        self._check_trackers()
+
+    def tracker_names(self) -> list[str]:
+        """``log_to`` as a list of names."""
+        return [self.log_to] if isinstance(self.log_to, str) else list(self.log_to)
+
+    def _check_trackers(self) -> None:
+        names = self.tracker_names()
+        for name in names:
+            check_choice(name, "log_to", (ALWAYS, *TRACKERS))
+        _check(len(set(names)) == len(names), "log_to", "names a tracker twice", self.log_to)
+        for name in names:
+            package = TRACKERS[name].package if name != ALWAYS else None
+            if package is not None and importlib.util.find_spec(package) is None:
+                raise ConfigError(f"{name} is not installed: pip install {package}", "log_to")
 
 
 def _check(ok: bool, name: str, message: str, got: object) -> None:

@@ -30,6 +30,7 @@ from brickwork.train.optim import learning_rate, set_learning_rate
 from brickwork.train.preemption import Preempted, StopSignals
 from brickwork.train.retention import retain
 from brickwork.train.step import TrainStep, evaluate
+from brickwork.train.trackers import open_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +90,13 @@ def run_loop(
     SIGUSR1 stops every rank after the same step, which is then checkpointed (unless
     ``cfg.checkpoint_on_preempt`` is false), by raising :class:`Preempted`.
     """
-    events = run_dir / "tensorboard" if cfg.log_to == "tensorboard" else None
+    settings = config_to_dict(cfg)
+    trackers = open_trackers(cfg.tracker_names(), run_dir, title, settings) if is_main else []
     layout = parallel_state(model)
 
     # Closed however the loop ends: the metrics file stays open between records.
     with (
-        closing(MetricsLog(run_dir / "metrics.jsonl", events if is_main else None)) as log,
+        closing(MetricsLog(run_dir / "metrics.jsonl", trackers)) as log,
         StopSignals(layout.device) as stop,
     ):
 
@@ -107,7 +109,7 @@ def run_loop(
                 optimizer,
                 state.batches.state_dict(),
                 val_loss,
-                settings=config_to_dict(cfg),
+                settings=settings,
                 step_state=step.state_dict(),
             )
             if is_main:

@@ -1,15 +1,18 @@
-"""``metrics.jsonl`` (one JSON record per line), TensorBoard events beside it when asked, and the
-``loss.png`` plot drawn from it. Both files are rewritten whole or not at all (atomic_file.py)."""
+"""``metrics.jsonl`` (one JSON record per line), the trackers of ``train.log_to`` fed beside it
+(brickwork/train/trackers/), and the ``loss.png`` plot drawn from it. Both files are rewritten whole
+or not at all (atomic_file.py)."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from brickwork.errors import ConfigError
 from brickwork.train.atomic_file import replacing
+from brickwork.train.trackers import Tracker
 
 
 class MetricsLog:
@@ -18,18 +21,14 @@ class MetricsLog:
     Training records carry ``step``, ``loss``, ``lr``, ``tokens_per_s`` and ``mfu`` (null where it is
     unknown: brickwork/train/mfu.py); evaluation records carry ``step`` and ``val_loss``. The file is
     standard JSON: a non-finite number is written as null. A crash can cut the last line off
-    mid-write; reading leaves it out, and a resume drops it. With ``tensorboard`` (a folder), every
-    number of a record is also a TensorBoard scalar at its step.
+    mid-write; reading leaves it out, and a resume drops it. Every record also goes to each of
+    ``trackers`` (TensorBoard, W&B, ...), which ``close`` closes.
     """
 
-    def __init__(self, path: Path, tensorboard: Path | None = None) -> None:
+    def __init__(self, path: Path, trackers: Sequence[Tracker] = ()) -> None:
         self.path = path
-        self.events = None
+        self.trackers = list(trackers)
         self._file: TextIO | None = None
-        if tensorboard is not None:
-            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
-
-            self.events = SummaryWriter(str(tensorboard))
 
     def append(self, record: dict[str, Any]) -> None:
         # Opened once and flushed after every record: the file is as complete as before at every step,
@@ -38,18 +37,15 @@ class MetricsLog:
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         self._file.write(json.dumps(_finite(record), allow_nan=False) + "\n")
         self._file.flush()
-        if self.events is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                    self.events.add_scalar(key, value, record["step"])
-            self.events.flush()
+        for tracker in self.trackers:
+            tracker.log(_finite(record))
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
-        if self.events is not None:
-            self.events.close()
+        for tracker in self.trackers:
+            tracker.close()
 
     def read(self) -> list[dict[str, Any]]:
         """Every record. A last line cut off by a crash mid-write is left out (see :meth:`torn_line`);
