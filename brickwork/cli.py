@@ -1,5 +1,5 @@
-"""The ``brickwork`` command: ``train``, ``sample``, ``tokenizer train``, ``plan``, ``export``, ``info``
-and ``bench``.
+"""The ``brickwork`` command: ``train``, ``sample``, ``eval``, ``tokenizer train``, ``plan``, ``export``,
+``info`` and ``bench``.
 
 A mistake a user can fix (unknown preset, bad override, missing file, world size not matching the
 dist dict, a run folder with nothing to resume, a folder it cannot write, a full disk) ends in one
@@ -19,6 +19,7 @@ from brickwork.errors import ConfigError, RunFailure
 from brickwork.logs import show_messages
 
 USAGE_ERROR = 2
+SAMPLE_SEPARATOR = "-" * 15  # between the samples of --num-samples, as nanoGPT's sample.py prints them
 
 TRAIN_EPILOG = """\
 examples:
@@ -32,6 +33,8 @@ examples:
   brickwork train --resume runs/mine                continue from the newest complete checkpoint
   brickwork train --resume runs/mine train.steps=2000               ... for more steps
   brickwork train --resume runs/mine dist.data_parallel_size=1     ... in one process
+  brickwork train --resume runs/mine train.lr=1e-4 train.steps=3000  ... with a new learning rate
+  brickwork train train.log_to=[tensorboard,wandb]   metrics.jsonl plus TensorBoard and W&B
   brickwork train --init-from saved/ train.steps=100   fine-tune a save_pretrained folder (or an HF one)
   torchrun --nproc_per_node 2 -m brickwork train dist.tensor_parallel_size=2
 """
@@ -41,6 +44,14 @@ examples:
   brickwork plan llama3-8b --devices 8xH100-80GB --global-batch 512 --seq-len 8192
   brickwork plan llama3-70b --devices 8xH100-80GB --nodes 16 --global-batch 1024 --seq-len 8192 -o dist.yaml
   brickwork plan llama dim_model=4096 decoder.num_layers=32 --devices 8xA100-80GB --global-batch 256
+"""
+
+
+EVAL_EPILOG = """\
+examples:
+  brickwork eval runs/mine                          the run's own held-out data
+  brickwork eval runs/mine data.path=other.txt train.eval_batches=32
+  brickwork eval saved/ --json                      a save_pretrained or HF folder, on the embedded corpus
 """
 
 
@@ -73,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume",
         metavar="RUN_DIR",
-        help="continue a run from its newest complete checkpoint; dist.* overrides continue it under "
-        "another layout, train.steps=N for more steps",
+        help="continue a run from its newest complete checkpoint; overrides may change what keeps the "
+        "model, the data and the batch: dist.* (another layout), train.steps, the learning rate and its "
+        "schedule, the intervals, logging, sampling, train.compile",
     )
     train.add_argument(
         "--accept-data-change",
@@ -129,13 +141,39 @@ def build_parser() -> argparse.ArgumentParser:
         "seed gives the same text.",
     )
     sample.add_argument("source", metavar="RUN_OR_FOLDER", help="a run, checkpoint, export, saved/HF folder")
-    sample.add_argument("--prompt", required=True, help="the text to continue")
+    sample.add_argument(
+        "--prompt",
+        help="the text to continue (default: a run's model continues the start of its held-out data, "
+        "any other model a newline)",
+    )
+    sample.add_argument("--num-samples", type=int, default=1, help="samples to draw (default 1)")
     sample.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
     sample.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")
     sample.add_argument("--top-k", type=int, help="draw from the K most likely tokens only")
     sample.add_argument("--seed", type=int, default=0, help="seeds the draw (default 0)")
     sample.add_argument("--window", type=int, help="tokens the model reads at once (default: train.seq_len)")
     sample.add_argument("--tokenizer", help="'bytes' or a tokenizer.json (default: the run's own)")
+    evaluation = commands.add_parser(
+        "eval",
+        parents=[common],
+        help="the validation loss (and perplexity) of a trained model, writing nothing",
+        description="Evaluate a run's newest checkpoint (or anything else from_pretrained reads) on the "
+        "validation set training uses: train.eval_batches batches of the held-out data of the run, or of "
+        "the data that data.* overrides give. Prints one figure a line; nothing is written.",
+        epilog=EVAL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    evaluation.add_argument(
+        "source", metavar="RUN_OR_FOLDER", help="a run, checkpoint, export, saved/HF folder"
+    )
+    evaluation.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="data.* (another data set), train.seq_len, train.batch_size, train.eval_batches, "
+        "train.device, train.seed",
+    )
+    evaluation.add_argument("--json", action="store_true", help="print one JSON object instead")
     tokenizer = commands.add_parser(
         "tokenizer", parents=[common], help="train a byte-level BPE tokenizer on your text"
     )
@@ -278,8 +316,26 @@ def run_plan(ns: argparse.Namespace) -> int:
 def run_sample(ns: argparse.Namespace) -> int:
     from brickwork.train.trained_model import sample_text
 
-    options = {k: getattr(ns, k) for k in ("max_new_tokens", "temperature", "top_k", "seed", "window")}
-    print(sample_text(ns.source, ns.prompt, tokenizer=ns.tokenizer, **options))
+    names = ("max_new_tokens", "temperature", "top_k", "seed", "window", "num_samples")
+    options = {k: getattr(ns, k) for k in names}
+    samples = sample_text(ns.source, ns.prompt, tokenizer=ns.tokenizer, **options)
+    print(f"\n{SAMPLE_SEPARATOR}\n".join(samples))
+    return 0
+
+
+def run_eval(ns: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from brickwork.train.evaluation import evaluate_saved
+
+    result = evaluate_saved(ns.source, ns.overrides)
+    if ns.json:
+        print(json.dumps(dataclasses.asdict(result)))
+        return 0
+    print(f"validation loss {result.val_loss:.4f}")
+    if result.perplexity is not None:
+        print(f"perplexity {result.perplexity:.2f}")
     return 0
 
 
@@ -341,6 +397,7 @@ def run_bench(ns: argparse.Namespace) -> int:
 COMMANDS = {
     "train": run_train,
     "sample": run_sample,
+    "eval": run_eval,
     "tokenizer": run_tokenizer,
     "plan": run_plan,
     "export": run_export,
@@ -352,8 +409,8 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``brickwork`` script and of ``python -m brickwork``."""
     ns = build_parser().parse_args(argv)
-    # What sample prints on stdout is the text alone, so that it can be piped.
-    show_messages(sys.stderr if ns.command == "sample" else None)
+    # What sample and eval print on stdout is the text or the figures alone, so that it can be piped.
+    show_messages(sys.stderr if ns.command in ("sample", "eval") else None)
     try:
         return COMMANDS[ns.command](ns)
     except (ConfigError, ValueError, OSError, RunFailure) as err:

@@ -8,20 +8,26 @@ RUN/config.yaml`` repeats the run.
 from __future__ import annotations
 
 import copy
+import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brickwork.blocks import MODELS
 from brickwork.data.config import DataConfig
+from brickwork.data.sources import declared_tokenizer
+from brickwork.data.task_batches import task_vocab_size
 from brickwork.errors import ConfigError
 from brickwork.factory import apply_overrides, get_preset, list_presets, load_spec
 from brickwork.factory.convert import config_to_dict, to_config
-from brickwork.factory.overrides import parse_override, set_dotted
+from brickwork.factory.overrides import parse_override, set_dotted, with_overrides
 from brickwork.train.config import TrainConfig
 from brickwork.train.dropout_override import KEY as DROPOUT_KEY
 from brickwork.train.dropout_override import say_spread, spread_dropout
 
+logger = logging.getLogger(__name__)
 DEFAULT_PRESET = "gpt-tiny"
 SECTIONS = ("train", "data", "dist")
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
@@ -104,7 +110,11 @@ def resolve_run(spec_arg: str | tuple[str, dict[str, Any]] | None, overrides: li
             set_dotted(sections, key.split("."), value)
         else:
             model_overrides[key] = value
-    model_spec = apply_overrides(model_spec, model_overrides)
+    data = to_config(DataConfig, sections["data"], "data")
+    model_spec = with_overrides(model_spec, model_overrides)
+    if "vocab_size" not in model_spec and MODELS.get(model_spec.get("model")) is not None:
+        model_spec = _vocab_from_data(model_spec, data)
+    model_spec = apply_overrides(model_spec, {})
     if DROPOUT_KEY in model_overrides:
         model_spec, places = spread_dropout(model_spec, model_overrides[DROPOUT_KEY])
         say_spread(model_overrides[DROPOUT_KEY], places)
@@ -118,8 +128,22 @@ def resolve_run(spec_arg: str | tuple[str, dict[str, Any]] | None, overrides: li
         name=name,
         spec=model_spec,
         train=to_config(TrainConfig, sections["train"], "train"),
-        data=to_config(DataConfig, sections["data"], "data"),
+        data=data,
         dist=dict(dist),
         derived=tuple(k for k in DERIVED_TRAIN_KEYS if sections["train"].get(k) is None),
-        vocab_chosen=not preset or "vocab_size" in model_overrides,
+        vocab_chosen=(not preset and "vocab_size" in base) or "vocab_size" in model_overrides,
     )
+
+
+def _vocab_from_data(spec: dict[str, Any], data: DataConfig) -> dict[str, Any]:
+    """``spec`` with the ``vocab_size`` it leaves out taken from the data's tokenizer (``data.tokenizer``,
+    a data folder's tokenizer.json or nanoGPT meta.pkl, else bytes), saying where it came from. A
+    model that reads images has no vocabulary to fill."""
+    kind = MODELS[spec["model"]]
+    if kind.inputs == "images":
+        return spec
+    tokenizer = declared_tokenizer(data.path, data.tokenizer, None)
+    size = task_vocab_size(kind.task, tokenizer.vocab_size)
+    if int(os.environ.get("RANK", "0")) == 0:
+        logger.info(f"vocab_size {size}: left out of the spec, so the tokenizer {tokenizer.name} sets it")
+    return {**spec, "vocab_size": size}

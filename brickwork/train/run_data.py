@@ -15,7 +15,6 @@ import torch.distributed as dist
 
 from brickwork.data.sources import TextData, declared_tokenizer, open_text_data
 from brickwork.data.tokenizer import Tokenizer
-from brickwork.errors import ConfigError
 from brickwork.parallel import build_mesh
 from brickwork.train.data_identity import DataIdentity, check_data_identity, current_record
 from brickwork.train.distributed import check_world, world_size
@@ -41,11 +40,6 @@ def run_data(
 
 def run_text_data(run: RunConfig, run_dir: Path, tokenizer: Tokenizer) -> TextData:
     """The text data of ``run``, read with ``tokenizer``; token files are cached in ``run_dir / "cache"``."""
-    if run.train.sample_prompt is not None:
-        try:  # refused now rather than after training
-            tokenizer.encode(run.train.sample_prompt)
-        except ValueError as err:
-            raise ConfigError(str(err), "train.sample_prompt") from None
     cache = run_dir / "cache"
     return on_rank0_first(run.dist, lambda: open_text_data(run.data, tokenizer, cache, run.train.seq_len))
 

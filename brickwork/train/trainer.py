@@ -20,10 +20,8 @@ import torch.distributed as dist
 
 from brickwork.blocks import MODELS
 from brickwork.checkpoint import complete_checkpoints, latest_checkpoint
-from brickwork.data import fixed_windows
 from brickwork.data.sources import TextData
-from brickwork.data.task_batches import TaskBatches, image_batches, task_vocab_size, text_batches
-from brickwork.data.tokenizer import Tokenizer
+from brickwork.data.task_batches import TaskBatches, image_batches, text_batches
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
@@ -35,20 +33,29 @@ from brickwork.train.atomic_file import replacing
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
+from brickwork.train.evaluation import validation_batches
 from brickwork.train.heap import keep_freed_memory
 from brickwork.train.init_weights import load_initial_weights, pretrained_base
 from brickwork.train.loop import LoopState, run_loop
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.optim import build_optimizer
 from brickwork.train.peers import peers_watched
+from brickwork.train.preflight import check_before_writing
 from brickwork.train.resume_check import check_resume
+from brickwork.train.resume_overrides import (
+    CHANGES_FILE,
+    check_resume_overrides,
+    config_changes,
+    record_changes,
+)
 from brickwork.train.retention import remove_unfinished
 from brickwork.train.run_config import RunConfig, resolve_run
 from brickwork.train.run_data import run_data, run_tokenizer
 from brickwork.train.run_lock import RunLock
-from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.step import TrainStep
+from brickwork.train.task_spec import task_spec
 from brickwork.train.threads import apply_cpu_threads
+from brickwork.train.trained_model import held_out_prompt
 from brickwork.train.triton_backends import check_triton_backends
 
 logger = logging.getLogger(__name__)
@@ -74,56 +81,55 @@ def train_new(spec_arg: str | None, overrides: list[str], init_from: str | None 
         overrides = [*overrides, f"train.init_from={init_from}"]
     run = resolve_run(base, overrides)
     _resolve_auto(run)
-    layout = check_world(run.dist)
-    check_run_sizes(run, layout)
+    timeout = check_before_writing(run, _task(run)).timeout_s
     check_triton_backends(run)
-    timeout = layout.timeout_s
     with peers_watched(timeout):
         run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
-    with RunLock(run_dir, "train.out_dir") as lock, peers_watched(timeout, run_dir):
-        try:
-            return _train(run, run_dir, resume=False)
-        except BaseException:
-            # A run stopped before it wrote config.yaml (bad data, say) leaves no folder behind. Only
-            # the lock's holder may touch the folder: a refused process may have seen it missing too.
-            if lock.created and not (run_dir / "config.yaml").exists():
-                lock.clear()
-            raise
+    made = _missing_parents(run_dir)
+    try:
+        with RunLock(run_dir, "train.out_dir") as lock, peers_watched(timeout, run_dir):
+            try:
+                return _train(run, run_dir, resume=False)
+            except BaseException:
+                # A run stopped before it wrote config.yaml (data that reads badly, say) leaves no
+                # folder behind. Only the lock's holder may touch the folder: a refused process may
+                # have seen it missing too.
+                if lock.created and not (run_dir / "config.yaml").exists():
+                    lock.clear()
+                raise
+    except BaseException:
+        _remove_if_empty(made)  # once the lock has let go of the run folder
+        raise
 
 
 def train_resume(
-    run_dir: str, dist_overrides: list[str] | None = None, accept_data_change: bool = False
+    run_dir: str, overrides: list[str] | None = None, accept_data_change: bool = False
 ) -> RunResult:
     """Continue the run in ``run_dir`` from its newest complete checkpoint, or from step 0 if it
     stopped before saving one.
 
-    ``dist_overrides`` continue it under another layout (``dist.*``) or for more steps
-    (``train.steps``); config.yaml then records them. ``accept_data_change`` goes on with data that
-    changed since the run started (brickwork/train/data_identity.py); data.json records it.
+    ``overrides`` change what does not change the model, the data or the batch
+    (brickwork/train/resume_overrides.py): another layout (``dist.*``), more steps, the learning rate
+    and its schedule, the intervals, logging, sampling; config.yaml and config_changes.jsonl then
+    record them. ``accept_data_change`` goes on with data that changed since the run started
+    (brickwork/train/data_identity.py); data.json records it.
     """
     folder = Path(run_dir)
     config = folder / "config.yaml"
     if not config.is_file():
         raise ConfigError(f"{run_dir!r} is not a run folder: it has no config.yaml", "--resume")
-    overrides = list(dist_overrides or [])
-    for text in overrides:
-        if not text.startswith(("dist.", "train.steps=")):
-            raise ConfigError(
-                "a resumed run continues exactly as its config.yaml says; give no SPEC or overrides "
-                f"other than dist.* ones (the layout to continue under) and train.steps, got {text!r}",
-                "--resume",
-            )
+    overrides = list(overrides or [])
+    check_resume_overrides(overrides)
     saved_steps = complete_checkpoints(folder)
     step = saved_steps[-1][0] if saved_steps else 0
     run = resolve_run(str(config), overrides)
     _resolve_auto(run)
-    saved = load_spec(config)
     if run.train.steps < step:
         raise ConfigError(
             f"{run.train.steps} is below step {step} of the newest checkpoint; a resumed run can only go on",
             "train.steps",
         )
-    rewrite_config = run.dist != (saved.get("dist") or {}) or run.train.steps != saved["train"]["steps"]
+    changes = config_changes(load_spec(config), run.to_dict())
     try:
         timeout = check_world(run.dist).timeout_s
     except ConfigError as err:
@@ -132,11 +138,10 @@ def train_resume(
             f"{run_dir}, e.g. dist.data_parallel_size=1",
             err.path,
         ) from None
+    check_before_writing(run, _task(run), resumed=True)
     check_triton_backends(run)
     with RunLock(folder), peers_watched(timeout, folder):
-        return _train(
-            run, folder, resume=True, rewrite_config=rewrite_config, accept_data_change=accept_data_change
-        )
+        return _train(run, folder, resume=True, changes=changes, accept_data_change=accept_data_change)
 
 
 def _resolve_auto(run: RunConfig) -> None:
@@ -144,7 +149,7 @@ def _resolve_auto(run: RunConfig) -> None:
     if wants_auto(run.dist):
         task = _task(run)
         tokenizer = None if task == "image_classification" else run_tokenizer(run)
-        run.dist = choose_layout(_task_spec(run, task, tokenizer, quiet=True), run.dist, run.train)
+        run.dist = choose_layout(task_spec(run, task, tokenizer, quiet=True), run.dist, run.train)
 
 
 def default_out_dir(name: str) -> str:
@@ -155,7 +160,7 @@ def _train(
     run: RunConfig,
     run_dir: Path,
     resume: bool,
-    rewrite_config: bool = False,
+    changes: dict[str, list] | None = None,
     accept_data_change: bool = False,
 ) -> RunResult:
     cfg = run.train
@@ -171,11 +176,10 @@ def _train(
     text, data_identity = run_data(run, task, run_dir, resumed_at, accept_data_change)
     tokenizer = text.tokenizer if text is not None else None
     torch.manual_seed(cfg.seed)
-    model = build_model(_task_spec(run, task, tokenizer))
+    model = build_model(task_spec(run, task, tokenizer))
     if cfg.init_from is not None and checkpoint is None:
         load_initial_weights(model, cfg.init_from)
     run.spec = model.spec
-    _check_fits(run, task)
     run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
     params = sum(p.numel() for p in model.parameters())
     config = _layout_config(run)
@@ -216,10 +220,11 @@ def _train(
             if torn is not None:
                 say(f"{log.path}: dropped its last line, cut off by a crash mid-write: {torn[:60]!r}")
             data_identity.save(run_dir)
-            if rewrite_config:
-                # The run goes on under the new dist dict or step count; a later --resume keeps them.
+            if changes:
+                # The run goes on under the new settings; a later --resume keeps them.
                 with replacing(run_dir / "config.yaml") as partial:
                     dump_spec(run.to_dict(), partial)
+                _record(run_dir, state.step, changes, say)
     else:
         if is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -229,6 +234,8 @@ def _train(
             data_identity.save(run_dir)  # before config.yaml, which marks the folder as a run's
             with replacing(run_dir / "config.yaml") as partial:
                 dump_spec(run.to_dict(), partial)
+            if changes:
+                _record(run_dir, 0, changes, say)
         say(f"run folder {run_dir}")
     say(f"model {run.name}: {params:,} parameters, task {task}; data: {source}")
     cpu = f", {threads.threads} CPU threads per process" if layout.device.type == "cpu" else ""
@@ -273,6 +280,13 @@ def _train(
     return result
 
 
+def _record(run_dir: Path, step: int, changes: dict[str, list], say) -> None:
+    """Say what a resume changed in config.yaml, and append it to the run's change record."""
+    record_changes(run_dir, step, changes)
+    listed = ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
+    say(f"config.yaml changed from step {step}: {listed} (recorded in {CHANGES_FILE})")
+
+
 def _task(run: RunConfig) -> str:
     """The task the spec's model kind trains on (``MODELS[kind].task``), with the data made for it."""
     kind = run.spec.get("model")
@@ -282,35 +296,10 @@ def _task(run: RunConfig) -> str:
     return MODELS[kind].task
 
 
-def _task_spec(run: RunConfig, task: str, tokenizer: Tokenizer | None, quiet: bool = False) -> dict:
-    """The spec with ``vocab_size`` set to the tokenizer's (plus the mask id or the T5 sentinels),
-    saying so if it changes (unless ``quiet``). A vocab_size the user chose is kept when larger
-    (padding), and is an error when smaller: the data holds ids it has no row for."""
-    spec = dict(run.spec)
-    if tokenizer is None:
-        return spec
-    want, vocab = task_vocab_size(task, tokenizer.vocab_size), spec.get("vocab_size")
-    extra = {"masked_lm": " and the mask id", "seq2seq": " and 16 sentinels"}.get(task, "")
-    if run.vocab_chosen and vocab is not None and vocab > want:
-        return spec
-    if run.vocab_chosen and vocab is not None and vocab < want:
-        raise ConfigError(
-            f"{vocab:,} is smaller than the {want:,} ids of the data: the tokenizer {tokenizer.name}{extra}; "
-            f"raise it to {want} or leave it out",
-            "vocab_size",
-        )
-    if vocab != want and not quiet and int(os.environ.get("RANK", "0")) == 0:
-        logger.info(f"vocab_size {vocab} -> {want}: the vocabulary of {tokenizer.name}{extra}")
-    spec["vocab_size"] = want
-    return spec
-
-
 def _layout_config(run: RunConfig) -> ParallelConfig:
     """The run's layout for ``parallelize``: the device from ``train.device``, and FSDP's bf16 policy
     for ``train.precision=bf16-mixed`` under ZeRO-2/3."""
     config = check_world(run.dist)
-    if run.train.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("cuda, but no CUDA device is usable here; use train.device=cpu", "train.device")
     if run.train.device != "auto":
         config = replace(config, device_type=run.train.device)
     if run.train.precision == "bf16-mixed" and config.zero_stage >= 2:
@@ -337,21 +326,14 @@ def _compiles(choice: str | bool, model: torch.nn.Module, config: ParallelConfig
 def _data(run: RunConfig, task: str, text: TextData | None) -> tuple[TaskBatches, list[dict], str]:
     """(training batches, validation batches, where the data comes from) for ``task``."""
     cfg = run.train
+    val = validation_batches(run, task, text)
     if task == "image_classification":
         patch = run.spec["patch_size"]
         size, channels = run.spec["image_size"], run.spec.get("channels", 3)
         train = image_batches(size, channels, run.spec["num_classes"], cfg.batch_size, cfg.seed)
-        val = train.validation(cfg.eval_batches)
         return train, val, f"generated {size}x{size} images ({patch}x{patch} patches), 10 classes"
-    train_tokens, val_tokens, base = text.train, text.val, text.tokenizer.vocab_size
-    train = text_batches(task, train_tokens, cfg.batch_size, cfg.seq_len, cfg.seed, base)
-    if task == "causal_lm":
-        inputs, _ = fixed_windows(val_tokens, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
-        val = [{"input_ids": x, "labels": x} for x in inputs.split(cfg.batch_size)]  # HF's: shifted inside
-    else:
-        val = text_batches(task, val_tokens, cfg.batch_size, cfg.seq_len, cfg.seed, base).validation(
-            cfg.eval_batches
-        )
+    base = text.tokenizer.vocab_size
+    train = text_batches(task, text.train, cfg.batch_size, cfg.seq_len, cfg.seed, base)
     return train, val, text.description
 
 
@@ -396,17 +378,16 @@ def _layout(dist_dict: dict | None) -> str:
     return f"dp={dp} tp={tp} pp={pp} zero_stage={dist_dict['zero_stage']}" + (f" cp={cp}" if cp > 1 else "")
 
 
-def _check_fits(run: RunConfig, task: str) -> None:
-    """The model's positions must cover the training length."""
-    if task == "image_classification":
-        return
-    limit = run.spec.get("max_seq_len")
-    cfg = run.train
-    if limit is not None and cfg.seq_len > limit:
-        raise ConfigError(
-            f"{cfg.seq_len} is longer than max_seq_len={limit}; lower it or raise max_seq_len",
-            "train.seq_len",
-        )
+def _missing_parents(run_dir: Path) -> list[Path]:
+    """The folders above ``run_dir`` that do not exist yet (``runs/``), innermost first."""
+    return [parent for parent in run_dir.absolute().parents if not parent.exists()]
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Remove the ``folders`` a failed start created (innermost first), where nothing else came into them."""
+    for folder in folders:
+        with contextlib.suppress(OSError):  # another process wrote into it meanwhile
+            folder.rmdir()
 
 
 def _check_unclaimed(run_dir: Path) -> None:
@@ -427,7 +408,7 @@ def _sample(model: torch.nn.Module, cfg, text: TextData) -> str:
     if cfg.sample_prompt is not None:
         prompt = text.tokenizer.encode(cfg.sample_prompt)
     else:
-        prompt = text.val[: max(1, cfg.seq_len // 4)].long()
+        prompt = held_out_prompt(text.val, cfg.seq_len)
     out = sample_ids(
         model,
         prompt,

@@ -73,9 +73,9 @@ def test_resume_needs_a_run_folder_and_continues_only_as_its_config_says(capsys,
     # With no complete checkpoint the run starts again from step 0: its config.yaml is checked as a new run's.
     err = error_line(capsys, ["train", "--resume", "run"])
     assert "dim_model: missing required key" in err
-    err = error_line(capsys, ["train", "--resume", "run", "train.lr=0.1"])
-    assert "give no SPEC or overrides" in err
-    # Only the layout may change on resume: dist.* overrides, and they must fit the processes launched.
+    err = error_line(capsys, ["train", "--resume", "run", "dim_model=64"])
+    assert "dim_model: cannot change on --resume: the checkpoint holds the weights" in err
+    # dist.* overrides change the layout on resume, and they must fit the processes launched.
     Path("run/checkpoints/step_000004/.complete").write_text("complete\n")
     dump_spec({**get_preset("gpt-tiny"), "dist": {"data_parallel_size": 2}}, Path("run/config.yaml"))
     err = error_line(capsys, ["train", "--resume", "run", "dist.tensor_parallel_size=2"])

@@ -1,0 +1,82 @@
+"""Every check a run's config can fail, made before the run touches the disk.
+
+A start that fails leaves the disk as it was: no ``runs/``, no run folder, no token cache. So the
+layout against the processes launched, the device, how the batch splits, the data paths, the
+tokenizer and the vocabulary, the training length and the batch's memory are all checked here, from
+the config alone, before the run folder is locked or created.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from brickwork.data.sources import data_files
+from brickwork.data.tokenizer import Tokenizer
+from brickwork.errors import ConfigError
+from brickwork.factory.build import resolve_spec
+from brickwork.parallel import ParallelConfig
+from brickwork.parallel.balance import split_rows
+from brickwork.train.distributed import check_world
+from brickwork.train.run_config import RunConfig
+from brickwork.train.run_data import run_tokenizer
+from brickwork.train.run_sizes import check_run_sizes
+from brickwork.train.task_spec import task_spec
+
+
+def check_before_writing(run: RunConfig, task: str, resumed: bool = False) -> ParallelConfig:
+    """Raise ConfigError naming the option of the first check ``run`` fails; returns its layout (the
+    dist dict checked against the processes launched). A ``resumed`` run's vocabulary is its
+    config.yaml's: a tokenizer that no longer fits it is the data-identity check's to explain
+    (brickwork/train/data_identity.py), which also runs before anything is written."""
+    layout = check_world(run.dist)
+    check_device(run.train.device)
+    check_batch_split(run, layout)
+    check_run_sizes(run, layout)
+    data_files(run.data)  # each path exists and is of a kind the data readers take
+    if task != "image_classification":
+        tokenizer = run_tokenizer(run)
+        check_sample_prompt(run, tokenizer)
+        spec = run.spec if resumed else task_spec(run, task, tokenizer, quiet=True)
+        limit = resolve_spec(spec).get("max_seq_len")
+        if limit is not None and run.train.seq_len > limit:
+            raise ConfigError(
+                f"{run.train.seq_len} is longer than max_seq_len={limit}; lower it or raise max_seq_len",
+                "train.seq_len",
+            )
+    return layout
+
+
+def check_device(device: str) -> None:
+    """``train.device=cuda`` needs a usable CUDA device."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("cuda, but no CUDA device is usable here; use train.device=cpu", "train.device")
+
+
+def check_batch_split(run: RunConfig, layout: ParallelConfig) -> None:
+    """``train.batch_size`` rows split over the data-parallel ranks (by ``device_weights`` where they
+    weigh them), and each rank's share into ``train.grad_accum_steps`` micro-batches."""
+    cfg = run.train
+    weights = layout.device_weights if layout.pipeline_parallel_size == 1 else None
+    try:
+        shares = split_rows(cfg.batch_size, weights, layout.data_parallel_size)
+    except ValueError as err:
+        raise ConfigError(f"{err}; choose a multiple of it", "train.batch_size") from None
+    uneven = [rows for rows in shares if rows % cfg.grad_accum_steps]
+    if uneven:
+        rows = f"{cfg.batch_size} rows" if len(shares) == 1 else f"a data-parallel rank's {uneven[0]} rows"
+        raise ConfigError(
+            f"{rows} do not split into grad_accum_steps={cfg.grad_accum_steps} micro-batches; "
+            "make the batch a multiple of them",
+            "train.batch_size",
+        )
+
+
+def check_sample_prompt(run: RunConfig, tokenizer: Tokenizer) -> None:
+    """``train.sample_prompt`` must encode with the run's tokenizer (refused now rather than after
+    training)."""
+    if run.train.sample_prompt is None:
+        return
+    try:
+        tokenizer.encode(run.train.sample_prompt)
+    except ValueError as err:
+        raise ConfigError(str(err), "train.sample_prompt") from None
