@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(PINS)
 	@if command -v nvidia-smi >/dev/null 2>&1; then grep -v '^triton==' $(PINS) > $(VENV)/constraints.txt; \
 	else cp $(PINS) $(VENV)/constraints.txt; fi
 	$(PIP) install -q -c $(VENV)/constraints.txt torch
-	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[dev,bench]"
+	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[dev]"
 	touch $@
 
 demo: $(VENV)/.installed
@@ -31,7 +31,7 @@ test-latest:
 	rm -rf .venv-latest
 	python3 -m venv .venv-latest
 	.venv-latest/bin/python -m pip install -q --upgrade pip
-	.venv-latest/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev,bench]"
+	.venv-latest/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]"
 	.venv-latest/bin/brickwork --version
 	.venv-latest/bin/brickwork info | sed -n '/^versions/,/^$$/p'
 	.venv-latest/bin/python -m pytest -q
@@ -43,7 +43,7 @@ pins:
 	rm -rf .venv-pins
 	python3 -m venv .venv-pins
 	grep '^torch==' $(PINS) > .venv-pins/torch.txt
-	.venv-pins/bin/python -m pip install -q -c .venv-pins/torch.txt -e ".[dev,bench]"
+	.venv-pins/bin/python -m pip install -q -c .venv-pins/torch.txt -e ".[dev]"
 	.venv-pins/bin/python -m pytest -q
 	@echo "# The exact versions \`make test\` installs: the ones the suite last passed with." > $(PINS)
 	@echo "# Written by \`make pins\`; torch moves by hand (edit its line, then run \`make pins\`)." >> $(PINS)
@@ -53,7 +53,7 @@ test-oldest:
 	rm -rf .venv-oldest
 	python3 -m venv .venv-oldest
 	python3 scripts/lower_bounds.py pyproject.toml > .venv-oldest/constraints.txt
-	.venv-oldest/bin/python -m pip install -q -c .venv-oldest/constraints.txt -e ".[dev,bench]"
+	.venv-oldest/bin/python -m pip install -q -c .venv-oldest/constraints.txt -e ".[dev]"
 	.venv-oldest/bin/brickwork info | sed -n '/^versions/,/^$$/p'
 	.venv-oldest/bin/python -m pytest -q
 

@@ -10,15 +10,34 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from brickwork.extras import EXTRAS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
 def _requirements() -> list[Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    """Every requirement with a version range: brickwork's own extras named inside others are not."""
+    project = _project()
     texts = list(project["dependencies"])
     for extra in project["optional-dependencies"].values():
         texts += extra
-    return [Requirement(text) for text in texts]
+    return [r for r in map(Requirement, texts) if r.name != "brickwork"]
+
+
+def _extra_packages(extra: str) -> set[str]:
+    """The packages ``pip install 'brickwork[extra]'`` brings beyond the core, its own extras followed."""
+    names = set()
+    for requirement in map(Requirement, _project()["optional-dependencies"][extra]):
+        if requirement.name == "brickwork":
+            for inner in requirement.extras:
+                names |= _extra_packages(inner)
+        else:
+            names.add(canonicalize_name(requirement.name))
+    return names
 
 
 def _pins() -> dict[str, str]:
@@ -49,3 +68,17 @@ def test_every_pin_is_exact_and_inside_the_declared_range() -> None:
         assert name in pins, f"{requirement.name} has no pin in constraints.txt"
         assert requirement.specifier.contains(pins[name]), (requirement, pins[name])
     assert all(re.fullmatch(r"[0-9][0-9A-Za-z.]*", version) for version in pins.values()), pins
+
+
+def test_the_core_is_what_building_training_and_sampling_need() -> None:
+    core = {canonicalize_name(Requirement(text).name) for text in _project()["dependencies"]}
+    assert core == {"torch", "numpy", "pyyaml", "safetensors", "tqdm"}
+
+
+def test_each_optional_package_is_in_the_extra_its_error_names_and_dev_holds_them_all() -> None:
+    extras = _project()["optional-dependencies"]
+    for package, extra in EXTRAS.items():
+        assert package in _extra_packages(extra), (package, extra)
+        assert package in _extra_packages("dev"), package
+    assert _extra_packages("bench") == _extra_packages("hf") | _extra_packages("plot")
+    assert set(EXTRAS.values()) | {"bench", "dev"} == set(extras)
