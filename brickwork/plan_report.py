@@ -32,6 +32,8 @@ def _gib(count: float) -> str:
 def _seconds(value: float) -> str:
     sign = "+" if value >= 0 else "-"
     value = abs(value)
+    if value < 1e-3:
+        return f"{sign}{value * 1e6:.0f} µs"
     return f"{sign}{value * 1e3:.1f} ms" if value < 1 else f"{sign}{value:.2f} s"
 
 
