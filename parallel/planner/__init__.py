@@ -13,11 +13,12 @@ from typing import Any
 from brickwork.errors import ConfigError
 from brickwork.memory import format_bytes
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.planner.choices import candidates, check_rows, divisors, open_choices, step_fields
 from brickwork.parallel.planner.devices import DEVICE_PRESETS, Cluster, Device, device_from, parse_cluster
-from brickwork.parallel.planner.estimate import Plan, estimate_layout
-from brickwork.parallel.planner.layout import Layout, check_step_options, planned_config
+from brickwork.parallel.planner.estimate import Plan, best_plan
+from brickwork.parallel.planner.layout import planned_config
 from brickwork.parallel.planner.model_facts import ModelFacts, model_facts
-from brickwork.parallel.planner.search import divisors, search
+from brickwork.parallel.planner.search import search
 
 ClusterSpec = str | Sequence[str | Mapping[str, Any] | Device] | Cluster
 
@@ -41,20 +42,23 @@ def plan(
     precision: str = "bf16-mixed",
     optimizer: str = "adamw",
     grad_accum_steps: int | None = None,
+    implementation: str = "brickwork",
 ) -> list[Plan]:
-    """Every layout of ``spec`` that fits on ``cluster``, fastest first; runner-ups say why they lost.
+    """The layouts of ``spec`` that fit on ``cluster``, fastest first; runner-ups say why they lost.
 
-    ``spec``: a dict, a .yaml/.json path or a preset name (a decoder LM). ``cluster``:
+    ``spec``: a dict, a .yaml/.json path or a preset name (any model kind). ``cluster``:
     ``"8xH100-80GB"``, ``"48x8xA100-80GB"`` or a list of device descriptions. ``global_batch``
     sequences of ``seq_len`` tokens make one step; ``precision`` and ``optimizer`` are the train
-    step's; ``grad_accum_steps`` pins the accumulation of layouts without a pipeline. Raises
-    ConfigError saying why when nothing fits or no layout is valid.
+    step's; ``grad_accum_steps`` pins the accumulation of layouts without a pipeline;
+    ``implementation`` prices the layouts as another implementation runs them (implementations.py;
+    for checking the model against published runs). Layouts a bound proves slower than
+    ``KEEP_WITHIN`` times the best are left out unpriced (search.py). Raises ConfigError saying why
+    when nothing fits or no layout is valid.
     """
     _check_sizes(global_batch, seq_len)
     facts, machines = _facts(spec), parse_cluster(cluster)
-    options = {"precision": precision, "optimizer": optimizer, "grad_accum_steps": grad_accum_steps}
-    check_step_options(precision, optimizer)
-    feasible, infeasible = search(facts, machines, global_batch, seq_len, options)
+    step = step_fields(machines, precision, optimizer, implementation)
+    feasible, infeasible = search(facts, machines, global_batch, seq_len, step, grad_accum_steps)
     if feasible:
         return feasible
     if not infeasible:
@@ -78,27 +82,27 @@ def estimate(
     seq_len: int,
     precision: str = "bf16-mixed",
     optimizer: str = "adamw",
-    grad_accum_steps: int = 1,
+    grad_accum_steps: int | None = None,
+    micro_batch_size: int | None = None,
+    implementation: str = "brickwork",
 ) -> Plan:
     """The :class:`Plan` of one dist dict: memory per device, whether it fits, and step time.
 
-    Each data-parallel rank takes ``global_batch / data_parallel_size`` rows per step, in
-    ``num_microbatches`` pipeline micro-batches (with a pipeline) or ``grad_accum_steps`` (without).
+    Each data-parallel rank takes ``global_batch / data_parallel_size`` rows per step. What the dist
+    dict and the step leave open (choices.py: the micro-batch size, the number of micro-batches or
+    ``grad_accum_steps``, the pipeline schedule, activation recomputation) is chosen: the fastest
+    candidate that fits, or the one needing the least memory when none does; ``Plan.chosen`` says
+    what was chosen. A dist dict that fixes them is priced as given. ``implementation``: as in
+    :func:`plan`.
     """
     _check_sizes(global_batch, seq_len)
     facts, machines = _facts(spec), parse_cluster(cluster)
+    step = step_fields(machines, precision, optimizer, implementation)
     config = planned_config(dist, world_size=machines.world_size)
-    d = config.data_parallel_size
-    chunks = config.microbatches * grad_accum_steps
-    if global_batch % (d * chunks):
-        raise ConfigError(
-            f"global_batch={global_batch} does not split into data_parallel_size {d} × {chunks} "
-            "micro-batches",
-            "global_batch",
-        )
-    fused_norms = all(device.triton_kernels for device in machines.devices)
-    layout = Layout(config, global_batch // (d * chunks), grad_accum_steps, precision, optimizer, fused_norms)
-    return estimate_layout(facts, machines, layout, global_batch, seq_len)
+    open_ = open_choices(dist, config, micro_batch_size, grad_accum_steps)
+    rows = check_rows(global_batch, config.data_parallel_size)
+    layouts = candidates(config, open_, rows, facts.num_layers, step, micro_batch_size, grad_accum_steps)
+    return best_plan(facts, machines, layouts, global_batch, seq_len, open_)
 
 
 def _no_valid_layout(facts: ModelFacts, world: int, global_batch: int, seq_len: int) -> str:

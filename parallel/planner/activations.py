@@ -1,5 +1,6 @@
 """Activation memory per micro-batch: what one layer saves for backward, after Korthikanti et al. 2022
-(arXiv 2205.05198, section 4), written for the tensors brickwork's layers keep.
+(arXiv 2205.05198, section 4), written for the tensors brickwork's layers keep on the device that
+runs them.
 
 Korthikanti et al. count ``s·b·h·(34 + 5·a·s/h)`` bytes per layer in 16-bit with dropout and the
 attention scores kept (their eq. 1), ``s·b·h·(10 + 24/t + 5·a·s/(h·t))`` under tensor parallel and
@@ -10,18 +11,26 @@ width, ``a`` heads of size ``d``, ``k`` kv heads, ``f`` the feedforward width, `
   fp32; the RMSNorm torch twin also keeps its normalized input); split over ``t`` under sequence
   parallel;
 - both norms' outputs (``2h``), which the projections after them keep; whole on every TP rank (under
-  sequence parallel the all-gathered input is what the projection keeps);
-- q, k and v (``(a + 2k)·d / t``), the attention output (``a·d / t``, which the output projection
-  shares) and, with SDPA, its log-sum-exp (``a / t`` fp32) instead of the ``a·s / t`` scores that a
-  mechanism computing them explicitly keeps;
+  sequence parallel the all-gathered input is what the projection keeps; an implementation that
+  gathers it again in backward keeps its ``1/t`` split, implementations.py);
+- q, k and v (``(a + 2k)·d / t``) and the attention output (``a·d / t``, which the output projection
+  shares). What attention keeps beyond them depends on the kernel, so on the device:
+  a fused SDPA kernel (flash, cuDNN, memory-efficient: every GPU, and a CPU without attention
+  dropout) keeps only its log-sum-exp (``a / t`` fp32); SDPA on a CPU with attention dropout runs its
+  math backend, which keeps a scaled copy of q, the probabilities, the dropout mask and the dropped
+  probabilities (``a·d/t + 3·a·s/t``); a mechanism that computes the scores itself (``backend:
+  math``) keeps the probabilities (``a·s/t``), and with dropout a 1-byte mask and the dropped ones;
+- an encoder-decoder's decoder layer does all of that again for its cross-attention, whose k and v
+  come from the encoder's output (kept once per stage and micro-batch, memory.py);
 - the feedforward's hidden activations: ``2f / t`` for an MLP (up projection and activation
   outputs), ``4f / t`` for a GLU (gate, up, activated gate, product);
 - a 1-byte mask per element for each dropout with p > 0.
 
 Under context parallel each rank keeps its ``s / c`` tokens plus the all-gathered keys and values.
-``full`` recomputation keeps only each layer's input; ``selective`` keeps the matmul and attention
-outputs (brickwork's policy, parallel/activation_checkpointing.py) and recomputes the rest; either
-rebuilds one layer's full set during that layer's backward.
+``full`` recomputation keeps only each layer's input; ``selective`` keeps the outputs of the matmuls
+and of attention (brickwork's policy, parallel/activation_checkpointing.py) and recomputes the rest
+(or, as Korthikanti et al. section 5, recomputes the attention core only); either rebuilds one
+layer's full set during that layer's backward.
 """
 
 from __future__ import annotations
@@ -48,25 +57,49 @@ class ActivationBytes:
     everything: int
 
 
-@lru_cache(maxsize=4096)
+def keeps_scores(shape: LayerShape, layout: Layout) -> bool:
+    """Whether attention keeps its ``s × s`` probabilities for backward on this layout's devices."""
+    return not shape.sdpa or (shape.attention_dropout and not layout.gpu_kernels)
+
+
+def _attention(shape: LayerShape, layout: Layout, seq_len: int) -> tuple[float, float]:
+    """(bytes per token one attention module keeps beyond q, k, v and its output; of them, what a
+    selective recomputation keeps)."""
+    t, act = layout.config.tensor_parallel_size, layout.activation_bytes
+    a, d = shape.num_heads, shape.dim_head
+    if not keeps_scores(shape, layout):
+        return a / t * FP32, a / t * FP32  # the log-sum-exp
+    probabilities = a / t * seq_len * act
+    if shape.sdpa:  # SDPA's math backend: a scaled copy of q, probabilities, mask, dropped probabilities
+        kept = a * d / t * act + 3 * probabilities
+        return kept, kept
+    # Scores after softmax, and the output projection's own copy of the reshaped output.
+    kept = a * d / t * act + probabilities
+    if shape.attention_dropout:
+        kept += probabilities + a / t * seq_len  # the dropped probabilities, and a 1-byte mask
+    return kept, kept
+
+
+@lru_cache(maxsize=8192)
 def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows: int) -> ActivationBytes:
-    """One layer's activation bytes for a micro-batch of ``rows`` sequences of ``seq_len`` tokens."""
+    """One layer's activation bytes for a micro-batch of ``rows`` sequences of ``seq_len`` tokens. An
+    encoder-decoder's decoder layer reads encoder outputs of ``seq_len`` tokens too; the encoder
+    output itself is counted once per stage (memory.py)."""
     c = layout.config
     t, cp = c.tensor_parallel_size, c.context_parallel_size
     rep = 1 / t if c.sequence_parallel else 1.0  # tensors sequence parallel splits
     tokens = rows * seq_len / cp
     act = layout.activation_bytes
     h, a, k, d, f = shape.dim_model, shape.num_heads, shape.num_kv_heads, shape.dim_head, shape.hidden_dim
-    norm_inputs = 2 * _norm_saved(shape.norm, layout.fused_norms, h, act) * rep
-    norm_outputs = 2 * h * act
-    qkv = (a + 2 * k) * d / t * act
-    attention_out = a * d / t * act
-    if shape.fused_attention:
-        # SDPA writes its output [B, T, H, D]-major, so the projection's reshaped input is a view of it.
-        attention = attention_out + a / t * FP32
-    else:
-        # Scores after softmax, and the output projection's own copy of the reshaped output.
-        attention = 2 * attention_out + a / t * seq_len * act
+    n = shape.attentions
+    norms = n + 1
+    norm_inputs = norms * _norm_saved(shape.norm, layout.gpu_kernels, h, act) * rep
+    split_outputs = not layout.implementation.gathered_norm_outputs
+    norm_outputs = norms * h * act * (rep if split_outputs else 1.0)
+    qkv = n * (a + 2 * k) * d / t * act
+    attention_out = n * a * d / t * act
+    extra, extra_selective = _attention(shape, layout, seq_len)
+    attention = attention_out + n * extra
     if cp > 1:
         attention += 2 * k * d / t * cp * act  # the gathered keys and values of the whole sequence
     hidden = {"mlp": 2, "glu": 4, "moe": 2 * shape.top_k}[shape.feedforward] * f / t * act
@@ -75,17 +108,24 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
     masks = shape.dropouts * h * rep
     everything = norm_inputs + norm_outputs + qkv + attention + hidden + masks
     # Rotary's cos and sin tables for the positions of this micro-batch: per position, not per row.
-    rotary = 2 * seq_len / cp * shape.rotary_dim * act / tokens
-    everything += rotary
+    everything += 2 * seq_len / cp * shape.rotary_dim * act / tokens
     layer_input = h * rep * act
     mode = c.activation_checkpointing
     if mode == "none":
         saved, recomputed = everything, 0.0
     elif mode == "full":
         saved, recomputed = layer_input, everything
+    elif layout.implementation.selective == "attention_core":
+        # The attention core recomputed: its output and what it keeps beyond q, k and v.
+        recomputed = attention - (2 * k * d / t * cp * act if cp > 1 else 0.0)
+        saved = everything - recomputed
     else:
         matmul_hidden = {"mlp": 1, "glu": 2, "moe": shape.top_k}[shape.feedforward] * f / t * act
-        saved = layer_input + qkv + attention + matmul_hidden + 2 * h * act  # cos/sin are recomputed
+        outputs = (n + 1) * h * act  # each attention's output projection and the feedforward's down one
+        matmuls = qkv + matmul_hidden + outputs
+        if layout.implementation.selective == "alternate_matmuls":
+            matmuls /= 2
+        saved = layer_input + matmuls + attention_out + n * extra_selective
         recomputed = everything
     return ActivationBytes(
         math.ceil(saved * tokens),
@@ -106,26 +146,48 @@ def _norm_saved(norm: str, fused: bool, h: int, act: int) -> float:
 
 @lru_cache(maxsize=4096)
 def head_activation_bytes(facts: ModelFacts, layout: Layout, seq_len: int, rows: int) -> ActivationBytes:
-    """The final norm, the LM head and the loss on the last stage: the norm's input and output and the
-    fp32 log-probabilities over this rank's vocabulary shard are saved; the logits and their
-    gradient are transient."""
+    """The final norm, the head and the loss on the last stage.
+
+    A decoder LM's head under brickwork's causal-LM step, when it is whole on the rank (no tensor or
+    pipeline parallel), is the chunked fused linear + cross-entropy (kernels/linear_cross_entropy.py):
+    it keeps the final hidden states' gradient, computed in the forward pass, and one chunk of logits
+    at a time. Otherwise the loss takes the logits: the norm's input and output and the fp32
+    log-probabilities over this rank's columns are saved; the logits and their gradient are
+    transient. A masked-LM head's dense layer, activation and norm add ``3h``; an image encoder's head
+    reads one token per image, which is nothing beside the layers.
+    """
     c = layout.config
     t, cp = c.tensor_parallel_size, c.context_parallel_size
     rep = 1 / t if c.sequence_parallel else 1.0
     tokens = rows * seq_len / cp
     act = layout.activation_bytes
     h = facts.dim_model
-    vocab = facts.vocab_size
-    if t > 1 and vocab % t:
+    if facts.pooled_head:
+        return ActivationBytes(0, 0, math.ceil(h * act * tokens), 0)
+    vocab = facts.head_vocab
+    if facts.head_split and t > 1 and vocab % t:
         multiple = t * c.vocab_multiple
         vocab = math.ceil(vocab / multiple) * multiple
-    local_vocab = math.ceil(vocab / t)
-    norm = facts.layers[-1].norm if facts.layers else "layernorm"
-    saved = _norm_saved(norm, layout.fused_norms, h, act) * rep + h * act + local_vocab * FP32
-    transient = local_vocab * (act + FP32)
+    local_vocab = math.ceil(vocab / t) if facts.head_split else vocab
+    norm = _norm_saved(facts.layers[-1].norm, layout.gpu_kernels, h, act) * rep
+    dense = max(facts.head_params - facts.head_vocab * h, 0) / (h * h) * (3 * h * act + 2 * FP32)
+    if fuses_head_loss(facts, layout):
+        saved = norm + h * act + dense
+        transient = 0.0
+    else:
+        saved = norm + h * act + dense + local_vocab * FP32
+        transient = local_vocab * (act + FP32)
     return ActivationBytes(
         math.ceil(saved * tokens),
         math.ceil(transient * tokens),
         math.ceil(h * act * tokens),
         math.ceil((saved + transient) * tokens),
     )
+
+
+def fuses_head_loss(facts: ModelFacts, layout: Layout) -> bool:
+    """Whether the loss is brickwork's chunked fused head: a decoder LM whose head weight is whole on
+    the rank (no tensor parallel) and part of the model the step calls (no pipeline)."""
+    c = layout.config
+    whole = c.tensor_parallel_size == 1 and c.pipeline_parallel_size == 1
+    return facts.fuses_head_loss and whole and layout.implementation.fused_head_loss

@@ -9,14 +9,16 @@ its slowest device and must fit in its smallest one.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.balance import split_rows
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import Cluster, Device
-from brickwork.parallel.planner.flops import layer_flops, step_flops
+from brickwork.parallel.planner.flops import head_flops, layer_flops, step_flops
 from brickwork.parallel.planner.layout import Layout, StagePlacement, stage_placement
 from brickwork.parallel.planner.memory import MemoryBreakdown, rank_memory, stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import ModelFacts
@@ -38,6 +40,9 @@ class Plan:
     included, the whole attention square); ``mfu`` leaves recomputation out and divides by peak.
     ``micro_batch_size`` rows per data-parallel rank go through the model at once, and without a
     pipeline ``grad_accum_steps`` of them make the step (``train.grad_accum_steps``).
+    ``chosen`` holds what ``estimate`` or ``plan`` chose because the dist dict left it open
+    (choices.py): ``micro_batch_size``, ``num_microbatches`` (``grad_accum_steps`` without a
+    pipeline), ``pipeline_schedule`` with ``virtual_pipeline_size``, ``activation_checkpointing``.
     ``lost_because`` says why a runner-up ranks below the best."""
 
     dist: dict[str, Any]
@@ -52,6 +57,7 @@ class Plan:
     device_memory_bytes: int
     memory: MemoryBreakdown
     time: TimeBreakdown
+    chosen: dict[str, Any] = dataclasses.field(default_factory=dict)
     lost_because: str | None = None
 
     @property
@@ -103,7 +109,8 @@ def _bandwidth(cluster: Cluster, ranks: list[int]) -> float:
     return min(d.inter_node_bandwidth for d in devices)
 
 
-def _links(cluster: Cluster, c: ParallelConfig) -> Links:
+def links_of(cluster: Cluster, c: ParallelConfig) -> Links:
+    """The bus bandwidth of each group rank 0 belongs to (every group alike on a uniform cluster)."""
     t, cp, d, p = (
         c.tensor_parallel_size,
         c.context_parallel_size,
@@ -129,6 +136,12 @@ def check_layout(facts: ModelFacts, layout: Layout, world_size: int, seq_len: in
     """Raise ConfigError naming the rule a layout breaks for this model, cluster and batch."""
     c = layout.config
     c.check_world_size(world_size)
+    if c.zero_stage >= 2 and not layout.implementation.fsdp:
+        raise ConfigError(f"zero_stage={c.zero_stage} is FSDP, which this implementation does not have")
+    if c.sequence_parallel and not layout.implementation.sequence_parallel:
+        raise ConfigError("this implementation has no sequence parallel")
+    if c.activation_checkpointing == "selective" and layout.implementation.selective is None:
+        raise ConfigError("this implementation has no selective recomputation")
     t, cp, ep = c.tensor_parallel_size, c.context_parallel_size, c.expert_parallel_size
     for shape in facts.layers[:1]:
         for value, what in (
@@ -144,6 +157,10 @@ def check_layout(facts: ModelFacts, layout: Layout, world_size: int, seq_len: in
             raise ConfigError("expert_parallel_size > 1 needs mixture-of-experts feedforwards")
     if seq_len % cp:
         raise ConfigError(f"context_parallel_size={cp} does not divide seq_len={seq_len}")
+    if facts.fixed_seq_len is not None and seq_len != facts.fixed_seq_len:
+        raise ConfigError(
+            f"an image encoder's sequence is its {facts.fixed_seq_len} tokens, got seq_len={seq_len}"
+        )
     if facts.max_seq_len is not None and seq_len > facts.max_seq_len:
         raise ConfigError(f"seq_len={seq_len} is beyond the model's max_seq_len={facts.max_seq_len}")
     if facts.num_layers < c.num_stages:
@@ -164,15 +181,15 @@ def estimate_layout(
         )
     p = c.pipeline_parallel_size
     weights = list(c.device_weights) if c.device_weights and p > 1 else None
-    placement = stage_placement(facts, c, _layer_costs(facts, seq_len), weights)
+    placement = stage_placement(facts, c, layer_costs(facts, seq_len), weights)
     ranks = representative_ranks(facts, placement) if cluster.uniform else list(range(p))
     groups = _device_groups(cluster, layout)
     memory, fits, capacity = _memory(facts, layout, placement, ranks, seq_len, groups)
-    links = _links(cluster, c)
+    links = links_of(cluster, c)
     costs = _stage_costs(facts, layout, placement, ranks, seq_len, groups, links)
     time = _step_time(facts, layout, placement, ranks, costs, links)
     tokens = global_batch * seq_len
-    peak = sum(dev.peak_flops(layout.precision) for dev in cluster.devices)
+    peak = cluster.peak_flops(layout.precision)
     executed = step_flops(facts, tokens, seq_len, c.activation_checkpointing)
     return Plan(
         dist=compact_dist(c),
@@ -290,8 +307,12 @@ def _step_time(
     )
 
 
-def _layer_costs(facts: ModelFacts, seq_len: int) -> list[float]:
-    return [layer_flops(shape, seq_len).executed for shape in facts.layers]
+@lru_cache(maxsize=256)
+def layer_costs(facts: ModelFacts, seq_len: int) -> tuple[float, ...]:
+    """Each layer's executed FLOPs per token, the head's added to the last (what stages balance)."""
+    costs = [3 * layer_flops(shape, seq_len).executed for shape in facts.layers]
+    costs[-1] += 3 * head_flops(facts, seq_len)
+    return tuple(costs)
 
 
 def _signature(facts: ModelFacts, placement: StagePlacement, rank: int) -> tuple:
@@ -338,3 +359,51 @@ def _memory(
                 fullest = (memory, capacity)
     assert fullest is not None
     return fullest[0], fits, fullest[1]
+
+
+def best_plan(
+    facts: ModelFacts,
+    cluster: Cluster,
+    layouts: Iterable[Layout],
+    global_batch: int,
+    seq_len: int,
+    open_: frozenset[str],
+) -> Plan:
+    """The fastest of ``layouts`` that fits, or when none does the one needing the least memory, with
+    what it chose for the choices ``open_`` left open (choices.py)."""
+    best, best_key = None, None
+    for layout in layouts:
+        plan = estimate_layout(facts, cluster, layout, global_batch, seq_len)
+        key = (
+            (0, plan.step_time_s, plan.memory_bytes)
+            if plan.fits
+            else (1, plan.memory_bytes, plan.step_time_s)
+        )
+        if best_key is None or key < best_key:
+            best, best_key = plan, key
+    if best is None:
+        raise ConfigError(
+            f"global_batch={global_batch} does not split into the micro-batches the dist dict asks"
+        )
+    return dataclasses.replace(best, chosen=chosen_values(best, open_))
+
+
+def chosen_values(plan: Plan, open_: frozenset[str]) -> dict[str, Any]:
+    """What ``plan`` holds for each choice of ``open_`` (choices.py's names)."""
+    d = plan.dist
+    pipeline = d.get("pipeline_parallel_size", 1) > 1
+    out: dict[str, Any] = {}
+    if "micro_batch_size" in open_:
+        out["micro_batch_size"] = plan.micro_batch_size
+    if "num_microbatches" in open_:
+        out.update(
+            {"num_microbatches": d["num_microbatches"]}
+            if pipeline
+            else {"grad_accum_steps": plan.grad_accum_steps}
+        )
+    if "pipeline_schedule" in open_ and pipeline:
+        out["pipeline_schedule"] = d.get("pipeline_schedule", "1f1b")
+        out["virtual_pipeline_size"] = d.get("virtual_pipeline_size", 1)
+    if "activation_checkpointing" in open_:
+        out["activation_checkpointing"] = d.get("activation_checkpointing", "none")
+    return out

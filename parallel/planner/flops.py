@@ -2,11 +2,13 @@
 
 Per token, a layer's forward does ``2 × (its matmul parameters)`` (an MoE layer counts the experts a
 token is routed to) plus attention's two activation-by-activation matmuls, ``QKᵀ`` and ``softmax·V``:
-``2 × 2 × s × a × d``. The LM head adds ``2 × h × V``. Backward does twice the forward, and full
-recomputation one more forward of the layers.
+``2 × 2 × s × a × d``, for the cross-attention of an encoder-decoder's decoder layer too (over the
+encoder's ``s`` outputs). The head adds ``2 ×`` its matmul parameters (``2 × h × V`` for an LM head)
+per token it reads: every token, or one per sequence for an image classifier. Backward does twice the
+forward, and full recomputation one more forward of the layers.
 
-Two counts are kept apart: ``executed`` halves causal attention (SDPA skips the masked blocks), as the
-stage balancer does (parallel/balance.py); ``reported`` counts the whole ``s × s`` square, as
+Two counts are kept apart: ``executed`` halves causal self-attention (SDPA skips the masked blocks),
+as the stage balancer does (parallel/balance.py); ``reported`` counts the whole ``s × s`` square, as
 Narayanan et al. 2021 (appendix, eq. 3: ``96·B·s·l·h²·(1 + s/6h + V/16lh)``) do, so that TFLOP/s
 figures compare with theirs.
 """
@@ -39,14 +41,16 @@ class Flops:
 @lru_cache(maxsize=4096)
 def layer_flops(shape: LayerShape, seq_len: int) -> Flops:
     """Forward FLOPs per token of one layer at sequence length ``seq_len``."""
-    attention = 4.0 * seq_len * shape.num_heads * shape.dim_head
-    executed = attention * 0.5 if shape.causal and shape.fused_attention else attention
-    return Flops(2.0 * shape.matmul_params, executed, attention)
+    one = 4.0 * seq_len * shape.num_heads * shape.dim_head
+    executed = one * 0.5 if shape.causal and shape.sdpa else one
+    cross = one if shape.cross_attention else 0.0
+    return Flops(2.0 * shape.matmul_params, executed + cross, one + cross)
 
 
-def head_flops(facts: ModelFacts) -> float:
-    """Forward FLOPs per token of the LM head."""
-    return 2.0 * facts.dim_model * facts.vocab_size
+def head_flops(facts: ModelFacts, seq_len: int) -> float:
+    """Forward FLOPs per token of the head (an image classifier's, spread over its sequence)."""
+    per_read = 2.0 * facts.head_params
+    return per_read / seq_len if facts.pooled_head else per_read
 
 
 def passes(recompute: str) -> float:
@@ -60,4 +64,4 @@ def step_flops(facts: ModelFacts, tokens: int, seq_len: int, recompute: str, rep
     for shape in facts.layers:
         f = layer_flops(shape, seq_len)
         layers += f.reported if reported else f.executed
-    return tokens * (layers * passes(recompute) + head_flops(facts) * 3.0)
+    return tokens * (layers * passes(recompute) + head_flops(facts, seq_len) * 3.0)

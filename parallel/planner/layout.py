@@ -1,5 +1,6 @@
 """A layout the cost model prices: a dist dict plus what the train step adds (micro-batch size,
-gradient accumulation, precision, optimizer), and which layers each pipeline rank holds."""
+gradient accumulation, precision, optimizer, the implementation that runs it), and which layers each
+pipeline rank holds."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from brickwork.errors import ConfigError
 from brickwork.parallel.balance import split_stages
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.planner.implementations import IMPLEMENTATIONS, Implementation
 from brickwork.parallel.planner.model_facts import ModelFacts
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16", "fp16")
@@ -36,15 +38,18 @@ class Layout:
     """``config`` is the dist dict; ``micro_batch_size`` rows go through the model at once on each
     data-parallel rank, ``grad_accum_steps`` times per step without a pipeline (a pipeline takes
     ``config.microbatches`` instead). ``precision`` is the train step's (docs/training.md).
-    ``fused_norms``: the norms run as brickwork's Triton kernels (on CUDA), which save less than the
-    torch twins do elsewhere."""
+    ``gpu_kernels``: the devices are GPUs, where the norms run as brickwork's Triton kernels (which
+    save less than their torch twins) and SDPA runs a fused kernel (flash, cuDNN or memory-efficient)
+    that keeps no attention scores whatever the dropout; on a CPU, SDPA with attention dropout runs
+    its math backend, which keeps them. ``implementation``: what runs the step (implementations.py)."""
 
     config: ParallelConfig
     micro_batch_size: int
     grad_accum_steps: int = 1
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
-    fused_norms: bool = True
+    gpu_kernels: bool = True
+    implementation: Implementation = IMPLEMENTATIONS["brickwork"]
 
     def __post_init__(self) -> None:
         check_step_options(self.precision, self.optimizer)
@@ -61,12 +66,20 @@ class Layout:
 
     @property
     def activation_bytes(self) -> int:
+        """Bytes of an activation element: the compute precision's."""
         return 4 if self.precision == "fp32" else 2
 
     @property
-    def master_bytes(self) -> int:
-        """Bytes of a parameter, its gradient and each optimizer state element."""
-        return 2 if self.precision == "bf16" else 4
+    def parameter_bytes(self) -> int:
+        """Bytes of a parameter element: fp32, or 16 bits when the optimizer holds the master weights."""
+        return 2 if self.implementation.master_weights == "optimizer" else 4
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """Optimizer bytes per parameter element: its fp32 states (AdamW 2, SGD's momentum 1), and the
+        fp32 master weight when it holds one. Gradients are fp32 (4 bytes) either way."""
+        states = {"adamw": 2, "sgd": 1}[self.optimizer]
+        return 4 * (states + (self.implementation.master_weights == "optimizer"))
 
 
 @dataclass(frozen=True)

@@ -1,90 +1,109 @@
-"""Memory per device of a layout: weights, gradients and optimizer state under each ZeRO stage, the
-activations every in-flight micro-batch keeps, transient buffers, and an allowance for fragmentation.
+"""Memory per device of a layout, term by term (docs/parallel.md, "The memory of one device").
 
-Parameters, gradients and optimizer state are counted tensor by tensor as torch shards them (DTensor
-and FSDP2 split dim 0 or 1 as ``torch.chunk`` does, rank 0 taking the larger part; ZeRO-1's
-``ZeroRedundancyOptimizer`` hands whole tensors, largest first, to the least-loaded rank), so they
-match a real run exactly. Activations follow Korthikanti et al. 2022 (arXiv 2205.05198, section 4),
-written for what brickwork's layers save (``activations.py``).
+- **parameters, gradients, optimizer**: counted tensor by tensor as torch shards them (DTensor and
+  FSDP2 split dim 0 or 1 as ``torch.chunk`` does, rank 0 taking the larger part; ZeRO-1's
+  ``ZeroRedundancyOptimizer`` hands whole tensors, largest first, to the least-loaded rank), so they
+  match a real run exactly. fp32 parameters, gradients and optimizer states, AdamW's step counter per
+  tensor; with the master weights in the optimizer (layout.py), 16-bit parameters, fp32 gradients,
+  and an fp32 master copy beside the states, which ZeRO-1 splits evenly over a flat buffer.
+- **gradient copies**: a second copy of the gradients: DDP's buckets (brickwork keeps
+  ``gradient_as_bucket_view`` off), or the 16-bit gradients an implementation adds into its fp32
+  buffer after each backward; a reduction that works on the fp32 buffer in place has none.
+- **compute weights**: the 16-bit weights the matmuls read: autocast's copy of every weight (cached
+  from its first use in a forward until the step's backward has used it), FSDP's gathered layers
+  (every layer from its forward to its backward under ZeRO-2, two at a time under ZeRO-3); none
+  when the parameters are 16-bit already.
+- **activations**: what every in-flight micro-batch keeps for backward (activations.py); a decoder
+  stage of an encoder-decoder also keeps the encoder's output once per micro-batch.
+- **recomputed layer**: under recomputation, one layer's whole set, rebuilt during its backward.
+- **transients**: the gradient flowing into and out of a layer; the logits and their gradient on
+  the last stage (one chunk of them with the fused head loss, which instead keeps the fp32 head
+  weight's gradient from its forward on); under ZeRO-2/3 one layer's whole gradient before its
+  reduce-scatter.
+- **allowance**: 10% of the memory allocated and freed within a step, for the caching allocator's
+  fragmentation; **reserved**: what the runtime takes before any tensor (the device's preset).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
-from brickwork.parallel.planner.activations import head_activation_bytes, layer_activation_bytes
+from brickwork.parallel.planner.activations import (
+    fuses_head_loss,
+    head_activation_bytes,
+    layer_activation_bytes,
+)
 from brickwork.parallel.planner.layout import Layout, StagePlacement
-from brickwork.parallel.planner.model_facts import FIRST, LAST, LAYER, ModelFacts, Weight
+from brickwork.parallel.planner.model_facts import DECODER_START, FIRST, LAST, ModelFacts
 
-TIED = "tied"  # the last stage's copy of a tied embedding
-
-# Share of the dynamic bytes (activations and buffers) kept back for the caching allocator's
+# Share of the memory allocated and freed within a step kept back for the caching allocator's
 # fragmentation: blocks freed between micro-batches are not always reusable for the next sizes.
 FRAGMENTATION = 0.10
-# Optimizer states per parameter element, and AdamW's scalar step counter per tensor (fp32).
-OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
-STEP_COUNTER_BYTES = {"adamw": 4, "sgd": 0}
+STEP_COUNTER_BYTES = {"adamw": 4, "sgd": 0}  # AdamW's scalar step per tensor (fp32)
 
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Peak bytes on one device, by kind."""
+    """Peak bytes on one device, by term (the module docstring says what each holds)."""
 
     parameters: int
     gradients: int
     optimizer: int
+    gradient_copies: int
+    compute_weights: int
     activations: int
-    buffers: int
+    recomputed_layer: int
+    transients: int
     allowance: int
     reserved: int = 0
 
     @property
     def total(self) -> int:
-        return (
-            self.parameters
-            + self.gradients
-            + self.optimizer
-            + self.activations
-            + self.buffers
-            + self.allowance
-            + self.reserved
-        )
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def terms(self) -> dict[str, int]:
+        """Each term's bytes by its name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def stage_groups(facts: ModelFacts, placement: StagePlacement, rank: int) -> tuple[int | str, ...]:
-    """The weight groups pipeline rank ``rank`` holds: its layer indices, ``FIRST`` (embeddings) on the
-    first stage, ``LAST`` (final norm, head) on the last, and there a copy of a tied embedding."""
+    """The weight groups pipeline rank ``rank`` holds: its layer indices, then the places outside the
+    layers it holds: ``FIRST`` on the first stage, ``LAST`` on the last, ``DECODER_START`` where an
+    encoder-decoder's decoder starts (each tied weight once, wherever it sits)."""
     groups: list[int | str] = list(placement.layers(rank))
     if placement.holds_first(rank):
         groups.append(FIRST)
+    if facts.decoder_start is not None and facts.decoder_start in groups:
+        groups.append(DECODER_START)
     if placement.holds_last(rank):
         groups.append(LAST)
-        if facts.tied and not placement.holds_first(rank):
-            groups.append(TIED)
     return tuple(groups)
 
 
 @lru_cache(maxsize=64)
-def _group_weights(facts: ModelFacts) -> dict[int | str, list[Weight]]:
-    groups: dict[int | str, list[Weight]] = {i: [] for i in range(facts.num_layers)}
-    groups[FIRST], groups[LAST], groups[TIED] = [], [], []
+def _layer_weight_lists(facts: ModelFacts) -> tuple[tuple, ...]:
+    layers: list[list] = [[] for _ in range(facts.num_layers)]
     for w in facts.weights:
-        groups[w.layer if w.where == LAYER else w.where].append(w)
-        if w.name == "token_embedding.weight":
-            groups[TIED].append(w)
-    return groups
+        if w.layer >= 0:
+            layers[w.layer].append(w)
+    return tuple(tuple(ws) for ws in layers)
 
 
 @lru_cache(maxsize=65536)
 def _local_sizes(
-    facts: ModelFacts, group: int | str, tp: int, ep: int, vocab_multiple: int
+    facts: ModelFacts, group: int | frozenset[str], tp: int, ep: int, vocab_multiple: int
 ) -> tuple[tuple[int, int], ...]:
-    """(rows on dim 0, elements per row) of each weight of ``group`` on this TP/EP rank."""
+    """(rows on dim 0, elements per row) of each weight of ``group`` (a layer index, or a set of
+    outer places: each weight sitting in one of them, once) on this TP/EP rank."""
+    if isinstance(group, int):
+        weights = _layer_weight_lists(facts)[group]
+    else:
+        weights = tuple(w for w in facts.weights if w.places & group)
     sizes = []
-    for w in _group_weights(facts)[group]:
+    for w in weights:
         shape = w.local_shape(tp, vocab_multiple, ep)
         rows = shape[0] if shape else 1
         sizes.append((rows, math.prod(shape[1:]) if len(shape) > 1 else 1))
@@ -93,7 +112,7 @@ def _local_sizes(
 
 @lru_cache(maxsize=65536)
 def _group_sums(
-    facts: ModelFacts, group: int | str, tp: int, ep: int, vocab_multiple: int, dp: int
+    facts: ModelFacts, group: int | frozenset[str], tp: int, ep: int, vocab_multiple: int, dp: int
 ) -> tuple[int, int, int]:
     """(elements, elements of rank 0's FSDP shard over ``dp``, tensors) of ``group`` on this TP/EP rank."""
     sizes = _local_sizes(facts, group, tp, ep, vocab_multiple)
@@ -102,12 +121,19 @@ def _group_sums(
     return full, sharded, len(sizes)
 
 
+def _split(groups: tuple[int | str, ...]) -> list[int | frozenset[str]]:
+    """The layer indices of ``groups``, and their outer places as one set (a tied weight once)."""
+    layers: list[int | frozenset[str]] = [g for g in groups if isinstance(g, int)]
+    outer = frozenset(g for g in groups if isinstance(g, str))
+    return layers + ([outer] if outer else [])
+
+
 @lru_cache(maxsize=4096)
 def _zero1_max_share(
     facts: ModelFacts, groups: tuple[int | str, ...], tp: int, ep: int, vocab_multiple: int, dp: int
 ) -> tuple[int, int]:
     """(elements, tensors) of the most-loaded rank under ZeroRedundancyOptimizer's greedy partition."""
-    numels = [r * n for g in groups for r, n in _local_sizes(facts, g, tp, ep, vocab_multiple)]
+    numels = [r * n for g in _split(groups) for r, n in _local_sizes(facts, g, tp, ep, vocab_multiple)]
     heap = [(0, 0, r) for r in range(dp)]  # (elements, tensors, rank): the least-loaded rank first
     for n in sorted(numels, reverse=True):
         elements, tensors, rank = heapq.heappop(heap)
@@ -125,28 +151,33 @@ class StateBytes:
     largest_layer: int  # elements of the largest layer's TP shard (what FSDP gathers at once)
 
 
+@lru_cache(maxsize=16384)
 def state_bytes(facts: ModelFacts, groups: tuple[int | str, ...], layout: Layout) -> StateBytes:
     """Parameter, gradient and optimizer bytes resident on the rank holding the weight ``groups``."""
     c = layout.config
     dp, zero = c.data_parallel_size, c.zero_stage
     key = (c.tensor_parallel_size, c.expert_parallel_size, c.vocab_multiple)
-    sums = [_group_sums(facts, g, *key, dp) for g in groups]
+    parts = _split(groups)
+    sums = [_group_sums(facts, g, *key, dp) for g in parts]
     full = sum(s[0] for s in sums)
     sharded = sum(s[1] for s in sums)
     tensors = sum(s[2] for s in sums)
-    states, counter = OPTIMIZER_STATES[layout.optimizer], STEP_COUNTER_BYTES[layout.optimizer]
-    b = layout.master_bytes
+    counter = STEP_COUNTER_BYTES[layout.optimizer]
+    p, o = layout.parameter_bytes, layout.optimizer_bytes
     if zero >= 2:
-        params = grads = sharded * b
-        optimizer = sharded * b * states + counter * tensors
+        params, grads = sharded * p, sharded * 4
+        optimizer = sharded * o + counter * tensors
     elif zero == 1 and dp > 1:
-        params = grads = full * b
-        elements, owned = _zero1_max_share(facts, groups, *key, dp)
-        optimizer = elements * b * states + counter * owned
+        params, grads = full * p, full * 4
+        if layout.implementation.master_weights == "optimizer":  # one flat buffer, split evenly
+            optimizer = math.ceil(full / dp) * o + counter * tensors
+        else:
+            elements, owned = _zero1_max_share(facts, groups, *key, dp)
+            optimizer = elements * o + counter * owned
     else:
-        params = grads = full * b
-        optimizer = full * b * states + counter * tensors
-    largest = max((s[0] for g, s in zip(groups, sums, strict=True) if isinstance(g, int)), default=0)
+        params, grads = full * p, full * 4
+        optimizer = full * o + counter * tensors
+    largest = max((s[0] for g, s in zip(parts, sums, strict=True) if isinstance(g, int)), default=0)
     if c.cpu_offload:
         params = grads = optimizer = 0
     return StateBytes(params, grads, optimizer, full, largest)
@@ -168,35 +199,49 @@ def rank_memory(
     # is counted in chunk-micro-batches (interleaved_1f1b's warm-up), each holding one chunk's layers.
     in_flight = in_flight_chunks(layout, rank)
     stage_saved = sum(a.saved for a in per_layer)
+    if facts.decoder_start is not None and any(i >= facts.decoder_start for i in layers):
+        stage_saved += per_layer[0].boundary  # the encoder's output, which every decoder layer reads
     if c.virtual_pipeline_size > 1:
-        saved_per_chunk = stage_saved * chunk_layers / max(len(layers), 1)
-        activations = int(saved_per_chunk * in_flight)
+        activations = int(stage_saved * chunk_layers / max(len(layers), 1) * in_flight)
     else:
         activations = stage_saved * in_flight
     if head is not None:
         activations += head.saved * min(in_flight, layout.microbatches)
-    buffers = 0
-    if biggest is not None:
-        buffers += biggest.recomputed  # the one layer rebuilt during its backward
-        buffers += biggest.boundary * 2  # the gradient flowing in and out of a layer
+    recomputed = biggest.recomputed if biggest is not None else 0
+    transients = 2 * biggest.boundary if biggest is not None else 0
     if head is not None:
-        buffers += head.recomputed
-    compute_bytes = 4 if layout.precision == "fp32" else 2
+        transients += head.recomputed
+        if fuses_head_loss(facts, layout):
+            transients += facts.head_vocab * facts.dim_model * 4  # the fp32 head weight's gradient
+    compute_bytes = layout.activation_bytes
     dp = c.data_parallel_size
+    compute_weights = copies = 0
     if c.zero_stage == 3 and dp > 1:
-        # Two layers unsharded at a time (the one computing and the one prefetched), plus one
-        # layer's unsharded gradient before its reduce-scatter.
-        buffers += state.largest_layer * (2 * compute_bytes + layout.master_bytes)
+        # Two layers whole at a time (the one computing and the one prefetched), and one layer's
+        # whole gradient before its reduce-scatter.
+        compute_weights = 2 * state.largest_layer * compute_bytes
+        transients += state.largest_layer * 4
     elif c.zero_stage == 2 and dp > 1:
-        # reshard_after_forward=False keeps every layer unsharded from its forward to its backward.
-        buffers += state.local_parameters * compute_bytes + state.largest_layer * layout.master_bytes
-    elif layout.precision != "fp32" and layout.precision != "bf16":
-        buffers += state.local_parameters * 2  # autocast's low-precision copy of each weight
-    if c.zero_stage <= 1 and dp > 1:
-        buffers += state.gradients  # DDP's gradient buckets (gradient_as_bucket_view is off)
-    allowance = int(FRAGMENTATION * (activations + buffers))
+        # reshard_after_forward=False keeps every layer whole from its forward to its backward.
+        compute_weights = state.local_parameters * compute_bytes
+        transients += state.largest_layer * 4
+    elif layout.precision != "fp32" and layout.implementation.master_weights == "parameters":
+        compute_weights = state.local_parameters * 2  # autocast's 16-bit copy of each weight
+    if c.zero_stage <= 1 and dp > 1 and layout.implementation.master_weights == "parameters":
+        copies = state.gradients
+    elif layout.implementation.half_gradients:
+        copies = state.local_parameters * 2
+    allowance = int(FRAGMENTATION * (activations + recomputed + transients + compute_weights))
     return MemoryBreakdown(
-        state.parameters, state.gradients, state.optimizer, activations, buffers, allowance
+        state.parameters,
+        state.gradients,
+        state.optimizer,
+        copies,
+        compute_weights,
+        activations,
+        recomputed,
+        transients,
+        allowance,
     )
 
 

@@ -1,10 +1,13 @@
-"""What the cost model needs to know about a spec: every weight's shape and how tensor parallel splits it,
-and each layer's sizes for the activation and FLOP formulas.
+"""What the cost model needs to know about a spec: every weight's shape, where a pipeline puts it and
+how tensor parallel splits it, and each layer's sizes for the activation and FLOP formulas.
 
 The spec is resolved by the factory and instantiated on torch's ``meta`` device, which records every
 parameter's shape and allocates nothing, so a 1T-parameter spec is read in about a second on any
-machine. How a weight splits comes from the components' own ``tp_plan()`` declarations, the same
-data ``parallelize`` applies.
+machine. How a weight splits comes from the components' own ``tp_plan()`` declarations, and where a
+pipeline puts it from the model's stage recipe (parallel/pipeline/stages.py): the same data
+``parallelize`` applies. Every model kind is read: decoder LMs, encoders (a masked-LM head or none),
+encoder-decoders (the encoder's layers, then the decoder's, as one run that pipeline stages cut) and
+image encoders (a fixed number of patches per image, one classified token).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -20,22 +22,26 @@ from torch import nn
 
 from brickwork.errors import ConfigError
 
-FIRST, LAYER, LAST = "first", "layer", "last"
+# Where a weight outside the layers sits: the first stage (embeddings), the last (final norm, head),
+# and the stage where an encoder-decoder's decoder starts (a copy of the embedding, the encoder's
+# final norm). A tied weight sits in several.
+FIRST, LAST, DECODER_START = "first", "last", "decoder_start"
 
 
 @dataclass(frozen=True)
 class Weight:
     """One parameter: its shape, where it sits, and how tensor parallel splits it.
 
-    ``tp_dim`` is the dim TP shards (None: replicated on every TP rank); ``segments`` are packed
-    parts split separately (``colwise:3``); ``vocab`` marks vocabulary rows padded when TP does not
-    divide them; ``expert`` marks a weight expert parallel splits on dim 0.
+    ``layer`` is its layer's index in the run of all layers (-1 outside the layers), ``places`` the
+    outer places it sits in; ``tp_dim`` is the dim TP shards (None: replicated on every TP rank);
+    ``segments`` are packed parts split separately (``colwise:3``); ``vocab`` marks vocabulary rows
+    padded when TP does not divide them; ``expert`` marks a weight expert parallel splits on dim 0.
     """
 
     name: str
     shape: tuple[int, ...]
-    where: str
     layer: int = -1
+    places: frozenset[str] = frozenset()
     tp_dim: int | None = None
     segments: int = 1
     vocab: bool = False
@@ -70,22 +76,42 @@ class LayerShape:
     top_k: int
     norm: str  # "layernorm" or "rmsnorm"
     rotary_dim: int  # 0 without rotary embeddings
-    fused_attention: bool  # SDPA: no T x T scores are kept
+    sdpa: bool  # torch's SDPA (fused kernels where the device has them); False: scores computed explicitly
+    attention_dropout: bool  # dropout on the attention probabilities (SDPA on a CPU then keeps the scores)
     causal: bool
+    cross_attention: bool  # an encoder-decoder's decoder layer: it also attends to the encoder's output
     dropouts: int  # dropouts with p > 0 on the residual path (each keeps a 1-byte mask per element)
     matmul_params: int  # parameters that take part in a matmul for every token (experts: top_k of them)
+
+    @property
+    def attentions(self) -> int:
+        """Attention modules in the layer: self-attention, and cross-attention in a decoder layer."""
+        return 2 if self.cross_attention else 1
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: the planner caches per model
 class ModelFacts:
-    """A spec's weights and layer shapes. ``weights`` holds each tied parameter once."""
+    """A spec's weights and layer shapes. ``weights`` holds each tied parameter once.
+
+    ``kind`` is the spec's ``model``; ``decoder_start`` the index of an encoder-decoder's first decoder
+    layer; ``head_params`` the matmul weights of the head (LM, masked-LM or classifier head);
+    ``head_vocab`` the columns of its output (the vocabulary, or the classes), split by tensor
+    parallel when ``head_split``; an image encoder's head reads one token per image
+    (``pooled_head``) and its sequence is its ``fixed_seq_len`` patches.
+    """
 
     weights: tuple[Weight, ...]
     layers: tuple[LayerShape, ...]
     vocab_size: int
     dim_model: int
     max_seq_len: int | None
-    tied: bool
+    kind: str = "decoder_lm"
+    decoder_start: int | None = None
+    head_params: int = 0
+    head_vocab: int = 0
+    head_split: bool = False
+    pooled_head: bool = False
+    fixed_seq_len: int | None = None
 
     @cached_property
     def uniform_layers(self) -> bool:
@@ -100,10 +126,16 @@ class ModelFacts:
     def num_parameters(self) -> int:
         return sum(math.prod(w.shape) for w in self.weights)
 
+    @property
+    def fuses_head_loss(self) -> bool:
+        """Whether brickwork's causal-LM step computes this model's loss with the chunked fused head
+        (brickwork/train/tasks.py): a decoder LM whose head is whole, i.e. without tensor or pipeline
+        parallel (the caller checks those)."""
+        return self.kind == "decoder_lm"
+
 
 def model_facts(spec: Any) -> ModelFacts:
     """Read ``spec`` (a dict, a .yaml/.json path or a preset name) into :class:`ModelFacts`."""
-    from brickwork.blocks import DecoderLM
     from brickwork.factory import build_model
     from brickwork.factory.presets import PRESETS
 
@@ -111,13 +143,9 @@ def model_facts(spec: Any) -> ModelFacts:
         spec = PRESETS[spec]
     with torch.device("meta"):  # checks the spec and sizes every weight, allocating nothing
         model = build_model(spec)
-    if not isinstance(model, DecoderLM):
-        raise ConfigError(
-            f"the planner covers decoder LMs (model: decoder_lm), got model: {model.spec['model']}", "model"
-        )
     if any(isinstance(m, _reversible_types()) for m in model.modules()):
-        raise ConfigError("the planner does not cover reversible layers yet", "decoder.reversible")
-    return _read(model, SimpleNamespace(**model.spec))
+        raise ConfigError("the planner does not cover reversible layers yet", "reversible")
+    return _read(model)
 
 
 def _reversible_types() -> tuple[type, ...]:
@@ -126,49 +154,76 @@ def _reversible_types() -> tuple[type, ...]:
     return (ReversibleLayers,)
 
 
-def _read(model: nn.Module, fields: Any) -> ModelFacts:
+def _read(model: nn.Module) -> ModelFacts:
+    from brickwork.parallel.pipeline.stages import stage_recipe
     from brickwork.parallel.tensor.plan import component_plan
 
     styles = {entry.path: (entry.style, entry.segments) for entry in component_plan(model)}
-    weights = []
+    recipe = stage_recipe(model)
+    units = recipe.units()
+    index = {f"{stack}.{i}": n for n, (stack, i) in enumerate(units)}
+    decoder_start = index.get(f"{recipe.stacks[-1]}.0") if len(recipe.stacks) > 1 else None
+    places = {FIRST: set(recipe.outer_modules([], True, False)), LAST: set(recipe.head_modules())}
+    if decoder_start is not None:
+        places[DECODER_START] = set(recipe.outer_modules([units[decoder_start]], False, False))
+    # Every name a parameter goes by (a tied one has several): it sits wherever one of them does.
+    aliases: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        aliases.setdefault(id(param), []).append(name)
+    head_names = {name for name, _ in model.named_modules() if name.split(".")[0] in places[LAST]}
+    weights, head_params, head_vocab = [], 0, 0
+    vocab = int(model.spec.get("vocab_size", 0))
     for name, param in model.named_parameters():  # tied parameters once
         module_path, _, leaf = name.rpartition(".")
         style, segments = styles.get(module_path, ("replicate", 1))
-        tp_dim = None
-        if style in ("colwise", "vocab"):
-            tp_dim = 0
-        elif style == "rowwise" and leaf == "weight":
-            tp_dim = 1
-        where, layer = FIRST, -1
-        if name.startswith("layers."):
-            where, layer = LAYER, int(name.split(".")[1])
-        elif not name.startswith(("token_embedding", "position_embedding")):
-            where = LAST
+        tp_dim = {"colwise": 0, "vocab": 0}.get(style, 1 if style == "rowwise" and leaf == "weight" else None)
+        names = aliases[id(param)]
+        layer = next((index[u] for u in (".".join(n.split(".")[:2]) for n in names) if u in index), -1)
+        where = frozenset(p for p, tops in places.items() for n in names if n.split(".")[0] in tops)
+        in_head = any(n.rpartition(".")[0] in head_names for n in names)
+        if in_head and param.dim() == 2:
+            # The vocabulary's rows, not the padding ones (``vocab_multiple``), as model FLOPs count them.
+            rows = min(param.shape[0], vocab) if vocab else param.shape[0]
+            head_params += rows * param.shape[1]
+            head_vocab = max(head_vocab, rows)
         weights.append(
             Weight(
                 name,
                 tuple(param.shape),
-                where,
                 layer,
+                where if layer < 0 else frozenset(),
                 tp_dim,
                 segments or 1,
                 vocab=style == "vocab" or module_path == "lm_head",
                 expert=".experts." in name,
             )
         )
-    layers = tuple(_layer_shape(layer, fields.dim_model) for layer in model.layers)
+    split = any(w.tp_dim is not None and LAST in w.places and w.vocab for w in weights)
+    image = hasattr(model, "patch_embedding")
+    fixed = (
+        getattr(model.patch_embedding, "num_patches", 0) + (model.class_token is not None) if image else None
+    )
+    stacks = [model.get_submodule(stack) for stack in recipe.stacks]
+    shapes = tuple(_layer_shape(layer) for stack in stacks for layer in stack)
     return ModelFacts(
-        tuple(weights),
-        layers,
-        fields.vocab_size,
-        fields.dim_model,
-        fields.max_seq_len,
-        bool(getattr(model, "tie_embeddings", fields.tie_embeddings)),
+        weights=tuple(weights),
+        layers=shapes,
+        vocab_size=vocab,
+        dim_model=shapes[0].dim_model,
+        max_seq_len=fixed if image else model.spec.get("max_seq_len"),
+        kind=model.spec["model"],
+        decoder_start=decoder_start,
+        head_params=head_params,
+        head_vocab=head_vocab,
+        head_split=split,
+        pooled_head=image,
+        fixed_seq_len=fixed,
     )
 
 
-def _layer_shape(layer: nn.Module, dim: int) -> LayerShape:
+def _layer_shape(layer: nn.Module) -> LayerShape:
     attention, feedforward = layer.attention, layer.feedforward
+    dim = int(attention.dim_model)
     heads = int(getattr(attention, "num_heads", 1))
     kind = (
         "moe"
@@ -181,7 +236,6 @@ def _layer_shape(layer: nn.Module, dim: int) -> LayerShape:
     top_k = int(getattr(feedforward, "top_k", 1))
     params = sum(p.numel() for n, p in layer.named_parameters() if p.dim() >= 2 and ".experts." not in n)
     expert_params = sum(p.numel() for n, p in layer.named_parameters() if ".experts." in n)
-    norm = layer.attention_norm
     dropouts = sum(
         1 for m in (getattr(attention, "dropout", None), getattr(feedforward, "dropout", None)) if _drops(m)
     )
@@ -195,10 +249,12 @@ def _layer_shape(layer: nn.Module, dim: int) -> LayerShape:
         feedforward=kind,
         num_experts=experts,
         top_k=top_k,
-        norm="rmsnorm" if "RMS" in type(norm).__name__ else "layernorm",
+        norm="rmsnorm" if "RMS" in type(layer.attention_norm).__name__ else "layernorm",
         rotary_dim=int(getattr(getattr(attention, "rotary", None), "rotary_dim", 0) or 0),
-        fused_attention=type(mechanism).__name__ == "ScaledDotProduct" and mechanism.backend == "sdpa",
+        sdpa=type(mechanism).__name__ == "ScaledDotProduct" and mechanism.backend == "sdpa",
+        attention_dropout=float(getattr(mechanism, "dropout", 0.0) or 0.0) > 0,
         causal=bool(getattr(attention, "causal", True)),
+        cross_attention=getattr(layer, "cross_attention", None) is not None,
         dropouts=dropouts,
         matmul_params=params + expert_params * top_k // max(experts, 1),
     )

@@ -1,36 +1,56 @@
-"""The planner: every valid layout for a spec on a cluster, priced, the ones that fit ranked by step time.
+"""The planner: every valid layout for a spec on a cluster, the ones that fit ranked by step time.
 
-A layout is a choice of tensor, context, pipeline, data and expert parallel sizes, ZeRO stage,
-pipeline schedule and virtual stages, micro-batch size and recomputation. Sizes must divide what
-they split (heads, kv heads, the feedforward width, experts, the sequence, the global batch) and
-every stage needs a layer. Sequence parallel is on whenever tensor parallel is (it saves activation
-memory for the same communication). Context parallel is tried for sequences of 8192 tokens and more,
-where it is the tool; ZeRO-2/3 are tried without a pipeline, where FSDP's per-micro-batch gathers do
-not multiply by the pipeline's micro-batches. On a mixed cluster, a pipeline without data parallel
-gets ``device_weights`` per stage and a data-parallel layout without a pipeline per rank, from each
-device's achievable rate, as Whale balances work over heterogeneous GPUs.
+A layout is a choice of tensor, context, pipeline, data and expert parallel sizes and ZeRO stage,
+then of what choices.py enumerates (micro-batch size and count, pipeline schedule and virtual stages,
+recomputation). Sizes must divide what they split (heads, kv heads, the feedforward width, experts,
+the sequence, the global batch) and every stage needs a layer. Sequence parallel is on whenever
+tensor parallel is (it saves activation memory for the same communication). Context parallel is
+tried for sequences of 8192 tokens and more, where it is the tool; ZeRO-2/3 are tried without a
+pipeline, where FSDP's per-micro-batch gathers do not multiply by the pipeline's micro-batches. On a
+mixed cluster, a pipeline without data parallel gets ``device_weights`` per stage and a data-parallel
+layout without a pipeline per rank, from each device's achievable rate, as Whale balances work over
+heterogeneous GPUs.
+
+Every layout is considered; bounds decide which are priced in full:
+
+- **memory**: a choice of sizes whose parameters, gradients and optimizer state alone, under the
+  most sharding its ZeRO stages offer, overflow a device fits with no micro-batch size, schedule or
+  recomputation; and a micro-batch that does not fit rules out the larger ones of the same ZeRO
+  stage, schedule and recomputation (activations only grow with it).
+- **time**: a choice of sizes takes at least its slowest-on-average pipeline rank's work for the
+  whole batch (compute, element-wise traffic and tensor- and context-parallel communication at one
+  micro-batch, no recomputation, no bubble, no data-parallel traffic). Sizes are priced in the order
+  of that bound, and once it exceeds ``KEEP_WITHIN`` times the fastest step found, no later layout
+  can be listed: the search stops.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.config import ParallelConfig
+from brickwork.parallel.planner.choices import ALL_OPEN, candidates, divisors
 from brickwork.parallel.planner.devices import Cluster
-from brickwork.parallel.planner.estimate import Plan, check_layout, estimate_layout
-from brickwork.parallel.planner.layout import Layout, planned_config
+from brickwork.parallel.planner.estimate import (
+    Plan,
+    check_layout,
+    chosen_values,
+    estimate_layout,
+    layer_costs,
+    links_of,
+    representative_ranks,
+)
+from brickwork.parallel.planner.layout import Layout, planned_config, stage_placement
+from brickwork.parallel.planner.memory import stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import ModelFacts
+from brickwork.parallel.planner.step_time import stage_cost
 
-MICRO_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-RECOMPUTE = ("none", "selective", "full")
-VIRTUAL_STAGES = (2, 4, 8)
 LONG_SEQUENCE = 8192
-
-
-def divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+# plan() lists the layouts that fit within this factor of the fastest step; slower ones are bounded out.
+KEEP_WITHIN = 1.5
 
 
 def _weights(cluster: Cluster, config: ParallelConfig, precision: str) -> tuple[float, ...] | None:
@@ -44,11 +64,9 @@ def _weights(cluster: Cluster, config: ParallelConfig, precision: str) -> tuple[
         config.pipeline_parallel_size,
     )
     if p > 1 and d == 1:
-        size = t * cp
-        groups = [cluster.devices[s * size : (s + 1) * size] for s in range(p)]
+        groups = [cluster.devices[s * t * cp : (s + 1) * t * cp] for s in range(p)]
     elif p == 1 and d > 1:
-        size = t * cp
-        groups = [cluster.devices[r * size : (r + 1) * size] for r in range(d)]
+        groups = [cluster.devices[r * t * cp : (r + 1) * t * cp] for r in range(d)]
     else:
         return None
     rates = [min(dev.rate(precision) for dev in group) for group in groups]
@@ -56,15 +74,12 @@ def _weights(cluster: Cluster, config: ParallelConfig, precision: str) -> tuple[
     return tuple(round(r / top, 4) for r in rates)
 
 
-def candidate_layouts(
-    facts: ModelFacts, cluster: Cluster, global_batch: int, seq_len: int, options: dict[str, Any]
-) -> Iterator[Layout]:
-    """Every layout of the search space that passes the divisibility rules."""
+def size_configs(
+    facts: ModelFacts, cluster: Cluster, global_batch: int, seq_len: int, step: dict[str, Any]
+) -> Iterator[list[ParallelConfig]]:
+    """For each choice of sizes that passes the divisibility rules, its configs, one per ZeRO stage."""
     world = cluster.world_size
     shape = facts.layers[0]
-    precision, optimizer = options["precision"], options["optimizer"]
-    fixed_accum = options.get("grad_accum_steps")
-    fused_norms = all(device.triton_kernels for device in cluster.devices)
     for t in divisors(world):
         if shape.num_heads % t or shape.num_kv_heads % t or shape.hidden_dim % t:
             continue
@@ -72,109 +87,136 @@ def candidate_layouts(
             if cp > 1 and (seq_len < LONG_SEQUENCE or seq_len % cp):
                 continue
             for p in divisors(world // (t * cp)):
-                if p > facts.num_layers:
-                    continue
                 d = world // (t * cp * p)
-                if global_batch % d:
+                if p > facts.num_layers or global_batch % d:
                     continue
                 experts = [1]
                 if shape.feedforward == "moe" and p == 1 and cp == 1:
                     experts = [e for e in divisors(d) if shape.num_experts % e == 0]
                 for ep in experts:
-                    yield from _layouts_for_sizes(
-                        facts, t, cp, p, d, ep, global_batch, (precision, optimizer, fused_norms), fixed_accum
-                    )
-
-
-def _layouts_for_sizes(
-    facts: ModelFacts,
-    t: int,
-    cp: int,
-    p: int,
-    d: int,
-    ep: int,
-    global_batch: int,
-    step_options: tuple[str, str, bool],
-    fixed_accum: int | None,
-) -> Iterator[Layout]:
-    precision, optimizer, fused_norms = step_options
-    rows = global_batch // d
-    zero_stages = (0,) if d == 1 else (0, 1, 2, 3) if p == 1 else (0, 1)
-    for b in MICRO_BATCH_SIZES:
-        if rows % b:
-            continue
-        m = rows // b
-        if p == 1 and fixed_accum is not None and m != fixed_accum:
-            continue
-        schedules: list[tuple[str, int]] = [("1f1b", 1)]
-        if p > 1:
-            if m < p:
-                continue
-            schedules = [("1f1b", 1), ("gpipe", 1)]
-            schedules += [
-                ("interleaved_1f1b", v) for v in VIRTUAL_STAGES if facts.num_layers >= p * v and m % p == 0
-            ]
-        for zero in zero_stages:
-            for schedule, v in schedules:
-                for recompute in RECOMPUTE:
-                    config = planned_config(
-                        dict(
-                            data_parallel_size=d,
-                            tensor_parallel_size=t,
-                            pipeline_parallel_size=p,
-                            context_parallel_size=cp,
-                            expert_parallel_size=ep,
-                            sequence_parallel=t > 1,
-                            zero_stage=zero,
-                            activation_checkpointing=recompute,
-                            num_microbatches=m if p > 1 else None,
-                            pipeline_schedule=schedule,
-                            virtual_pipeline_size=v,
+                    fsdp = p == 1 and step["implementation"].fsdp
+                    zero_stages = (0,) if d == 1 else (0, 1, 2, 3) if fsdp else (0, 1)
+                    configs = []
+                    for zero in zero_stages:
+                        config = planned_config(
+                            dict(
+                                data_parallel_size=d,
+                                tensor_parallel_size=t,
+                                pipeline_parallel_size=p,
+                                context_parallel_size=cp,
+                                expert_parallel_size=ep,
+                                sequence_parallel=t > 1 and step["implementation"].sequence_parallel,
+                                zero_stage=zero,
+                            )
                         )
-                    )
-                    yield Layout(config, b, 1 if p > 1 else m, precision, optimizer, fused_norms)
+                        weights = _weights(cluster, config, step["precision"])
+                        configs.append(
+                            dataclasses.replace(config, device_weights=weights) if weights else config
+                        )
+                    yield configs
 
 
 def search(
-    facts: ModelFacts, cluster: Cluster, global_batch: int, seq_len: int, options: dict[str, Any]
+    facts: ModelFacts,
+    cluster: Cluster,
+    global_batch: int,
+    seq_len: int,
+    step: dict[str, Any],
+    grad_accum_steps: int | None = None,
 ) -> tuple[list[Plan], list[Plan]]:
-    """(the layouts that fit, best first, each runner-up saying why it lost; those that do not fit)."""
-    feasible, infeasible = [], []
-    for layout in candidate_layouts(facts, cluster, global_batch, seq_len, options):
-        weights = _weights(cluster, layout.config, layout.precision)
-        if weights is not None:
-            layout = Layout(
-                _with(layout.config, device_weights=weights),
-                layout.micro_batch_size,
-                layout.grad_accum_steps,
-                layout.precision,
-                layout.optimizer,
-                layout.fused_norms,
-            )
+    """(the layouts that fit, best first, each runner-up saying why it lost; those priced that do not)."""
+    world = cluster.world_size
+    ranked: list[tuple[float, list[ParallelConfig]]] = []
+    spilled: list[list[ParallelConfig]] = []  # sizes whose state alone overflows a device
+    for configs in size_configs(facts, cluster, global_batch, seq_len, step):
+        probe = Layout(configs[-1], 1, 1, **step)
         try:
-            check_layout(facts, layout, cluster.world_size, seq_len)
+            check_layout(facts, probe, world, seq_len)
         except ConfigError:
             continue
-        plan = estimate_layout(facts, cluster, layout, global_batch, seq_len)
-        (feasible if plan.fits else infeasible).append(plan)
+        if _state_overflows(facts, cluster, probe, seq_len):
+            spilled.append(configs)
+            continue
+        ranked.append((_time_bound(facts, cluster, probe, global_batch, seq_len), configs))
+    ranked.sort(key=lambda item: item[0])
+    feasible: list[Plan] = []
+    infeasible: list[Plan] = []
+    fastest = float("inf")
+    for bound, configs in ranked:
+        if bound > KEEP_WITHIN * fastest:
+            break
+        for config in configs:
+            for plan in _price(facts, cluster, config, global_batch, seq_len, step, grad_accum_steps):
+                (feasible if plan.fits else infeasible).append(plan)
+                if plan.fits:
+                    fastest = min(fastest, plan.step_time_s)
+    if not feasible and spilled:  # say how close the sizes the bound ruled out come
+        for configs in spilled:
+            infeasible += _price(facts, cluster, configs[-1], global_batch, seq_len, step, grad_accum_steps)
+    feasible = [p for p in feasible if p.step_time_s <= KEEP_WITHIN * fastest]
     feasible.sort(key=lambda p: (p.step_time_s, p.memory_bytes))
     if feasible:
         best = feasible[0]
-        feasible = [best] + [_with_reason(p, best) for p in feasible[1:]]
+        feasible = [best] + [dataclasses.replace(p, lost_because=why_slower(p, best)) for p in feasible[1:]]
     infeasible.sort(key=lambda p: p.memory_bytes / p.device_memory_bytes)
     return feasible, infeasible
 
 
-def _with(config: ParallelConfig, **changes: Any) -> ParallelConfig:
-    import dataclasses
+def _price(
+    facts: ModelFacts,
+    cluster: Cluster,
+    config: ParallelConfig,
+    global_batch: int,
+    seq_len: int,
+    step: dict[str, Any],
+    grad_accum_steps: int | None,
+) -> Iterator[Plan]:
+    """Every candidate of ``config`` priced, but micro-batches larger than one that did not fit with
+    the same schedule and recomputation."""
+    rows = global_batch // config.data_parallel_size
+    too_big: dict[tuple, int] = {}
+    layouts = candidates(config, ALL_OPEN, rows, facts.num_layers, step, None, grad_accum_steps)
+    for layout in sorted(layouts, key=lambda layout: layout.micro_batch_size):
+        c = layout.config
+        family = (c.pipeline_schedule, c.virtual_pipeline_size, c.activation_checkpointing)
+        if family in too_big and layout.micro_batch_size > too_big[family]:
+            continue
+        plan = estimate_layout(facts, cluster, layout, global_batch, seq_len)
+        if not plan.fits:
+            too_big[family] = min(too_big.get(family, layout.micro_batch_size), layout.micro_batch_size)
+        yield dataclasses.replace(plan, chosen=chosen_values(plan, ALL_OPEN))
 
-    return dataclasses.replace(config, **changes)
+
+def _state_overflows(facts: ModelFacts, cluster: Cluster, layout: Layout, seq_len: int) -> bool:
+    """Whether the parameters, gradients and optimizer state of some pipeline rank, under ``layout``'s
+    ZeRO stage (the most sharding of its sizes), exceed the smallest device."""
+    c = layout.config
+    placement = stage_placement(facts, c, layer_costs(facts, seq_len))
+    capacity = min(d.memory_bytes - d.reserved_bytes for d in cluster.devices)
+    for rank in representative_ranks(facts, placement):
+        state = state_bytes(facts, stage_groups(facts, placement, rank), layout)
+        if state.parameters + state.gradients + state.optimizer > capacity:
+            return True
+    return False
 
 
-def _with_reason(plan: Plan, best: Plan) -> Plan:
-    import dataclasses
-
-    return dataclasses.replace(plan, lost_because=why_slower(plan, best))
+def _time_bound(
+    facts: ModelFacts, cluster: Cluster, layout: Layout, global_batch: int, seq_len: int
+) -> float:
+    """A lower bound on the step time of every layout with ``layout``'s sizes: the pipeline ranks'
+    mean work for the whole batch of this rank at once (no recomputation, bubble or data-parallel
+    traffic), on the fastest device."""
+    c = dataclasses.replace(layout.config, activation_checkpointing="none")
+    rows = global_batch // c.data_parallel_size
+    bound = dataclasses.replace(layout, config=c, micro_batch_size=rows)
+    placement = stage_placement(facts, c, layer_costs(facts, seq_len))
+    device = max(cluster.devices, key=lambda d: (d.rate(layout.precision), d.memory_bandwidth))
+    links = links_of(cluster, c)
+    p = c.pipeline_parallel_size
+    total = 0.0
+    for rank in range(p):
+        total += stage_cost(facts, bound, placement, rank, seq_len, rows, device, links).total
+    return total / p
 
 
 def why_slower(plan: Plan, best: Plan) -> str:

@@ -5,22 +5,31 @@ and the pipeline bubble.
   device's achievable rate, plus the element-wise work (norms, activations, softmax, dropout, residual
   adds), which is bound by memory bandwidth: each pass reads and writes about the bytes of the
   layer's whole activation set (activations.py), ``2 × that × passes`` over the device's bandwidth
-  (selective recomputation is a fourth pass of it), and a fixed launch cost per layer and micro-batch.
+  (selective recomputation is a fourth pass of it, plus the matmuls whose outputs it does not keep;
+  one that recomputes only the attention core redoes its matmuls instead), the loss's pass over the
+  logits on the last stage, and a fixed
+  launch cost per layer and micro-batch.
 - **Tensor parallel** (Megatron): per layer and micro-batch, 2 all-reduces of ``b·s·h`` in forward and 2
   in backward (sequence parallel turns each into an all-gather plus a reduce-scatter of the same
   time), 2 more with full recomputation; the vocab-parallel embedding and the head's input gradient
-  one each. Not overlapped with compute.
+  one each; an all-gather per norm in backward where sequence parallel keeps the norm outputs split.
+  Not overlapped with compute in brickwork; an implementation that overlaps them shows only what
+  outlasts the stage's matmuls.
 - **Context parallel**: per layer, an all-gather of the keys and values in forward (again when
   recomputed) and a reduce-scatter of their gradients in backward.
 - **Expert parallel**: per MoE layer, 4 all-to-alls (dispatch and combine, forward and backward) of the
   routed rows that leave the rank, ``(ep - 1) / ep`` of them under balanced routing.
 - **Pipeline**: each micro-batch sends its boundary activation forward and its gradient back, per
   stage boundary (v times as often when interleaved), on the critical path.
-- **Data parallel**: the gradients are all-reduced once per step (ZeRO 0 and 1; ZeRO-1 then
+- **Data parallel**: the fp32 gradients are all-reduced once per step (ZeRO 0 and 1; ZeRO-1 then
   all-gathers the updated parameters) or reduce-scattered (ZeRO 2 and 3, which also all-gather the
   parameters for every micro-batch: once under ZeRO-2, for forward and backward under ZeRO-3,
-  prefetched under compute). Without a pipeline DDP overlaps its reduction with the last
-  micro-batch's backward; after a pipeline's flush nothing is left to overlap.
+  prefetched under compute). DDP's reduction runs bucket by bucket under the last micro-batch's
+  backward, which hides as much of it as that backward lasts; FSDP's reduce-scatter is counted
+  whole. With the master weights in the
+  optimizer, ZeRO-1 reduce-scatters the gradients and all-gathers the updated 16-bit parameters
+  under the next step's first forward (Megatron-LM's ``--overlap-grad-reduce`` and
+  ``--overlap-param-gather``); brickwork's ZeRO-1 all-gathers its fp32 parameters after the step.
 - **Bubble**: with stage times ``t_s`` per micro-batch and ``m`` micro-batches, GPipe and 1F1B take
   ``(m - 1)·max(t_s) + Σ t_s`` (``(m + p - 1)·t`` for equal stages, a bubble of ``(p - 1)/m`` of the
   ideal); interleaved 1F1B with ``v`` chunks shrinks the fill and drain v-fold.
@@ -47,6 +56,7 @@ ELEMENTWISE_TRAFFIC = 2.0
 LAUNCH_SECONDS = 100 * 5e-6
 # Host <-> device copies under cpu_offload (PCIe 4 x16, what a copy engine reaches).
 OFFLOAD_BANDWIDTH = 25e9
+FP32 = 4
 
 
 @dataclass(frozen=True)
@@ -127,10 +137,13 @@ def microbatch_volumes(
     recompute = c.activation_checkpointing == "full"
     boundary = tokens / cp * facts.dim_model * act
     out = {"tp all-reduce": 0.0, "cp all-gather": 0.0, "ep all-to-all": 0.0, "pp send": 0.0}
+    # Split norm outputs are all-gathered again in backward: half an all-reduce each.
+    regathers = c.sequence_parallel and not layout.implementation.gathered_norm_outputs
     for i in placement.layers(rank):
         shape = facts.layers[i]
         if t > 1:
             out["tp all-reduce"] += (6 if recompute else 4) * boundary
+            out["tp all-reduce"] += (shape.attentions + 1) * boundary / 2 if regathers else 0.0
         if cp > 1:
             kv = 2 * shape.num_kv_heads * shape.dim_head / t * tokens * act
             out["cp all-gather"] += (3 if recompute else 2) * kv
@@ -161,52 +174,79 @@ def stage_cost(
     c = layout.config
     t, cp = c.tensor_parallel_size, c.context_parallel_size
     tokens = rows * seq_len  # of the micro-batch; this rank computes its 1/cp of them
-    recompute = c.activation_checkpointing == "full"
+    mode = c.activation_checkpointing
+    # Selective recomputation redoes the element-wise work (a fourth pass of it), or where it keeps
+    # all but the attention core, that core's matmuls.
+    core_only = layout.implementation.selective == "attention_core"
+    elementwise_passes = 3.0 if mode == "none" or (mode == "selective" and core_only) else 4.0
     flops = recompute_flops = traffic = 0.0
     rate = device.rate(layout.precision)
     for i in placement.layers(rank):
         shape = facts.layers[i]
-        f = layer_flops(shape, seq_len).executed * tokens / (t * cp)
-        flops += f * passes(c.activation_checkpointing)
-        recompute_flops += f if recompute else 0.0
+        f = layer_flops(shape, seq_len)
+        share = tokens / (t * cp)
+        flops += f.executed * share * passes(mode)
+        if mode == "full":
+            recompute_flops += f.executed * share
+        elif mode == "selective" and core_only:
+            recompute_flops += f.attention_executed * share
+        elif mode == "selective" and layout.implementation.selective == "alternate_matmuls":
+            recompute_flops += f.matmul / 2 * share  # the matmuls whose outputs it does not keep
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
-        # Selective recomputation redoes the element-wise work only: a fourth pass of it.
-        elementwise_passes = 3.0 if c.activation_checkpointing == "none" else 4.0
         traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes
+    flops += recompute_flops if mode == "selective" else 0.0
     launches = LAUNCH_SECONDS * len(placement.layers(rank))
     if placement.holds_last(rank):
-        flops += 3 * head_flops(facts) * tokens / (t * cp)
+        flops += 3 * head_flops(facts, seq_len) * tokens / (t * cp)
+        traffic += head_traffic(facts, layout, tokens / cp)
     volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
     elementwise = traffic / device.memory_bandwidth
-    recomputed = recompute_flops / rate + (elementwise / 4 if c.activation_checkpointing != "none" else 0.0)
+    recomputed = recompute_flops / rate + (elementwise / 4 if elementwise_passes == 4.0 else 0.0)
+    tensor_parallel = _all_reduce(volumes["tp all-reduce"], t, links.tp)
+    if layout.implementation.overlaps_tensor_parallel:
+        tensor_parallel = max(0.0, tensor_parallel - flops / rate)
     return StageCost(
         flops / rate + elementwise + launches,
         recomputed,
-        _all_reduce(volumes["tp all-reduce"], t, links.tp),
+        tensor_parallel,
         _gather(volumes["cp all-gather"], cp, links.cp),
         volumes["ep all-to-all"] / links.ep,
         volumes["pp send"] / links.pp,
     )
 
 
+def head_traffic(facts: ModelFacts, layout: Layout, tokens: float) -> float:
+    """Bytes the loss moves per micro-batch of ``tokens`` tokens on the last stage: it writes the
+    logits and their fp32 log-probabilities, then reads them back and writes the logits' gradient
+    (chunk by chunk under the fused head loss, the same bytes); nothing for a pooled classifier."""
+    if facts.pooled_head:
+        return 0.0
+    t = layout.config.tensor_parallel_size
+    columns = facts.head_vocab / t if facts.head_split else facts.head_vocab
+    return 2 * tokens * columns * (layout.activation_bytes + FP32)
+
+
 def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
     """Bytes of the data-parallel collectives per step (the benchmark's convention): DDP all-reduces
-    the gradients (ZeRO-1 then all-gathers the updated parameters); FSDP all-gathers the parameters
-    for every micro-batch (twice under ZeRO-3) and reduce-scatters the gradients once."""
+    the fp32 gradients (ZeRO-1 then all-gathers the updated parameters; with the master weights in the
+    optimizer it reduce-scatters the gradients and all-gathers the 16-bit parameters); FSDP all-gathers
+    the parameters for every micro-batch (twice under ZeRO-3) and reduce-scatters the gradients once."""
     c = layout.config
     out = {"dp all-reduce": 0.0, "dp all-gather": 0.0, "dp reduce-scatter": 0.0}
     if c.data_parallel_size == 1:
         return out
-    grads = local_parameters * layout.master_bytes
-    if c.zero_stage <= 1:
+    grads = local_parameters * 4
+    if c.zero_stage == 1 and layout.implementation.master_weights == "optimizer":
+        out["dp reduce-scatter"] = grads
+        out["dp all-gather"] = local_parameters * layout.parameter_bytes
+    elif c.zero_stage <= 1:
         out["dp all-reduce"] = grads
         if c.zero_stage == 1:
-            out["dp all-gather"] = local_parameters * layout.master_bytes
-        return out
-    compute_bytes = 4 if layout.precision == "fp32" else 2
-    gathers = 1 if c.zero_stage == 2 else 2
-    out["dp all-gather"] = gathers * local_parameters * compute_bytes * layout.microbatches
-    out["dp reduce-scatter"] = grads
+            out["dp all-gather"] = local_parameters * layout.parameter_bytes
+    else:
+        gathers = 1 if c.zero_stage == 2 else 2
+        out["dp all-gather"] = gathers * local_parameters * layout.activation_bytes * layout.microbatches
+        out["dp reduce-scatter"] = grads
     return out
 
 
@@ -215,18 +255,20 @@ def data_parallel_seconds(
 ) -> tuple[float, float]:
     """(exposed data-parallel seconds per step, exposed ZeRO-2/3 gather seconds per step)."""
     c = layout.config
-    d, p = c.data_parallel_size, c.pipeline_parallel_size
+    d = c.data_parallel_size
     volumes = step_volumes(layout, local_parameters)
+    backward, forward = compute_per_microbatch * 2 / 3, compute_per_microbatch / 3
+    reduce = _all_reduce(volumes["dp all-reduce"], d, links.dp) + _gather(
+        volumes["dp reduce-scatter"], d, links.dp
+    )
     if c.zero_stage <= 1:
-        reduce = _all_reduce(volumes["dp all-reduce"], d, links.dp) + _gather(
-            volumes["dp all-gather"], d, links.dp
-        )
-        # Without a pipeline DDP reduces buckets while the last micro-batch's backward runs (2/3 of it).
-        overlap = compute_per_microbatch * 2 / 3 if p == 1 else 0.0
-        return max(0.0, reduce - overlap), 0.0
-    reduce = _gather(volumes["dp reduce-scatter"], d, links.dp)
+        exposed = max(0.0, reduce - backward)  # buckets reduce under the last micro-batch's backward
+        gather = _gather(volumes["dp all-gather"], d, links.dp)
+        hidden = forward if layout.implementation.master_weights == "optimizer" else 0.0
+        return exposed + max(0.0, gather - hidden), 0.0
     per_microbatch = _gather(volumes["dp all-gather"], d, links.dp) / layout.microbatches
-    # Prefetched: each micro-batch's gathers hide under its compute.
+    # Prefetched: each micro-batch's gathers hide under its compute; the reduce-scatter is counted
+    # whole, which also stands for FSDP's many per-layer collectives at large data-parallel sizes.
     return reduce, max(0.0, per_microbatch - compute_per_microbatch) * layout.microbatches
 
 
@@ -243,4 +285,4 @@ def offload_seconds(layout: Layout, local_parameters: int) -> float:
     if not layout.config.cpu_offload:
         return 0.0
     d = layout.config.data_parallel_size
-    return 2 * local_parameters / d * layout.master_bytes / OFFLOAD_BANDWIDTH
+    return 2 * local_parameters / d * 4 / OFFLOAD_BANDWIDTH

@@ -43,4 +43,4 @@ def test_the_peak_is_the_data_sheets_at_the_precision_of_the_matmuls() -> None:
     assert h100.peak_flops("fp32") == 67e12
     for precision in ("bf16", "bf16-mixed", "fp16"):
         assert h100.peak_flops(precision) == 989e12
-    assert h100.rate("bf16") == pytest.approx(989e12 * 0.55)
+    assert h100.rate("bf16") == pytest.approx(989e12 * 0.50)  # fitted to published runs (docs)

@@ -19,7 +19,7 @@ def predicted(spec: dict, dist: dict, world: int) -> list[dict[str, int]]:
     facts = model_facts(spec)
     config = ParallelConfig.from_dict(dist, world_size=world)
     rows = BATCH // config.data_parallel_size // config.microbatches
-    layout = Layout(config, rows, precision="fp32", optimizer="adamw", fused_norms=False)
+    layout = Layout(config, rows, precision="fp32", optimizer="adamw", gpu_kernels=False)
     costs = [layer_flops(shape, SEQ).executed for shape in facts.layers]
     placement = stage_placement(facts, config, costs)
     out = []

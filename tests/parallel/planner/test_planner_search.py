@@ -74,10 +74,10 @@ def test_mixed_clusters_weight_stages_by_speed() -> None:
     cluster = [{"preset": "H100-80GB"}, {"preset": "A100-80GB", "node": 1}]
     spec = {**gpt_spec(layers=8), "dim_model": 1024}
     spec["decoder"]["block"]["feedforward"]["hidden_dim"] = 4096
-    plans = plan(spec, cluster, global_batch=32, seq_len=32)
+    plans = plan(spec, cluster, global_batch=512, seq_len=32)  # compute enough for dp2 to be near the best
     pipelines = [p for p in plans if p.dist["pipeline_parallel_size"] == 2]
     weights = pipelines[0].dist["device_weights"]
-    assert weights[0] == 1.0 and weights[1] == pytest.approx(312 * 0.6 / (989 * 0.55), rel=1e-3)
+    assert weights[0] == 1.0 and weights[1] == pytest.approx(312 * 0.6 / (989 * 0.50), rel=1e-3)
     rows = [p for p in plans if p.dist["data_parallel_size"] == 2]
     assert rows[0].dist["device_weights"] == weights  # rows per data-parallel rank, by the same speeds
 

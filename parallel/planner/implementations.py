@@ -1,0 +1,105 @@
+"""How a training implementation keeps its state and activations and hides its communication: the
+few ways the published runs the planner is checked against differ from brickwork's own step.
+
+The planner prices brickwork (``"brickwork"``). A published run is priced as the software that ran it
+did its work, so that what is compared with it is the device and the layout, not the software:
+
+- ``"megatron"``: Megatron-LM as its H100 scaling runs used it (README, "Performance Benchmarking":
+  ``--overlap-grad-reduce``, ``--overlap-param-gather``, ``--tp-comm-overlap``), with the
+  distributed optimizer and sequence parallel as Korthikanti et al. 2022 (arXiv 2205.05198,
+  sections 4.2.2 and 5) write it; Meta's Llama 3 training keeps its master weights the same way;
+- ``"deepspeed"``: Megatron-DeepSpeed as BLOOM ran it (bigscience-workshop/bigscience,
+  train/tr11-176B-ml/README.md);
+- ``"torchtitan"``: torchtitan as its published Llama 3 benchmarks ran
+  (benchmarks/llama3_h100_202412_torchtitan.md);
+- ``"plain"``: a plain loop such as nanoGPT's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brickwork.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """What differs between implementations of one layout.
+
+    - ``master_weights``: ``"parameters"``: the parameters are the fp32 master weights, 16-bit compute
+      copies come from autocast or FSDP's gathers, and DDP keeps its buckets beside the gradients
+      (ZeRO-1 all-reduces the gradients, then all-gathers fp32 parameters after the step).
+      ``"optimizer"``: 16-bit parameters, fp32 gradients accumulated in one buffer the reduction works
+      on in place, the fp32 master copy in the optimizer beside its moments, split evenly under ZeRO-1
+      (the gradients reduce-scattered, the 16-bit parameters all-gathered under the next forward).
+    - ``gathered_norm_outputs``: under sequence parallel the column-parallel projections keep their
+      all-gathered input (the norm's output) whole; False: it stays split over the sequence and is
+      gathered again in backward (Korthikanti et al. 4.2.2).
+    - ``selective``: what selective recomputation keeps. ``"matmuls"``: the outputs of every matmul
+      and of attention, recomputing the element-wise work (brickwork,
+      parallel/activation_checkpointing.py); ``"alternate_matmuls"``: attention's output and every
+      other matmul's, recomputing the rest (torchtitan's per-op policy); ``"attention_core"``:
+      everything but the attention core (Korthikanti et al. 5), which with a fused attention kernel
+      that keeps no scores saves next to nothing; None: there is none, only full recomputation.
+    - ``overlaps_tensor_parallel``: tensor-parallel collectives run under the matmuls they feed, and
+      only what outlasts those matmuls shows.
+    - ``fused_head_loss``: a decoder LM's loss, where its head is whole on the rank, is a chunked
+      fused linear + cross-entropy that never holds the logits (brickwork's causal-LM step);
+      False: the loss takes the whole logits.
+    - ``half_gradients``: backward writes 16-bit gradients that are added into the fp32 buffer after
+      each micro-batch, so both exist at the end of a backward (DeepSpeed's BF16_Optimizer).
+    - ``fsdp``: ZeRO-2 and -3 exist (FSDP); without them a layout shards at most the optimizer.
+    - ``sequence_parallel``: sequence parallel exists (the planner turns it on with tensor parallel).
+    """
+
+    master_weights: str = "parameters"
+    gathered_norm_outputs: bool = True
+    selective: str | None = "matmuls"
+    overlaps_tensor_parallel: bool = False
+    fused_head_loss: bool = True
+    half_gradients: bool = False
+    fsdp: bool = True
+    sequence_parallel: bool = True
+
+
+IMPLEMENTATIONS: dict[str, Implementation] = {
+    "brickwork": Implementation(),
+    "megatron": Implementation(
+        master_weights="optimizer",
+        gathered_norm_outputs=False,
+        selective="attention_core",
+        overlaps_tensor_parallel=True,
+        fused_head_loss=False,
+        fsdp=False,
+    ),
+    # Megatron-DeepSpeed as BLOOM ran it (2022): Megatron's layers without sequence parallel,
+    # selective recomputation or overlapped tensor-parallel traffic; DeepSpeed's BF16_Optimizer.
+    "deepspeed": Implementation(
+        master_weights="optimizer",
+        selective=None,
+        fused_head_loss=False,
+        half_gradients=True,
+        fsdp=False,
+        sequence_parallel=False,
+    ),
+    # A plain training loop (nanoGPT's): fp32 weights under autocast, the loss over the whole logits.
+    "plain": Implementation(fused_head_loss=False),
+    # Built from the same torch pieces as brickwork (FSDP2, DTensor tensor and sequence parallel,
+    # selective checkpointing by op); its loss takes the whole logits.
+    "torchtitan": Implementation(selective="alternate_matmuls", fused_head_loss=False),
+}
+
+
+def implementation(name: str, precision: str) -> Implementation:
+    """The implementation called ``name``; ConfigError for an unknown one, or for 16-bit parameters
+    at fp32."""
+    if name not in IMPLEMENTATIONS:
+        raise ConfigError("unknown implementation", "implementation", choices=IMPLEMENTATIONS, got=name)
+    chosen = IMPLEMENTATIONS[name]
+    if chosen.master_weights == "optimizer" and precision == "fp32":
+        raise ConfigError(
+            f"{name} keeps 16-bit parameters with fp32 master weights in the optimizer: it needs a 16-bit "
+            "precision (bf16-mixed, bf16 or fp16)",
+            "implementation",
+        )
+    return chosen
