@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from brickwork.checks import check_choice
 from brickwork.errors import ConfigError
+from brickwork.extras import missing_package
 from brickwork.train.precision import PRECISIONS
 from brickwork.train.trackers import ALWAYS, TRACKERS
 
@@ -128,7 +129,7 @@ class TrainConfig:
         for name in names:
             package = TRACKERS[name].package if name != ALWAYS else None
             if package is not None and importlib.util.find_spec(package) is None:
-                raise ConfigError(f"{name} is not installed: pip install {package}", "log_to")
+                raise ConfigError(missing_package(package, f"log_to {name}"), "log_to")
 
 
 def _check(ok: bool, name: str, message: str, got: object) -> None:

@@ -23,6 +23,7 @@ from brickwork.checkpoint import complete_checkpoints, latest_checkpoint
 from brickwork.data.sources import TextData
 from brickwork.data.task_batches import TaskBatches, image_batches, text_batches
 from brickwork.errors import ConfigError
+from brickwork.extras import missing_package
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import ParallelConfig, full_state_dict, parallel_state, parallelize
@@ -265,7 +266,7 @@ def _train(
     records = log.read()
     plotted = plot_losses(records, run_dir / "loss.png", title)
     if not plotted:
-        say("no loss.png: drawing it needs matplotlib (pip install 'brickwork[bench]')")
+        say(f"no loss.png: {missing_package('matplotlib', 'drawing it')}")
     first = next((r["val_loss"] for r in records if r.get("val_loss") is not None), math.nan)
     sample = _sample(sample_model, cfg, text) if sample_model is not None else ""
     result = RunResult(run_dir, first, final, time.perf_counter() - started, sample)

@@ -72,7 +72,10 @@ def test_rerunning_a_config_yaml_with_one_step_works_and_names_only_what_it_wrot
     out = capsys.readouterr().out
     final = next(line for line in out.splitlines() if line.startswith("validation loss"))
     assert final.endswith("metrics and checkpoints in short") and "loss.png" not in final
-    assert "no loss.png: drawing it needs matplotlib" in out
+    assert (
+        "no loss.png: drawing it needs the matplotlib package, which is not installed: "
+        "pip install 'brickwork[plot]'" in out
+    )
     assert not (tmp_path / "short" / "loss.png").exists()
 
 
