@@ -77,15 +77,16 @@ def test_an_end_of_sequence_id_finishes_its_row_as_in_hf(family: str) -> None:
     hf, plain, ours = models(family)
     ids, mask = left_padded(prompts())
     free = plain.generate(ids, NEW, attention_mask=mask)
-    eos = int(free[0, ids.shape[1] + 2])  # row 0 ends at its third new token (others maybe sooner)
+    eos = int(free[0, ids.shape[1] + 2])  # row 0 ends by its third new token (others maybe sooner)
     options = dict(attention_mask=mask, max_new_tokens=NEW, do_sample=False, eos_token_id=eos, pad_token_id=0)
     with torch.no_grad():
         ref = hf.generate(ids, **options)
     assert torch.equal(ours.generate(ids, **options), ref)
     got = plain.generate(ids, NEW, attention_mask=mask, eos_token_id=eos, pad_token_id=0)
     assert torch.equal(got, ref)
-    start = ids.shape[1]
-    assert got[0, start + 2] == eos and (got[0, start + 3 :] == 0).all()  # then padding
+    new = got[0, ids.shape[1] :]
+    first = int((new == eos).nonzero()[0])  # by its third token, then padding
+    assert first <= 2 and (new[first + 1 :] == 0).all()
 
 
 def test_hf_sampling_and_logits_processors_run_on_the_brickwork_class() -> None:
