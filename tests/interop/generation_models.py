@@ -13,4 +13,5 @@ from torch import nn
 GENERATION_MODELS: dict[str, Callable[[], nn.Module]] = {
     "gpt2": functools.partial(hf_model, "gpt2", seed=9),
     "llama": functools.partial(hf_model, "llama", seed=9),
+    "gpt_neox": functools.partial(hf_model, "gpt_neox", seed=9),
 }
