@@ -1,10 +1,11 @@
 """HF's KV cache behind brickwork's attention.
 
-brickwork's attention keeps one :class:`~brickwork.components.attention.KVCache` per layer and asks it
-two things: ``length`` (the cached positions) and ``update(k, v)`` (append, return all); cross-attention
-also reads ``keys``/``values``. HF's ``Cache`` (``DynamicCache``, which ``generate`` makes) holds the
-same ``[B, Hkv, T, D]`` tensors per layer, so each layer of it is seen through :class:`CacheLayer`
-and HF's own cache does the keeping: beam reordering, cropping, offloading are its.
+brickwork's self-attention keeps one :class:`~brickwork.components.attention.KVCache` per layer and
+asks it two things: ``length`` (the cached positions) and ``update(k, v)`` (append, return all). HF's
+``Cache`` (``DynamicCache``, which ``generate`` makes) holds the same ``[B, Hkv, T, D]`` tensors per
+layer, so each layer of it is seen through :class:`CacheLayer` and HF's own cache does the keeping:
+beam reordering, cropping, offloading are its. (A seq2seq decoder's cross-attention keeps nothing
+there: it projects the encoder output again each step.)
 """
 
 from __future__ import annotations
