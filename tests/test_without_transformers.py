@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent(
     try:
         import brickwork.hf
     except ModuleNotFoundError as err:
-        assert err.name == "transformers", err
+        assert err.name == "transformers" and "pip install 'brickwork[hf]'" in str(err), err
     else:
         raise AssertionError("brickwork.hf imported without transformers")
     print("ok")

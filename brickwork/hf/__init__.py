@@ -11,8 +11,16 @@ or the HF class's) loads with ``from_pretrained``, without remote code. Plain br
 
 from __future__ import annotations
 
-import transformers
 from torch import nn
+
+from brickwork.extras import missing_package
+
+try:
+    import transformers
+except ModuleNotFoundError as err:
+    if err.name != "transformers":
+        raise
+    raise ModuleNotFoundError(missing_package("transformers", "brickwork.hf"), name="transformers") from None
 
 from brickwork.checkpoint.hf_folder import MODEL_TYPE
 from brickwork.factory.hf.brickwork_folder import head_class_name
