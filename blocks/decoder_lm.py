@@ -109,6 +109,7 @@ class DecoderLM(nn.Module):
         position_ids: torch.Tensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         ignore_index: int = IGNORE_INDEX,
+        return_logits: bool | None = None,
         **loss_kwargs: torch.Tensor,
     ) -> torch.Tensor | LossOutput:
         """input_ids [B, T] -> logits [B, T, vocab]. With ``cache``, the ids continue the cached ones.
@@ -122,7 +123,9 @@ class DecoderLM(nn.Module):
         scored; the model shifts them, so position t is scored against label t + 1) it returns a
         :class:`~brickwork.blocks.output.LossOutput`: ``loss`` the mean over the scored labels (over
         ``num_items_in_batch`` when given, as HF's Trainer does for exact gradient accumulation),
-        ``loss_sum`` and ``count``, and the logits in eval mode only: the loss comes from
+        ``loss_sum`` and ``count``, and the logits in eval mode only (``return_logits`` True or False
+        decides instead: a loop that reads only the loss, as training's evaluation does, spares the
+        [B, T, vocab] logits with False): the loss comes from
         ``fused_linear_cross_entropy``, which reads the final hidden states and the head weight chunk
         by chunk, so while training the whole logits and their gradient exist only where they fit one
         chunk. HF's
@@ -144,7 +147,8 @@ class DecoderLM(nn.Module):
             return self.lm_head(hidden)
         loss_sum, count = self._head_loss(hidden, targets, ignore_index)
         # Evaluation reads predictions (HF's compute_metrics); only training is spared the logits.
-        logits = None if self.training else self.lm_head(hidden)
+        wanted = not self.training if return_logits is None else return_logits
+        logits = self.lm_head(hidden) if wanted else None
         return LossOutput(mean_loss(loss_sum, count, num_items_in_batch), logits, loss_sum, count)
 
     def _head_loss(

@@ -101,7 +101,14 @@ class CausalLM(Task):
         # num_items_in_batch=1 makes out.loss the summed loss itself (x / 1 is exact): the tensor under
         # the output's "loss" key, on which FSDP2 hooks the re-gathering of the weights for backward.
         targets = batch[self.target_key]
-        out = model(**inputs, shift_labels=targets, num_items_in_batch=1, ignore_index=IGNORE_INDEX)
+        # No logits, in evaluation too: only the loss is read, and [B, T, vocab] would outgrow the step.
+        out = model(
+            **inputs,
+            shift_labels=targets,
+            num_items_in_batch=1,
+            ignore_index=IGNORE_INDEX,
+            return_logits=False,
+        )
         return out.loss, out.count
 
 

@@ -139,3 +139,23 @@ class _Logits(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.inner(input_ids, attention_mask)
+
+
+def test_evaluation_through_the_task_never_makes_the_logits() -> None:
+    """In eval mode a DecoderLM given labels returns its logits (HF's compute_metrics reads them), but
+    the task reads only the loss and asks for none: [B, T, vocab] would outgrow a training step."""
+    model = _model().eval()
+    batch = _batch(model.lm_head.out_features)
+    calls = []
+    model.lm_head.register_forward_hook(lambda *_: calls.append(1))
+    with torch.no_grad():
+        assert model(batch["input_ids"], labels=batch["labels"]).logits is not None
+        assert len(calls) == 1
+        loss_sum, count = _causal_lm(model, batch)
+    assert len(calls) == 1  # the task's call made none
+    logits = model(batch["input_ids"]).detach()
+    targets = _targets(batch["labels"])
+    scored = targets != -100
+    want = -torch.log_softmax(logits, -1)[scored].gather(-1, targets[scored].unsqueeze(-1)).sum()
+    torch.testing.assert_close(loss_sum, want, rtol=1e-12, atol=1e-10)
+    assert count.item() == scored.sum().item()
