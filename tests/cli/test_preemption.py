@@ -1,7 +1,8 @@
 """A scheduler's stop loses nothing: SIGTERM or SIGUSR1, sent to a real ``brickwork train`` process (or to
 torchrun, which forwards it), stops every rank after the same step with a checkpoint, one line and
 status 128 + the signal; ``--resume`` then draws the uninterrupted run's curve. Ctrl-C stops at once
-as before, and a run it stopped before any checkpoint continues from step 0."""
+as before (under torchrun too, where a terminal's Ctrl-C reaches every rank), and a run it stopped
+before any checkpoint continues from step 0."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ QUICK = [*SMALL, "decoder.num_layers=1", "train.sample_tokens=0", "train.eval_in
 
 # The signals are blocked from the start, in every thread (threads inherit the mask), so one sent early
 # stays pending; rank 0 lets it through at the step RECEIVE_AT_STEP names, and the loop's own handler
-# receives it there. Other ranks never let it through: only rank 0 ever sees the stop.
+# receives it there. Other ranks never let it through: only rank 0 ever sees the stop (unless
+# EVERY_RANK_RECEIVES: a Ctrl-C in a terminal reaches the whole process group).
 SIGNAL_AT_STEP = textwrap.dedent(
     """
     import os, signal, sys, time
@@ -34,7 +36,8 @@ SIGNAL_AT_STEP = textwrap.dedent(
     from brickwork.cli import main
     from brickwork.train.step import TrainStep
 
-    at = int(os.environ["RECEIVE_AT_STEP"]) if os.environ.get("RANK", "0") == "0" else 0
+    every_rank = os.environ.get("EVERY_RANK_RECEIVES") == "1"
+    at = int(os.environ["RECEIVE_AT_STEP"]) if every_rank or os.environ.get("RANK", "0") == "0" else 0
     call, calls = TrainStep.__call__, []
 
     def step(self, batch):
@@ -73,16 +76,18 @@ def reference(workdir: Path) -> list[tuple]:
 
 
 def signalled_run(
-    tmp_path: Path, args: list[str], signum: int, at_step: int, torchrun: bool = False
+    tmp_path: Path, args: list[str], signum: int, at_step: int, torchrun: bool = False, group: bool = False
 ) -> subprocess.CompletedProcess:
     """Run ``brickwork ARGS`` in ``tmp_path``, send ``signum`` to it (to torchrun, which forwards it,
-    when ``torchrun``) once it is in step ``at_step``, and wait for it to end."""
+    when ``torchrun``; to its whole process group, every rank included, when ``group``, as a terminal's
+    Ctrl-C does) once it is in step ``at_step``, and wait for it to end."""
     script = tmp_path / "signal_at_step.py"
     script.write_text(SIGNAL_AT_STEP)
     launcher = [sys.executable]
     if torchrun:
         launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "RECEIVE_AT_STEP": str(at_step)}
+    env["EVERY_RANK_RECEIVES"] = "1" if group else "0"
     child = subprocess.Popen(
         [*launcher, str(script), *args],
         cwd=tmp_path,
@@ -90,13 +95,17 @@ def signalled_run(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=group,
     )
     try:
         lines = []
         for line in child.stdout:
             lines.append(line)
             if line.startswith(f"waiting for a signal at step {at_step}"):
-                child.send_signal(signum)
+                if group:
+                    os.killpg(child.pid, signum)
+                else:
+                    child.send_signal(signum)
                 break
         out, err = child.communicate(timeout=240)
     finally:
@@ -181,6 +190,28 @@ def test_under_torchrun_a_forwarded_sigterm_stops_every_rank_after_the_same_step
     assert "resuming run from step 4 of 6" in resumed.stdout
     # The same records as the run never stopped, to float32 rounding: two processes sum in another
     # order than the one that drew the reference.
+    got = curve(run)
+    assert [[v is None for v in r] for r in got] == [[v is None for v in r] for r in reference]
+    for a, b in zip(got, reference):
+        known = [v for v in b if v is not None]
+        assert [v for v in a if v is not None] == pytest.approx(known, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_under_torchrun_ctrl_c_stops_every_rank_at_once_and_resume_continues(
+    reference, tmp_path: Path
+) -> None:
+    args = ["train", *QUICK, "train.out_dir=run", "dist.data_parallel_size=2"]
+    stopped = signalled_run(tmp_path, args, signal.SIGINT, at_step=5, torchrun=True, group=True)
+    assert stopped.returncode != 0
+    assert "brickwork train: interrupted" in stopped.stderr, stopped.stderr
+    run = tmp_path / "run"
+    assert [step for step, _ in complete_checkpoints(run)] == [3]  # step 5 never finished
+    resumed = run_cli(["train", "--resume", "run"], tmp_path, nproc=2)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming run from step 3 of 6" in resumed.stdout
     got = curve(run)
     assert [[v is None for v in r] for r in got] == [[v is None for v in r] for r in reference]
     for a, b in zip(got, reference):
