@@ -14,4 +14,8 @@ GENERATION_MODELS: dict[str, Callable[[], nn.Module]] = {
     "gpt2": functools.partial(hf_model, "gpt2", seed=9),
     "llama": functools.partial(hf_model, "llama", seed=9),
     "gpt_neox": functools.partial(hf_model, "gpt_neox", seed=9),
+    "mistral": functools.partial(hf_model, "mistral", seed=9),
+    "qwen2": functools.partial(hf_model, "qwen2", seed=9),
+    "qwen3": functools.partial(hf_model, "qwen3", seed=9),
+    "mixtral": functools.partial(hf_model, "mixtral", seed=9),
 }
