@@ -15,7 +15,7 @@ from brickwork.memory import format_bytes
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.choices import candidates, check_rows, divisors, open_choices, step_fields
 from brickwork.parallel.planner.devices import DEVICE_PRESETS, Cluster, Device, device_from, parse_cluster
-from brickwork.parallel.planner.estimate import Plan, best_plan
+from brickwork.parallel.planner.estimate import Plan, best_plan, check_sequence
 from brickwork.parallel.planner.layout import planned_config
 from brickwork.parallel.planner.model_facts import ModelFacts, model_facts
 from brickwork.parallel.planner.search import search
@@ -58,6 +58,7 @@ def plan(
     _check_sizes(global_batch, seq_len)
     facts, machines = _facts(spec), parse_cluster(cluster)
     step = step_fields(machines, precision, optimizer, implementation)
+    check_sequence(facts, seq_len)
     feasible, infeasible = search(facts, machines, global_batch, seq_len, step, grad_accum_steps)
     if feasible:
         return feasible

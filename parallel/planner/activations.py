@@ -24,7 +24,13 @@ width, ``a`` heads of size ``d``, ``k`` kv heads, ``f`` the feedforward width, `
   come from the encoder's output (kept once per stage and micro-batch, memory.py);
 - the feedforward's hidden activations: ``2f / t`` for an MLP (up projection and activation
   outputs), ``4f / t`` for a GLU (gate, up, activated gate, product);
-- a 1-byte mask per element for each dropout with p > 0.
+- a mask per element for each dropout with p > 0 (after an attention's output projection, of the
+  width; on the feedforward's hidden activation, of ``f / t``): 1 byte on a GPU, where it is a
+  boolean, an activation's bytes on a CPU, where torch keeps it in the activation's dtype.
+
+The first stage also keeps the embedding's: its norm's input and statistics, its dropout's mask, and
+in a post-norm model the layers' input (a pre-norm model's first norm keeps it). The last stage's
+head is :func:`head_activation_bytes`.
 
 Under context parallel each rank keeps its ``s / c`` tokens plus the all-gathered keys and values.
 ``full`` recomputation keeps only each layer's input; ``selective`` keeps the outputs of the matmuls
@@ -39,6 +45,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from brickwork.kernels.linear_cross_entropy import default_chunk_size
 from brickwork.parallel.planner.layout import Layout
 from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
 
@@ -105,7 +112,8 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
     hidden = {"mlp": 2, "glu": 4, "moe": 2 * shape.top_k}[shape.feedforward] * f / t * act
     if shape.feedforward == "moe":
         hidden += shape.top_k * h * act + shape.num_experts * FP32  # routed copies, router probabilities
-    masks = shape.dropouts * h * rep
+    mask = 1 if layout.gpu_kernels else act
+    masks = shape.residual_dropouts * h * rep * mask + (f / t * mask if shape.hidden_dropout else 0.0)
     everything = norm_inputs + norm_outputs + qkv + attention + hidden + masks
     # Rotary's cos and sin tables for the positions of this micro-batch: per position, not per row.
     everything += 2 * seq_len / cp * shape.rotary_dim * act / tokens
@@ -133,6 +141,19 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
         math.ceil(layer_input * tokens),
         math.ceil(everything * tokens),
     )
+
+
+@lru_cache(maxsize=4096)
+def embedding_activation_bytes(facts: ModelFacts, layout: Layout, seq_len: int, rows: int) -> int:
+    """What the first stage keeps of the embedding for a micro-batch (the module docstring)."""
+    c = layout.config
+    rep = 1 / c.tensor_parallel_size if c.sequence_parallel else 1.0
+    act, h = layout.activation_bytes, facts.dim_model
+    norm = facts.layers[0].norm
+    per_token = _norm_saved(norm, layout.gpu_kernels, h, act) * rep if facts.embedding_norm else 0.0
+    per_token += h * rep * (1 if layout.gpu_kernels else act) if facts.embedding_dropout else 0.0
+    per_token += h * rep * act if facts.layers[0].post_norm else 0.0
+    return math.ceil(per_token * rows * seq_len / c.context_parallel_size)
 
 
 def _norm_saved(norm: str, fused: bool, h: int, act: int) -> float:
@@ -169,13 +190,14 @@ def head_activation_bytes(facts: ModelFacts, layout: Layout, seq_len: int, rows:
         multiple = t * c.vocab_multiple
         vocab = math.ceil(vocab / multiple) * multiple
     local_vocab = math.ceil(vocab / t) if facts.head_split else vocab
-    norm = _norm_saved(facts.layers[-1].norm, layout.gpu_kernels, h, act) * rep
+    # The final norm's input and statistics, and its output, which the head keeps as its input.
+    norm = (_norm_saved(facts.layers[-1].norm, layout.gpu_kernels, h, act) * rep + h * act) * facts.final_norm
     dense = max(facts.head_params - facts.head_vocab * h, 0) / (h * h) * (3 * h * act + 2 * FP32)
-    if fuses_head_loss(facts, layout):
-        saved = norm + h * act + dense
+    if fuses_head_loss(facts, layout, rows * seq_len):
+        saved = norm + h * act + dense  # the hidden states' gradient
         transient = 0.0
     else:
-        saved = norm + h * act + dense + local_vocab * FP32
+        saved = norm + dense + local_vocab * FP32
         transient = local_vocab * (act + FP32)
     return ActivationBytes(
         math.ceil(saved * tokens),
@@ -185,9 +207,14 @@ def head_activation_bytes(facts: ModelFacts, layout: Layout, seq_len: int, rows:
     )
 
 
-def fuses_head_loss(facts: ModelFacts, layout: Layout) -> bool:
-    """Whether the loss is brickwork's chunked fused head: a decoder LM whose head weight is whole on
-    the rank (no tensor parallel) and part of the model the step calls (no pipeline)."""
+def fuses_head_loss(facts: ModelFacts, layout: Layout, tokens: int) -> bool:
+    """Whether the loss over ``tokens`` tokens is brickwork's chunked fused head: a decoder LM whose
+    head weight is whole on the rank (no tensor parallel) and part of the model the step calls (no
+    pipeline), unless its torch path (a CPU) takes the plain loss, as it does for fp32 logits that fit
+    one chunk (kernels/linear_cross_entropy.py)."""
     c = layout.config
     whole = c.tensor_parallel_size == 1 and c.pipeline_parallel_size == 1
-    return facts.fuses_head_loss and whole and layout.implementation.fused_head_loss
+    if not (facts.fuses_head_loss and whole and layout.implementation.fused_head_loss):
+        return False
+    plain = not layout.gpu_kernels and layout.precision == "fp32"
+    return not (plain and default_chunk_size(tokens, facts.head_vocab) >= tokens)

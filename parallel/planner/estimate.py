@@ -157,14 +157,22 @@ def check_layout(facts: ModelFacts, layout: Layout, world_size: int, seq_len: in
             raise ConfigError("expert_parallel_size > 1 needs mixture-of-experts feedforwards")
     if seq_len % cp:
         raise ConfigError(f"context_parallel_size={cp} does not divide seq_len={seq_len}")
-    if facts.fixed_seq_len is not None and seq_len != facts.fixed_seq_len:
-        raise ConfigError(
-            f"an image encoder's sequence is its {facts.fixed_seq_len} tokens, got seq_len={seq_len}"
-        )
-    if facts.max_seq_len is not None and seq_len > facts.max_seq_len:
-        raise ConfigError(f"seq_len={seq_len} is beyond the model's max_seq_len={facts.max_seq_len}")
+    check_sequence(facts, seq_len)
     if facts.num_layers < c.num_stages:
         raise ConfigError(f"{facts.num_layers} layers cannot fill {c.num_stages} pipeline stages")
+
+
+def check_sequence(facts: ModelFacts, seq_len: int) -> None:
+    """ConfigError when the model cannot take sequences of ``seq_len`` tokens."""
+    if facts.fixed_seq_len is not None and seq_len != facts.fixed_seq_len:
+        raise ConfigError(
+            f"an image encoder's sequence is its {facts.fixed_seq_len} tokens, got seq_len={seq_len}",
+            "seq_len",
+        )
+    if facts.max_seq_len is not None and seq_len > facts.max_seq_len:
+        raise ConfigError(
+            f"seq_len={seq_len} is beyond the model's max_seq_len={facts.max_seq_len}", "seq_len"
+        )
 
 
 def estimate_layout(

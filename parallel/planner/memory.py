@@ -7,8 +7,11 @@
   tensor; with the master weights in the optimizer (layout.py), 16-bit parameters, fp32 gradients,
   and an fp32 master copy beside the states, which ZeRO-1 splits evenly over a flat buffer.
 - **gradient copies**: a second copy of the gradients: DDP's buckets (brickwork keeps
-  ``gradient_as_bucket_view`` off), or the 16-bit gradients an implementation adds into its fp32
-  buffer after each backward; a reduction that works on the fp32 buffer in place has none.
+  ``gradient_as_bucket_view`` off); under ZeRO-2/3 with several micro-batches, FSDP's whole
+  gradients, accumulated without reduction until the last micro-batch
+  (``set_requires_gradient_sync(False)``, parallel/state.py); or the 16-bit gradients an
+  implementation adds into its fp32 buffer after each backward. A reduction that works on the fp32
+  buffer in place has none.
 - **compute weights**: the 16-bit weights the matmuls read: autocast's copy of every weight (cached
   from its first use in a forward until the step's backward has used it), FSDP's gathered layers
   (every layer from its forward to its backward under ZeRO-2, two at a time under ZeRO-3); none
@@ -32,6 +35,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from brickwork.parallel.planner.activations import (
+    embedding_activation_bytes,
     fuses_head_loss,
     head_activation_bytes,
     layer_activation_bytes,
@@ -183,6 +187,21 @@ def state_bytes(facts: ModelFacts, groups: tuple[int | str, ...], layout: Layout
     return StateBytes(params, grads, optimizer, full, largest)
 
 
+def microbatch_saved(
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
+) -> tuple[int, int]:
+    """(bytes one micro-batch of ``rows`` rows keeps for backward in pipeline rank ``rank``'s layers,
+    the encoder output its decoder layers read included; those its head keeps)."""
+    layers = placement.layers(rank)
+    saved = sum(layer_activation_bytes(facts.layers[i], layout, seq_len, rows).saved for i in layers)
+    if facts.decoder_start is not None and any(i >= facts.decoder_start for i in layers):
+        saved += layer_activation_bytes(facts.layers[layers[0]], layout, seq_len, rows).boundary
+    if placement.holds_first(rank):
+        saved += embedding_activation_bytes(facts, layout, seq_len, rows)
+    head = head_activation_bytes(facts, layout, seq_len, rows).saved if placement.holds_last(rank) else 0
+    return saved, head
+
+
 def rank_memory(
     facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
 ) -> MemoryBreakdown:
@@ -198,20 +217,17 @@ def rank_memory(
     # Each in-flight micro-batch keeps what its chunk saved; with v chunks a rank's in-flight count
     # is counted in chunk-micro-batches (interleaved_1f1b's warm-up), each holding one chunk's layers.
     in_flight = in_flight_chunks(layout, rank)
-    stage_saved = sum(a.saved for a in per_layer)
-    if facts.decoder_start is not None and any(i >= facts.decoder_start for i in layers):
-        stage_saved += per_layer[0].boundary  # the encoder's output, which every decoder layer reads
+    stage_saved, head_saved = microbatch_saved(facts, layout, placement, rank, seq_len, rows)
     if c.virtual_pipeline_size > 1:
         activations = int(stage_saved * chunk_layers / max(len(layers), 1) * in_flight)
     else:
         activations = stage_saved * in_flight
-    if head is not None:
-        activations += head.saved * min(in_flight, layout.microbatches)
+    activations += head_saved * min(in_flight, layout.microbatches)
     recomputed = biggest.recomputed if biggest is not None else 0
     transients = 2 * biggest.boundary if biggest is not None else 0
     if head is not None:
         transients += head.recomputed
-        if fuses_head_loss(facts, layout):
+        if fuses_head_loss(facts, layout, rows * seq_len):
             transients += facts.head_vocab * facts.dim_model * 4  # the fp32 head weight's gradient
     compute_bytes = layout.activation_bytes
     dp = c.data_parallel_size
@@ -229,6 +245,8 @@ def rank_memory(
         compute_weights = state.local_parameters * 2  # autocast's 16-bit copy of each weight
     if c.zero_stage <= 1 and dp > 1 and layout.implementation.master_weights == "parameters":
         copies = state.gradients
+    elif c.zero_stage >= 2 and dp > 1 and layout.microbatches > 1:
+        copies = state.local_parameters * 4  # whole gradients, accumulated until the last reduce-scatter
     elif layout.implementation.half_gradients:
         copies = state.local_parameters * 2
     allowance = int(FRAGMENTATION * (activations + recomputed + transients + compute_weights))

@@ -80,7 +80,9 @@ class LayerShape:
     attention_dropout: bool  # dropout on the attention probabilities (SDPA on a CPU then keeps the scores)
     causal: bool
     cross_attention: bool  # an encoder-decoder's decoder layer: it also attends to the encoder's output
-    dropouts: int  # dropouts with p > 0 on the residual path (each keeps a 1-byte mask per element)
+    residual_dropouts: int  # attention output dropouts with p > 0 (each keeps a mask of the width)
+    hidden_dropout: bool  # dropout on the feedforward's hidden activation (a mask of its width)
+    post_norm: bool  # the norms follow the residual adds (post-norm): the layer's input is kept apart
     matmul_params: int  # parameters that take part in a matmul for every token (experts: top_k of them)
 
     @property
@@ -94,7 +96,9 @@ class ModelFacts:
     """A spec's weights and layer shapes. ``weights`` holds each tied parameter once.
 
     ``kind`` is the spec's ``model``; ``decoder_start`` the index of an encoder-decoder's first decoder
-    layer; ``head_params`` the matmul weights of the head (LM, masked-LM or classifier head);
+    layer; the embedding has a norm (``embedding_norm``) and a dropout (``embedding_dropout``), the
+    layers a final norm (``final_norm``); ``head_params`` the matmul weights of the head (LM,
+    masked-LM or classifier head);
     ``head_vocab`` the columns of its output (the vocabulary, or the classes), split by tensor
     parallel when ``head_split``; an image encoder's head reads one token per image
     (``pooled_head``) and its sequence is its ``fixed_seq_len`` patches.
@@ -112,6 +116,9 @@ class ModelFacts:
     head_split: bool = False
     pooled_head: bool = False
     fixed_seq_len: int | None = None
+    embedding_norm: bool = False
+    embedding_dropout: bool = False
+    final_norm: bool = True
 
     @cached_property
     def uniform_layers(self) -> bool:
@@ -218,7 +225,14 @@ def _read(model: nn.Module) -> ModelFacts:
         head_split=split,
         pooled_head=image,
         fixed_seq_len=fixed,
+        embedding_norm=_has_weights(getattr(model, "embedding_norm", None)),
+        embedding_dropout=_drops(getattr(model, "dropout", None)),
+        final_norm=any(_has_weights(getattr(model, n, None)) for n in ("final_norm", "decoder_final_norm")),
     )
+
+
+def _has_weights(module: nn.Module | None) -> bool:
+    return module is not None and any(True for _ in module.parameters())
 
 
 def _layer_shape(layer: nn.Module) -> LayerShape:
@@ -236,9 +250,7 @@ def _layer_shape(layer: nn.Module) -> LayerShape:
     top_k = int(getattr(feedforward, "top_k", 1))
     params = sum(p.numel() for n, p in layer.named_parameters() if p.dim() >= 2 and ".experts." not in n)
     expert_params = sum(p.numel() for n, p in layer.named_parameters() if ".experts." in n)
-    dropouts = sum(
-        1 for m in (getattr(attention, "dropout", None), getattr(feedforward, "dropout", None)) if _drops(m)
-    )
+    attentions = [attention, getattr(layer, "cross_attention", None)]
     mechanism = getattr(attention, "mechanism", None)
     return LayerShape(
         dim_model=dim,
@@ -254,8 +266,10 @@ def _layer_shape(layer: nn.Module) -> LayerShape:
         sdpa=type(mechanism).__name__ == "ScaledDotProduct" and mechanism.backend == "sdpa",
         attention_dropout=float(getattr(mechanism, "dropout", 0.0) or 0.0) > 0,
         causal=bool(getattr(attention, "causal", True)),
-        cross_attention=getattr(layer, "cross_attention", None) is not None,
-        dropouts=dropouts,
+        cross_attention=attentions[1] is not None,
+        residual_dropouts=sum(_drops(getattr(a, "dropout", None)) for a in attentions if a is not None),
+        hidden_dropout=_drops(getattr(feedforward, "dropout", None)),
+        post_norm=type(layer.residual).__name__ == "PostNormResidual",
         matmul_params=params + expert_params * top_k // max(experts, 1),
     )
 

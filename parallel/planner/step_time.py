@@ -26,7 +26,7 @@ and the pipeline bubble.
   parameters for every micro-batch: once under ZeRO-2, for forward and backward under ZeRO-3,
   prefetched under compute). DDP's reduction runs bucket by bucket under the last micro-batch's
   backward, which hides as much of it as that backward lasts; FSDP's reduce-scatter is counted
-  whole. With the master weights in the
+  whole (see ``data_parallel_seconds``). With the master weights in the
   optimizer, ZeRO-1 reduce-scatters the gradients and all-gathers the updated 16-bit parameters
   under the next step's first forward (Megatron-LM's ``--overlap-grad-reduce`` and
   ``--overlap-param-gather``); brickwork's ZeRO-1 all-gathers its fp32 parameters after the step.
@@ -267,8 +267,10 @@ def data_parallel_seconds(
         hidden = forward if layout.implementation.master_weights == "optimizer" else 0.0
         return exposed + max(0.0, gather - hidden), 0.0
     per_microbatch = _gather(volumes["dp all-gather"], d, links.dp) / layout.microbatches
-    # Prefetched: each micro-batch's gathers hide under its compute; the reduce-scatter is counted
-    # whole, which also stands for FSDP's many per-layer collectives at large data-parallel sizes.
+    # Prefetched: each micro-batch's gathers hide under its compute. The reduce-scatter is counted
+    # whole: a stand-in for FSDP's costs at scale the model leaves out (its per-layer collectives
+    # over many nodes, their contention with compute), without which ZeRO-3 would beat Table 1's
+    # layouts that Narayanan et al. measured ahead of it.
     return reduce, max(0.0, per_microbatch - compute_per_microbatch) * layout.microbatches
 
 

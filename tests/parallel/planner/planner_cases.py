@@ -37,6 +37,46 @@ def llama_spec(layers: int = 2, vocab: int = 131) -> dict[str, Any]:
     return spec
 
 
+def bert_spec(layers: int = 2, vocab: int = 128) -> dict[str, Any]:
+    """A BERT-like encoder with its masked-LM head, post-norm, dropout 0.1 (attention dropout too)."""
+    spec = copy.deepcopy(get_preset("bert-base"))
+    spec.update(vocab_size=vocab, dim_model=64, max_seq_len=SEQ)
+    spec["encoder"]["num_layers"] = layers
+    spec["encoder"]["block"]["attention"]["num_heads"] = 4
+    spec["encoder"]["block"]["feedforward"]["hidden_dim"] = 256
+    return spec
+
+
+def t5_spec(layers: int = 2, vocab: int = 128) -> dict[str, Any]:
+    """A T5-like encoder-decoder: rotary, RMSNorm, ReLU MLPs, tied head, feedforward dropout 0.1."""
+    spec = copy.deepcopy(get_preset("t5-small"))
+    spec.update(vocab_size=vocab, dim_model=64, max_seq_len=SEQ)
+    for stack in ("encoder", "decoder"):
+        spec[stack]["num_layers"] = layers
+        block = spec[stack]["block"]
+        for attention in ("attention", "cross_attention"):
+            if attention in block:
+                block[attention]["num_heads"] = 4
+        block["feedforward"]["hidden_dim"] = 256
+    return spec
+
+
+TASKS = {"decoder_lm": "causal_lm", "encoder": "masked_lm", "encoder_decoder": "seq2seq"}
+
+
+def batch_for(spec: dict[str, Any], ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One batch of ``spec``'s task from the token ids ``ids`` [B, T]: labels are the ids (every
+    position scored; a masked LM's one in four), a seq2seq target is the ids reversed."""
+    if spec["model"] == "encoder":
+        labels = ids.clone()
+        labels[:, 1::4] = -100
+        return {"input_ids": ids, "labels": labels}
+    if spec["model"] == "encoder_decoder":
+        target = ids.flip(-1)
+        return {"input_ids": ids, "decoder_input_ids": target, "labels": target}
+    return {"input_ids": ids, "labels": ids}
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
@@ -73,12 +113,12 @@ def _pointer(t: torch.Tensor) -> int | None:
 
 
 def measure_step(spec: dict[str, Any], dist: dict[str, Any]) -> dict[str, int]:
-    """On each rank: one AdamW step under ``dist``; the state bytes after it, and the activation bytes
-    the forward saved (the whole step's micro-batch, layers and loss)."""
+    """On each rank: one AdamW step of ``spec``'s task under ``dist``; the state bytes after it, and
+    the activation bytes the forward saved (the whole step's micro-batch, layers and loss)."""
     torch.manual_seed(0)
     model = parallelize(build_model(spec), dist)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    step = TrainStep(model, optimizer, "causal_lm")
+    step = TrainStep(model, optimizer, TASKS[spec["model"]])
     dp = parallel_state(model).mesh["dp"]
     ids = torch.randint(0, spec["vocab_size"], (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
     rows = BATCH // dp.size()
@@ -93,7 +133,7 @@ def measure_step(spec: dict[str, Any], dist: dict[str, Any]) -> dict[str, int]:
 
     hook = register_optimizer_step_pre_hook(read_gradients)
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
-        step({"input_ids": ids, "labels": ids})
+        step(batch_for(spec, ids))
     hook.remove()
     inner = [o for o in stepped.values() if not hasattr(o, "optim")] or [optimizer]
     states = [v for o in inner for s in o.state.values() for v in s.values() if torch.is_tensor(v)]

@@ -4,13 +4,12 @@ bytes exactly, saved activations (autograd's saved-tensor hooks) within 10%."""
 from __future__ import annotations
 
 import pytest
-from planner_cases import BATCH, SEQ, gpt_spec, llama_spec, measure_steps
+from planner_cases import BATCH, SEQ, bert_spec, gpt_spec, llama_spec, measure_steps, t5_spec
 
 from brickwork.parallel import ParallelConfig, spawn
-from brickwork.parallel.planner.activations import head_activation_bytes, layer_activation_bytes
-from brickwork.parallel.planner.flops import layer_flops
+from brickwork.parallel.planner.estimate import layer_costs
 from brickwork.parallel.planner.layout import Layout, stage_placement
-from brickwork.parallel.planner.memory import stage_groups, state_bytes
+from brickwork.parallel.planner.memory import microbatch_saved, stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import model_facts
 
 
@@ -20,22 +19,17 @@ def predicted(spec: dict, dist: dict, world: int) -> list[dict[str, int]]:
     config = ParallelConfig.from_dict(dist, world_size=world)
     rows = BATCH // config.data_parallel_size // config.microbatches
     layout = Layout(config, rows, precision="fp32", optimizer="adamw", gpu_kernels=False)
-    costs = [layer_flops(shape, SEQ).executed for shape in facts.layers]
-    placement = stage_placement(facts, config, costs)
+    placement = stage_placement(facts, config, layer_costs(facts, SEQ))
     out = []
     for stage in range(config.pipeline_parallel_size):
         state = state_bytes(facts, stage_groups(facts, placement, stage), layout)
-        activations = sum(
-            layer_activation_bytes(facts.layers[i], layout, SEQ, rows).saved for i in placement.layers(stage)
-        )
-        if placement.holds_last(stage):
-            activations += head_activation_bytes(facts, layout, SEQ, rows).saved
+        layers, head = microbatch_saved(facts, layout, placement, stage, SEQ, rows)
         out.append(
             {
                 "parameters": state.parameters,
                 "gradients": state.gradients,
                 "optimizer": state.optimizer,
-                "activations": activations,
+                "activations": layers + head,
             }
         )
     return out
@@ -65,6 +59,13 @@ def test_one_process_matches_the_model() -> None:
     check(cases, 1)
 
 
+def test_encoders_and_encoder_decoders_match_the_model() -> None:
+    """A BERT-like encoder (its masked-LM head; attention dropout, which on a CPU sends SDPA to its
+    math backend, keeping the probabilities, the dropout mask and the dropped probabilities) and a
+    T5-like encoder-decoder (cross-attention, the encoder output every decoder layer reads)."""
+    check([(bert_spec(), {}, True), (t5_spec(), {}, True)], 1)
+
+
 LAYOUTS = [
     {"tensor_parallel_size": 2},
     {"tensor_parallel_size": 2, "sequence_parallel": True},
@@ -83,7 +84,10 @@ def test_two_process_layouts_match_the_model(make_spec) -> None:
 
 
 @pytest.mark.distributed
-def test_a_pipeline_stage_holds_its_layers_and_a_copy_of_the_tied_head() -> None:
+def test_a_pipeline_stage_holds_its_layers_and_the_copies_of_shared_weights() -> None:
     # Saved activations of a pipeline step are not one micro-batch's (1F1B interleaves them): the
     # in-flight counts are measured by benchmarks/parallel_pipeline.py; here the state only.
-    check([(gpt_spec(layers=3), {"pipeline_parallel_size": 2, "num_microbatches": 2}, False)], 2)
+    pipeline = {"pipeline_parallel_size": 2, "num_microbatches": 2}
+    # The encoder-decoder's second stage starts its decoder: it holds a copy of the shared embedding
+    # and the encoder's final norm, and its tied head uses that copy.
+    check([(gpt_spec(layers=3), pipeline, False), (t5_spec(), pipeline, False)], 2)

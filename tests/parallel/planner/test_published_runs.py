@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from published_runs import RUNS, Run, predict
 
 from brickwork.parallel.planner import Plan, estimate, model_facts, plan
 
@@ -142,3 +143,66 @@ def markdown_table() -> str:
 
 if __name__ == "__main__":
     print(markdown_table())
+
+
+# The runs of published_runs.py (H100, H200 and A100 runs from Megatron-LM, the Llama 3 paper,
+# torchtitan, this project and BLOOM). Where the planner misses a target, the run is named here
+# with the reason, and a strict xfail asserts that it still misses (docs/parallel.md discusses each).
+RATE_MISSES = {
+    # Only full recomputation fits the published layout by the model (Megatron-LM's activations
+    # under sequence parallel), which Meta's 43% MFU rules out: Meta kept less than the model counts.
+    "Llama 3 405B, 8192 GPUs": "-24%: the model needs full recomputation to fit this layout",
+    "Llama 3 405B, 16384 GPUs": "-26%: the model needs full recomputation to fit this layout",
+    # The model exposes FSDP's gradient reduce-scatter, which torchtitan hides under backward.
+    "Llama 3.1 8B FSDP 128, compiled": "-20%: FSDP's reduce-scatter counted whole over 16 nodes",
+}
+PICK_MISSES = {
+    "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation",
+    "Llama 3 405B, 16384 GPUs": "context parallel 4 without recomputation",
+    "Llama 3.1 8B FSDP 128, compiled": "tp2 pp2 dp32 without FSDP's exposed reduce-scatter",
+    "Llama 3.1 8B FSDP 128, eager": "tp2 pp2 dp32 without FSDP's exposed reduce-scatter",
+    "Llama 3.1 8B FSDP 8 TP 8, compiled": "an async-TP benchmark: TP 8 on an 8B model is not for speed",
+    "Llama 3.1 70B FSDP 32 TP 8, compiled": "a pipeline with context parallel, which torchtitan did not try",
+    "BLOOM 176B": "a 24-stage pipeline that needs no recomputation",
+}
+QUICK = {"GPT 7.1B", "Llama 3.1 8B FSDP 8, compiled", "brickwork gpt2, compiled"}
+
+
+def _cases(names: set[str] | None = None, quick: bool | None = None) -> list:
+    runs = [r for r in RUNS if names is None or r.name in names]
+    return [
+        pytest.param(r, id=r.name, marks=() if r.name in QUICK else pytest.mark.slow)
+        for r in runs
+        if quick is None or (r.name in QUICK) == quick
+    ]
+
+
+@pytest.mark.parametrize("run", _cases())
+def test_a_published_run(run: Run) -> None:
+    """The published layout fits by the model, memory is within 20% of any published figure, the
+    reported rate within 15%, and the planner's own best layout is that one or predicted at most 5%
+    faster (but for the runs named above)."""
+    p = predict(run)
+    assert p.published.fits, p.published.name
+    if p.memory_error is not None:
+        assert abs(p.memory_error) <= 0.20, p.memory_error
+    if p.rate_error is not None and run.name not in RATE_MISSES:
+        assert abs(p.rate_error) <= 0.15, (p.published.name, p.rate_error)
+    if run.name not in PICK_MISSES:
+        assert p.best_over_published <= 0.05, (p.best.name, p.best_over_published)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the published runs the planner misses by more than 15% (RATE_MISSES)")
+@pytest.mark.parametrize("run", [r for r in RUNS if r.name in RATE_MISSES], ids=lambda r: r.name)
+def test_the_rate_misses_still_miss(run: Run) -> None:
+    assert abs(predict(run).rate_error) <= 0.15
+
+
+def test_the_llama_405b_layout_fits_once_estimate_fills_its_micro_batching() -> None:
+    """The dist dict gives sizes and ZeRO only: estimate picks one sequence per micro-batch, 32 of them
+    on the 16 stages, interleaved, and the recomputation that fits."""
+    run = next(r for r in RUNS if r.name == "Llama 3 405B, 8192 GPUs")
+    p = predict(run).published
+    assert p.fits and p.chosen["micro_batch_size"] == 1 and p.chosen["num_microbatches"] == 32
+    assert p.chosen["pipeline_schedule"] == "interleaved_1f1b"
