@@ -9,10 +9,11 @@ peaks. The presets carry the vendor's peak rates. Each preset's achievable fract
 to published runs on that device (docs/parallel.md, "Against published runs"): the A100's 0.60 to
 Table 1 of Narayanan et al. 2021 (ten GPT runs on up to 3072 A100-80GB); the H100's 0.50 to
 Megatron-LM's H100 weak-scaling table (nine GPT runs on up to 6144 GPUs), torchtitan's bf16 Llama 3
-benchmarks and this project's GPT-2 runs on one H100, which it meets within 15% (the Llama 3 405B
-rows of Meta's paper are the exceptions, at -24% and -26%: see the docs). The H200 is the H100's
-chip with more and faster memory, so it takes the H100's fraction; the one public H200 training
-benchmark found (torchtitan's, Llama 3.1 8B) trains in Float8, which the planner does not price.
+benchmarks and this project's GPT-2 runs on one H100, which it meets within 15% but for three runs
+the docs explain (Meta's Llama 3 405B at -24% and -26%, torchtitan's 8B on 128 GPUs at -20%). The
+H200 is the H100's chip with more and faster memory, so it takes the H100's fraction; the one public
+H200 training benchmark found (torchtitan's, Llama 3.1 8B) trains in Float8, which the planner does
+not price.
 
 :func:`running_preset` finds the preset of the GPU a process computes on (``brickwork train`` divides
 by its peak for the MFU it logs, ``dist: auto`` plans with its rates).
