@@ -13,10 +13,17 @@ from typing import Any
 from brickwork.errors import ConfigError
 from brickwork.memory import format_bytes
 from brickwork.parallel.config import ParallelConfig
-from brickwork.parallel.planner.choices import candidates, check_rows, divisors, open_choices, step_fields
+from brickwork.parallel.planner.choices import (
+    best_plan,
+    candidates,
+    check_rows,
+    divisors,
+    open_choices,
+    step_fields,
+)
 from brickwork.parallel.planner.devices import DEVICE_PRESETS, Cluster, Device, device_from, parse_cluster
-from brickwork.parallel.planner.estimate import Plan, best_plan, check_sequence
-from brickwork.parallel.planner.layout import planned_config
+from brickwork.parallel.planner.estimate import Plan
+from brickwork.parallel.planner.layout import check_sequence, planned_config
 from brickwork.parallel.planner.model_facts import ModelFacts, model_facts
 from brickwork.parallel.planner.search import search
 

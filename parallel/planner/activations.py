@@ -214,7 +214,7 @@ def fuses_head_loss(facts: ModelFacts, layout: Layout, tokens: int) -> bool:
     one chunk (kernels/linear_cross_entropy.py)."""
     c = layout.config
     whole = c.tensor_parallel_size == 1 and c.pipeline_parallel_size == 1
-    if not (facts.fuses_head_loss and whole and layout.implementation.fused_head_loss):
+    if not (facts.causal_lm and whole and layout.implementation.fused_head_loss):
         return False
     plain = not layout.gpu_kernels and layout.precision == "fp32"
     return not (plain and default_chunk_size(tokens, facts.head_vocab) >= tokens)

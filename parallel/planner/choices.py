@@ -3,8 +3,8 @@
 A layout is fixed by its sizes and ZeRO stage, and by four more choices: the micro-batch size, the
 number of micro-batches (gradient accumulation without a pipeline), the pipeline schedule (with its
 virtual stages) and activation recomputation. ``estimate`` prices every candidate of the choices a
-dist dict leaves open and keeps the fastest that fits; ``plan`` does the same for every size and ZeRO
-stage it tries. A dist dict fixes a choice by naming its key (``num_microbatches``,
+dist dict leaves open and keeps the fastest that fits (:func:`best_plan`); ``plan`` does the same for
+every size and ZeRO stage it tries. A dist dict fixes a choice by naming its key (``num_microbatches``,
 ``pipeline_schedule`` or ``virtual_pipeline_size``, ``activation_checkpointing``); the micro-batch
 size and the accumulation are the train step's, which ``estimate`` takes as arguments.
 """
@@ -12,14 +12,16 @@ size and the accumulation are the train step's, which ``estimate`` takes as argu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import Cluster
+from brickwork.parallel.planner.estimate import Plan, estimate_layout
 from brickwork.parallel.planner.implementations import implementation as implementation_named
 from brickwork.parallel.planner.layout import Layout, check_step_options
+from brickwork.parallel.planner.model_facts import ModelFacts
 
 MICRO_BATCH = "micro_batch_size"
 MICROBATCHES = "num_microbatches"
@@ -155,3 +157,51 @@ def check_rows(global_batch: int, data_parallel_size: int) -> int:
             "global_batch",
         )
     return global_batch // data_parallel_size
+
+
+def best_plan(
+    facts: ModelFacts,
+    cluster: Cluster,
+    layouts: Iterable[Layout],
+    global_batch: int,
+    seq_len: int,
+    open_: frozenset[str],
+) -> Plan:
+    """The fastest of ``layouts`` that fits, or when none does the one needing the least memory, with
+    what it chose for the choices ``open_`` left open (choices.py)."""
+    best, best_key = None, None
+    for layout in layouts:
+        plan = estimate_layout(facts, cluster, layout, global_batch, seq_len)
+        key = (
+            (0, plan.step_time_s, plan.memory_bytes)
+            if plan.fits
+            else (1, plan.memory_bytes, plan.step_time_s)
+        )
+        if best_key is None or key < best_key:
+            best, best_key = plan, key
+    if best is None:
+        raise ConfigError(
+            f"global_batch={global_batch} does not split into the micro-batches the dist dict asks"
+        )
+    return dataclasses.replace(best, chosen=chosen_values(best, open_))
+
+
+def chosen_values(plan: Plan, open_: frozenset[str]) -> dict[str, Any]:
+    """What ``plan`` holds for each choice of ``open_`` (choices.py's names)."""
+    d = plan.dist
+    pipeline = d.get("pipeline_parallel_size", 1) > 1
+    out: dict[str, Any] = {}
+    if "micro_batch_size" in open_:
+        out["micro_batch_size"] = plan.micro_batch_size
+    if "num_microbatches" in open_:
+        out.update(
+            {"num_microbatches": d["num_microbatches"]}
+            if pipeline
+            else {"grad_accum_steps": plan.grad_accum_steps}
+        )
+    if "pipeline_schedule" in open_ and pipeline:
+        out["pipeline_schedule"] = d.get("pipeline_schedule", "1f1b")
+        out["virtual_pipeline_size"] = d.get("virtual_pipeline_size", 1)
+    if "activation_checkpointing" in open_:
+        out["activation_checkpointing"] = d.get("activation_checkpointing", "none")
+    return out

@@ -9,7 +9,6 @@ its slowest device and must fit in its smallest one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -19,7 +18,7 @@ from brickwork.parallel.balance import split_rows
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import Cluster, Device
 from brickwork.parallel.planner.flops import head_flops, layer_flops, step_flops
-from brickwork.parallel.planner.layout import Layout, StagePlacement, stage_placement
+from brickwork.parallel.planner.layout import Layout, StagePlacement, check_layout, stage_placement
 from brickwork.parallel.planner.memory import MemoryBreakdown, rank_memory, stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import ModelFacts
 from brickwork.parallel.planner.step_time import (
@@ -130,49 +129,6 @@ def links_of(cluster: Cluster, c: ParallelConfig) -> Links:
 def _slowest(devices: list[Device], precision: str) -> Device:
     """The device of ``devices`` with the lowest rate: a group computes at its pace."""
     return min(devices, key=lambda d: (d.rate(precision), d.memory_bandwidth))
-
-
-def check_layout(facts: ModelFacts, layout: Layout, world_size: int, seq_len: int) -> None:
-    """Raise ConfigError naming the rule a layout breaks for this model, cluster and batch."""
-    c = layout.config
-    c.check_world_size(world_size)
-    if c.zero_stage >= 2 and not layout.implementation.fsdp:
-        raise ConfigError(f"zero_stage={c.zero_stage} is FSDP, which this implementation does not have")
-    if c.sequence_parallel and not layout.implementation.sequence_parallel:
-        raise ConfigError("this implementation has no sequence parallel")
-    if c.activation_checkpointing == "selective" and layout.implementation.selective is None:
-        raise ConfigError("this implementation has no selective recomputation")
-    t, cp, ep = c.tensor_parallel_size, c.context_parallel_size, c.expert_parallel_size
-    for shape in facts.layers[:1]:
-        for value, what in (
-            (shape.num_heads, "attention heads"),
-            (shape.num_kv_heads, "key/value heads"),
-            (shape.hidden_dim, "feedforward width"),
-        ):
-            if value % t:
-                raise ConfigError(f"tensor_parallel_size={t} does not divide the {value} {what}")
-        if shape.feedforward == "moe" and shape.num_experts % ep:
-            raise ConfigError(f"expert_parallel_size={ep} does not divide the {shape.num_experts} experts")
-        if ep > 1 and shape.feedforward != "moe":
-            raise ConfigError("expert_parallel_size > 1 needs mixture-of-experts feedforwards")
-    if seq_len % cp:
-        raise ConfigError(f"context_parallel_size={cp} does not divide seq_len={seq_len}")
-    check_sequence(facts, seq_len)
-    if facts.num_layers < c.num_stages:
-        raise ConfigError(f"{facts.num_layers} layers cannot fill {c.num_stages} pipeline stages")
-
-
-def check_sequence(facts: ModelFacts, seq_len: int) -> None:
-    """ConfigError when the model cannot take sequences of ``seq_len`` tokens."""
-    if facts.fixed_seq_len is not None and seq_len != facts.fixed_seq_len:
-        raise ConfigError(
-            f"an image encoder's sequence is its {facts.fixed_seq_len} tokens, got seq_len={seq_len}",
-            "seq_len",
-        )
-    if facts.max_seq_len is not None and seq_len > facts.max_seq_len:
-        raise ConfigError(
-            f"seq_len={seq_len} is beyond the model's max_seq_len={facts.max_seq_len}", "seq_len"
-        )
 
 
 def estimate_layout(
@@ -367,51 +323,3 @@ def _memory(
                 fullest = (memory, capacity)
     assert fullest is not None
     return fullest[0], fits, fullest[1]
-
-
-def best_plan(
-    facts: ModelFacts,
-    cluster: Cluster,
-    layouts: Iterable[Layout],
-    global_batch: int,
-    seq_len: int,
-    open_: frozenset[str],
-) -> Plan:
-    """The fastest of ``layouts`` that fits, or when none does the one needing the least memory, with
-    what it chose for the choices ``open_`` left open (choices.py)."""
-    best, best_key = None, None
-    for layout in layouts:
-        plan = estimate_layout(facts, cluster, layout, global_batch, seq_len)
-        key = (
-            (0, plan.step_time_s, plan.memory_bytes)
-            if plan.fits
-            else (1, plan.memory_bytes, plan.step_time_s)
-        )
-        if best_key is None or key < best_key:
-            best, best_key = plan, key
-    if best is None:
-        raise ConfigError(
-            f"global_batch={global_batch} does not split into the micro-batches the dist dict asks"
-        )
-    return dataclasses.replace(best, chosen=chosen_values(best, open_))
-
-
-def chosen_values(plan: Plan, open_: frozenset[str]) -> dict[str, Any]:
-    """What ``plan`` holds for each choice of ``open_`` (choices.py's names)."""
-    d = plan.dist
-    pipeline = d.get("pipeline_parallel_size", 1) > 1
-    out: dict[str, Any] = {}
-    if "micro_batch_size" in open_:
-        out["micro_batch_size"] = plan.micro_batch_size
-    if "num_microbatches" in open_:
-        out.update(
-            {"num_microbatches": d["num_microbatches"]}
-            if pipeline
-            else {"grad_accum_steps": plan.grad_accum_steps}
-        )
-    if "pipeline_schedule" in open_ and pipeline:
-        out["pipeline_schedule"] = d.get("pipeline_schedule", "1f1b")
-        out["virtual_pipeline_size"] = d.get("virtual_pipeline_size", 1)
-    if "activation_checkpointing" in open_:
-        out["activation_checkpointing"] = d.get("activation_checkpointing", "none")
-    return out

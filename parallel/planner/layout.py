@@ -1,6 +1,6 @@
 """A layout the cost model prices: a dist dict plus what the train step adds (micro-batch size,
-gradient accumulation, precision, optimizer, the implementation that runs it), and which layers each
-pipeline rank holds."""
+gradient accumulation, precision, optimizer, the implementation that runs it), which layers each
+pipeline rank holds, and the rules a layout keeps for a model and a sequence length."""
 
 from __future__ import annotations
 
@@ -128,3 +128,46 @@ def stage_placement(
 @lru_cache(maxsize=4096)
 def _balanced(costs: tuple[float, ...], stages: int, weights: tuple[float, ...] | None) -> tuple[int, ...]:
     return split_stages(costs, stages, weights)
+
+
+def check_layout(facts: ModelFacts, layout: Layout, world_size: int, seq_len: int) -> None:
+    """Raise ConfigError naming the rule a layout breaks for this model, cluster and batch."""
+    c = layout.config
+    c.check_world_size(world_size)
+    if c.zero_stage >= 2 and not layout.implementation.fsdp:
+        raise ConfigError(f"zero_stage={c.zero_stage} is FSDP, which this implementation does not have")
+    if c.sequence_parallel and not layout.implementation.sequence_parallel:
+        raise ConfigError("this implementation has no sequence parallel")
+    if c.activation_checkpointing == "selective" and layout.implementation.selective is None:
+        raise ConfigError("this implementation has no selective recomputation")
+    t, cp, ep = c.tensor_parallel_size, c.context_parallel_size, c.expert_parallel_size
+    for shape in facts.layers[:1]:
+        for value, what in (
+            (shape.num_heads, "attention heads"),
+            (shape.num_kv_heads, "key/value heads"),
+            (shape.hidden_dim, "feedforward width"),
+        ):
+            if value % t:
+                raise ConfigError(f"tensor_parallel_size={t} does not divide the {value} {what}")
+        if shape.feedforward == "moe" and shape.num_experts % ep:
+            raise ConfigError(f"expert_parallel_size={ep} does not divide the {shape.num_experts} experts")
+        if ep > 1 and shape.feedforward != "moe":
+            raise ConfigError("expert_parallel_size > 1 needs mixture-of-experts feedforwards")
+    if seq_len % cp:
+        raise ConfigError(f"context_parallel_size={cp} does not divide seq_len={seq_len}")
+    check_sequence(facts, seq_len)
+    if facts.num_layers < c.num_stages:
+        raise ConfigError(f"{facts.num_layers} layers cannot fill {c.num_stages} pipeline stages")
+
+
+def check_sequence(facts: ModelFacts, seq_len: int) -> None:
+    """ConfigError when the model cannot take sequences of ``seq_len`` tokens."""
+    if facts.fixed_seq_len is not None and seq_len != facts.fixed_seq_len:
+        raise ConfigError(
+            f"an image encoder's sequence is its {facts.fixed_seq_len} tokens, got seq_len={seq_len}",
+            "seq_len",
+        )
+    if facts.max_seq_len is not None and seq_len > facts.max_seq_len:
+        raise ConfigError(
+            f"seq_len={seq_len} is beyond the model's max_seq_len={facts.max_seq_len}", "seq_len"
+        )

@@ -95,7 +95,8 @@ class LayerShape:
 class ModelFacts:
     """A spec's weights and layer shapes. ``weights`` holds each tied parameter once.
 
-    ``kind`` is the spec's ``model``; ``decoder_start`` the index of an encoder-decoder's first decoder
+    ``kind`` is the spec's ``model``; ``causal_lm`` says it is brickwork's decoder LM, whose causal-LM
+    step fuses its head and loss; ``decoder_start`` is the index of an encoder-decoder's first decoder
     layer; the embedding has a norm (``embedding_norm``) and a dropout (``embedding_dropout``), the
     layers a final norm (``final_norm``); ``head_params`` the matmul weights of the head (LM,
     masked-LM or classifier head);
@@ -109,7 +110,8 @@ class ModelFacts:
     vocab_size: int
     dim_model: int
     max_seq_len: int | None
-    kind: str = "decoder_lm"
+    kind: str
+    causal_lm: bool
     decoder_start: int | None = None
     head_params: int = 0
     head_vocab: int = 0
@@ -133,13 +135,6 @@ class ModelFacts:
     def num_parameters(self) -> int:
         return sum(math.prod(w.shape) for w in self.weights)
 
-    @property
-    def fuses_head_loss(self) -> bool:
-        """Whether brickwork's causal-LM step computes this model's loss with the chunked fused head
-        (brickwork/train/tasks.py): a decoder LM whose head is whole, i.e. without tensor or pipeline
-        parallel (the caller checks those)."""
-        return self.kind == "decoder_lm"
-
 
 def model_facts(spec: Any) -> ModelFacts:
     """Read ``spec`` (a dict, a .yaml/.json path or a preset name) into :class:`ModelFacts`."""
@@ -162,10 +157,9 @@ def _reversible_types() -> tuple[type, ...]:
 
 
 def _read(model: nn.Module) -> ModelFacts:
+    from brickwork.blocks import DecoderLM
     from brickwork.parallel.pipeline.stages import stage_recipe
-    from brickwork.parallel.tensor.plan import component_plan
 
-    styles = {entry.path: (entry.style, entry.segments) for entry in component_plan(model)}
     recipe = stage_recipe(model)
     units = recipe.units()
     index = {f"{stack}.{i}": n for n, (stack, i) in enumerate(units)}
@@ -173,13 +167,51 @@ def _read(model: nn.Module) -> ModelFacts:
     places = {FIRST: set(recipe.outer_modules([], True, False)), LAST: set(recipe.head_modules())}
     if decoder_start is not None:
         places[DECODER_START] = set(recipe.outer_modules([units[decoder_start]], False, False))
-    # Every name a parameter goes by (a tied one has several): it sits wherever one of them does.
+    vocab = int(model.spec.get("vocab_size", 0))
+    weights = _weights(model, index, places)
+    head_params, head_vocab = _head(model, places[LAST], vocab)
+    image = hasattr(model, "patch_embedding")
+    fixed = (
+        getattr(model.patch_embedding, "num_patches", 0) + (model.class_token is not None) if image else None
+    )
+    stacks = [model.get_submodule(stack) for stack in recipe.stacks]
+    shapes = tuple(_layer_shape(layer) for stack in stacks for layer in stack)
+    return ModelFacts(
+        weights=weights,
+        layers=shapes,
+        vocab_size=vocab,
+        dim_model=shapes[0].dim_model,
+        max_seq_len=fixed if image else model.spec.get("max_seq_len"),
+        kind=model.spec["model"],
+        causal_lm=isinstance(model, DecoderLM),
+        decoder_start=decoder_start,
+        head_params=head_params,
+        head_vocab=head_vocab,
+        head_split=any(w.tp_dim is not None and LAST in w.places and w.vocab for w in weights),
+        pooled_head=image,
+        fixed_seq_len=fixed,
+        embedding_norm=_has_weights(getattr(model, "embedding_norm", None)),
+        embedding_dropout=_drops(getattr(model, "dropout", None)),
+        final_norm=any(_has_weights(getattr(model, n, None)) for n in ("final_norm", "decoder_final_norm")),
+    )
+
+
+def _aliases(model: nn.Module) -> dict[int, list[str]]:
+    """Every name each parameter goes by (a tied one has several): it sits wherever one of them does."""
     aliases: dict[int, list[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(param), []).append(name)
-    head_names = {name for name, _ in model.named_modules() if name.split(".")[0] in places[LAST]}
-    weights, head_params, head_vocab = [], 0, 0
-    vocab = int(model.spec.get("vocab_size", 0))
+    return aliases
+
+
+def _weights(model: nn.Module, index: dict[str, int], places: dict[str, set[str]]) -> tuple[Weight, ...]:
+    """Each parameter once: its layer (by ``index``, "stack.i" to its place in the run of layers) or
+    the outer ``places`` it sits in, and how its component's TP plan splits it."""
+    from brickwork.parallel.tensor.plan import component_plan
+
+    styles = {entry.path: (entry.style, entry.segments) for entry in component_plan(model)}
+    aliases = _aliases(model)
+    weights = []
     for name, param in model.named_parameters():  # tied parameters once
         module_path, _, leaf = name.rpartition(".")
         style, segments = styles.get(module_path, ("replicate", 1))
@@ -187,12 +219,6 @@ def _read(model: nn.Module) -> ModelFacts:
         names = aliases[id(param)]
         layer = next((index[u] for u in (".".join(n.split(".")[:2]) for n in names) if u in index), -1)
         where = frozenset(p for p, tops in places.items() for n in names if n.split(".")[0] in tops)
-        in_head = any(n.rpartition(".")[0] in head_names for n in names)
-        if in_head and param.dim() == 2:
-            # The vocabulary's rows, not the padding ones (``vocab_multiple``), as model FLOPs count them.
-            rows = min(param.shape[0], vocab) if vocab else param.shape[0]
-            head_params += rows * param.shape[1]
-            head_vocab = max(head_vocab, rows)
         weights.append(
             Weight(
                 name,
@@ -205,30 +231,21 @@ def _read(model: nn.Module) -> ModelFacts:
                 expert=".experts." in name,
             )
         )
-    split = any(w.tp_dim is not None and LAST in w.places and w.vocab for w in weights)
-    image = hasattr(model, "patch_embedding")
-    fixed = (
-        getattr(model.patch_embedding, "num_patches", 0) + (model.class_token is not None) if image else None
-    )
-    stacks = [model.get_submodule(stack) for stack in recipe.stacks]
-    shapes = tuple(_layer_shape(layer) for stack in stacks for layer in stack)
-    return ModelFacts(
-        weights=tuple(weights),
-        layers=shapes,
-        vocab_size=vocab,
-        dim_model=shapes[0].dim_model,
-        max_seq_len=fixed if image else model.spec.get("max_seq_len"),
-        kind=model.spec["model"],
-        decoder_start=decoder_start,
-        head_params=head_params,
-        head_vocab=head_vocab,
-        head_split=split,
-        pooled_head=image,
-        fixed_seq_len=fixed,
-        embedding_norm=_has_weights(getattr(model, "embedding_norm", None)),
-        embedding_dropout=_drops(getattr(model, "dropout", None)),
-        final_norm=any(_has_weights(getattr(model, n, None)) for n in ("final_norm", "decoder_final_norm")),
-    )
+    return tuple(weights)
+
+
+def _head(model: nn.Module, head_modules: set[str], vocab: int) -> tuple[int, int]:
+    """(the head's matmul weights, the columns of its output): the vocabulary's rows of a vocabulary
+    head, not its padding ones (``vocab_multiple``), as model FLOPs count them."""
+    names = {name for name, _ in model.named_modules() if name.split(".")[0] in head_modules}
+    aliases = _aliases(model)
+    params = columns = 0
+    for param in dict.fromkeys(model.parameters()):
+        if param.dim() == 2 and any(n.rpartition(".")[0] in names for n in aliases[id(param)]):
+            rows = min(param.shape[0], vocab) if vocab else param.shape[0]
+            params += rows * param.shape[1]
+            columns = max(columns, rows)
+    return params, columns
 
 
 def _has_weights(module: nn.Module | None) -> bool:

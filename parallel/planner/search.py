@@ -32,18 +32,16 @@ from typing import Any
 
 from brickwork.errors import ConfigError
 from brickwork.parallel.config import ParallelConfig
-from brickwork.parallel.planner.choices import ALL_OPEN, candidates, divisors
+from brickwork.parallel.planner.choices import ALL_OPEN, candidates, chosen_values, divisors
 from brickwork.parallel.planner.devices import Cluster
 from brickwork.parallel.planner.estimate import (
     Plan,
-    check_layout,
-    chosen_values,
     estimate_layout,
     layer_costs,
     links_of,
     representative_ranks,
 )
-from brickwork.parallel.planner.layout import Layout, planned_config, stage_placement
+from brickwork.parallel.planner.layout import Layout, check_layout, planned_config, stage_placement
 from brickwork.parallel.planner.memory import stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import ModelFacts
 from brickwork.parallel.planner.step_time import stage_cost
