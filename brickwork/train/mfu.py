@@ -9,7 +9,7 @@ head's included) and leaves out the biases and norm gains nanoGPT also counts. T
 the planner's table of device presets (parallel/planner/devices.py, :meth:`Device.peak_flops`).
 
 MFU is unknown on a CPU, on a GPU no preset describes, and for a model the planner does not count
-(it covers decoder LMs).
+(reversible stacks).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def test_plan_takes_a_llama3_preset_and_overrides_and_writes_only_with_o(
             re.match(r"\+\d+\.\d%: ", why) and TERM.search(why)
         ), why
         assert "0.0% slower" not in why
-    assert float(rows[0][3]) > 0  # headroom: the device's memory left over
+    assert float(rows[0][3]) >= 0  # headroom: the device's memory left over (the best may fill it)
 
     assert main(["plan", "llama3-8b", "decoder.num_layers=2", *args, "-o", "dist.yaml"]) == 0
     small = capsys.readouterr().out
