@@ -112,7 +112,7 @@ def reference(top_k: int, starve: str | None, parts: int, grad_clip: float | Non
         first = global_batches()[0]
         logits = model(first["input_ids"])[:, :-1]
         held_out = F.cross_entropy(logits.flatten(0, 1), first["labels"][:, 1:].flatten())
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = {k: v.detach().clone() for k, v in full_state_dict(model).items()}  # the real vocabulary
     return {"losses": losses, "state": state, "eval": float(held_out)}
 
 
