@@ -34,6 +34,8 @@ def test_under_torchrun_the_group_is_bound_to_the_local_rank_gpu(four_gpus, monk
     monkeypatch.setenv("RANK", "5")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("MASTER_ADDR", "localhost")  # the rest of what a launcher sets
+    monkeypatch.setenv("MASTER_PORT", "29500")
     start_process_group(launched_config({"device_type": "cuda", "timeout_s": 30}))
     gpu = torch.device("cuda", 1)
     assert started == [(("nccl",), {"timeout": timedelta(seconds=30), "device_id": gpu})]
@@ -44,6 +46,8 @@ def test_a_launcher_without_local_rank_takes_the_global_rank_modulo_the_gpus(fou
     started, current = four_gpus
     monkeypatch.setenv("RANK", "6")
     monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("MASTER_ADDR", "localhost")  # the rest of what a launcher sets
+    monkeypatch.setenv("MASTER_PORT", "29500")
     start_process_group(launched_config({"device_type": "cuda"}))
     assert started[0][1]["device_id"] == torch.device("cuda", 2) == current[0]
 
