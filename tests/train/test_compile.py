@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import torch
 import torch._dynamo
-from train_cases import FAMILIES, check, global_batches, reference, spec
+from train_cases import FAMILIES, check, global_batches, reference, share, spec
 
 from brickwork.cli import main
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
-from brickwork.parallel import ParallelConfig, parallelize, spawn
+from brickwork.parallel import ParallelConfig, full_state_dict, parallelize, spawn
 from brickwork.parallel.compile import check_compilable, compile_regions, is_compiled
 from brickwork.train import TrainStep, evaluate
 
@@ -45,22 +45,10 @@ def compiled_run(family: str, layout: dict[str, Any] | None = None) -> dict[str,
         model = parallelize(model, layout, compile=True)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     step = TrainStep(model, opt, TASK[family], compile=True)
-    share = _share if layout is not None else (lambda m, b: b)
-    losses = [step(share(model, batch)) for batch in global_batches(family)]
-    held_out = evaluate(model, [share(model, global_batches(family)[0])], TASK[family])
-    return {"losses": losses, "state": _full_state(model), "eval": held_out, "compiled": step.compiled}
-
-
-def _share(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-    from train_cases import share
-
-    return share(model, batch)
-
-
-def _full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    from brickwork.parallel import full_state_dict
-
-    return full_state_dict(model)
+    rows = share if layout is not None else (lambda m, b: b)
+    losses = [step(rows(model, batch)) for batch in global_batches(family)]
+    held_out = evaluate(model, [rows(model, global_batches(family)[0])], TASK[family])
+    return {"losses": losses, "state": full_state_dict(model), "eval": held_out, "compiled": step.compiled}
 
 
 @pytest.mark.timeout(300)
