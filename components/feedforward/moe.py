@@ -13,6 +13,7 @@ from brickwork.errors import ConfigError
 
 from .activations import Activation
 from .base import FEEDFORWARD_REGISTRY, Feedforward, register_feedforward
+from .grouped_experts import grouped_experts_forward, use_grouped_mm
 
 EXPERT_KINDS = ("mlp", "glu", "swiglu", "geglu")
 
@@ -130,12 +131,18 @@ class Experts(nn.Module):
     ``forward(rows, counts)``: rows ``[M, d]`` grouped by expert in the order of the experts held,
     counts ``[len(self)]`` rows per expert -> ``[M, d]``, each expert applied to its rows. Expert
     parallel keeps a subset with :meth:`keep`; the kept experts keep their single-process names.
+
+    Plain MLP and GLU experts run as one grouped GEMM per projection where torch's fast kernel serves
+    the input, and in a loop over the experts elsewhere (components/feedforward/grouped_experts.py).
+    ``grouped``: ``None`` chooses so, ``True`` groups wherever torch's grouped kernel runs, ``False``
+    always loops.
     """
 
     def __init__(self, experts: list[nn.Module]) -> None:
         super().__init__()
         for index, expert in enumerate(experts):
             self.add_module(str(index), expert)
+        self.grouped: bool | None = None
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -159,5 +166,8 @@ class Experts(nn.Module):
     def forward(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         if counts.numel() != len(self):
             raise ValueError(f"counts has {counts.numel()} entries for {len(self)} experts")
+        experts = list(self)
+        if use_grouped_mm(experts, rows, self.grouped):
+            return grouped_experts_forward(experts, rows, counts)
         chunks = rows.split(counts.tolist())
-        return torch.cat([expert(chunk) for expert, chunk in zip(self, chunks, strict=True)])
+        return torch.cat([expert(chunk) for expert, chunk in zip(experts, chunks, strict=True)])

@@ -1,0 +1,125 @@
+"""The experts bank as grouped GEMMs (torch's grouped_mm, which runs on CPU in fp32) against its loop."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from brickwork.components.feedforward import GLU, MLP, ConvMLP, MixtureOfExperts
+from brickwork.components.feedforward.grouped_experts import use_grouped_mm
+from brickwork.components.feedforward.moe import Experts
+
+COUNTS = [5, 0, 9, 2]  # expert 1 gets no row: its gradient must still be zero, not missing
+
+
+def bank_of(expert: str, **options: object) -> Experts:
+    return MixtureOfExperts(32, num_experts=len(COUNTS), hidden_dim=64, expert=expert, **options).experts
+
+
+@pytest.mark.parametrize("loss", ["probe", "sum"])  # sum: the gradient arrives with zero strides
+@pytest.mark.parametrize(
+    ("expert", "options"),
+    [
+        ("mlp", {}),
+        ("mlp", {"activation": "squared_relu", "bias": False}),
+        ("swiglu", {}),
+        ("glu", {"bias": True}),
+    ],
+)
+def test_grouped_bank_equals_the_loop_forward_and_backward(
+    expert: str, options: dict, loss: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(0)
+    loop = bank_of(expert, **options)
+    grouped = copy.deepcopy(loop)
+    loop.grouped, grouped.grouped = False, True
+    rows = torch.randn(sum(COUNTS), 32)
+    counts = torch.tensor(COUNTS)
+    probe = torch.randn(sum(COUNTS), 32)
+    calls = []
+    kernel = F.grouped_mm
+    monkeypatch.setattr(F, "grouped_mm", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    results = []
+    for bank in (loop, grouped):
+        x = rows.clone().requires_grad_()
+        out = bank(x, counts)
+        (out * probe if loss == "probe" else out).sum().backward()
+        results.append((out, x.grad, {n: p.grad for n, p in bank.named_parameters()}))
+    assert len(calls) == len(grouped[0].projections())  # one grouped GEMM per projection, none in the loop
+    (out, grad, params), (out_g, grad_g, params_g) = results
+    torch.testing.assert_close(out_g, out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad_g, grad, rtol=1e-5, atol=1e-5)
+    assert params_g.keys() == params.keys()
+    for name, expected in params.items():
+        torch.testing.assert_close(params_g[name], expected, rtol=1e-5, atol=1e-5, msg=name)
+    assert all((p.grad == 0).all() for p in grouped[1].parameters())
+
+
+def test_mixture_of_experts_with_a_grouped_bank_equals_the_loop() -> None:
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(32, num_experts=4, top_k=2, hidden_dim=64, expert="swiglu")
+    x = torch.randn(2, 16, 32)
+    moe.experts.grouped = False
+    expected = moe(x)
+    moe.experts.grouped = True
+    torch.testing.assert_close(moe(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def hooked(bank: Experts) -> Experts:
+    bank[0].up_proj.register_forward_hook(lambda *args: None)  # as a wrapper that must see the call
+    return bank
+
+
+def subclassed() -> Experts:
+    class OwnForward(MLP):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x)
+
+    return Experts([OwnForward(32, 64) for _ in COUNTS])
+
+
+def mixed_activations(bank: Experts) -> Experts:
+    return Experts([*list(bank)[:3], MLP(32, 64, activation="relu")])
+
+
+@pytest.mark.parametrize(
+    ("make", "dtype", "grouped"),
+    [
+        (lambda: bank_of("mlp"), torch.float32, None),  # default: CUDA's fast kernel only
+        (lambda: bank_of("mlp"), torch.float32, False),
+        (lambda: bank_of("mlp"), torch.float64, True),  # not a dtype the kernel takes
+        # rows of 30 fp32 (120 bytes), hidden rows of 66 (264 bytes): not multiples of 16 bytes
+        (lambda: MixtureOfExperts(30, num_experts=4, hidden_dim=64).experts, torch.float32, True),
+        (lambda: MixtureOfExperts(32, num_experts=4, hidden_dim=66).experts, torch.float32, True),
+        (lambda: hooked(bank_of("mlp")), torch.float32, True),
+        (subclassed, torch.float32, True),
+        (lambda: mixed_activations(bank_of("mlp")), torch.float32, True),
+        (lambda: Experts([ConvMLP(32, 64) for _ in COUNTS]), torch.float32, True),
+    ],
+)
+def test_the_loop_runs_where_the_grouped_kernel_does_not_apply(
+    make: Callable[[], Experts], dtype: torch.dtype, grouped: bool | None
+) -> None:
+    bank = make().to(dtype)
+    rows = torch.randn(sum(COUNTS), bank[0].dim_model, dtype=dtype)
+    assert not use_grouped_mm(list(bank), rows, grouped)
+
+
+def test_grouped_applies_to_an_aligned_bank_and_its_subclass_kinds() -> None:
+    rows = torch.randn(sum(COUNTS), 32)
+    for expert in ("mlp", "glu", "swiglu", "geglu"):
+        bank = bank_of(expert)
+        assert use_grouped_mm(list(bank), rows, True) and isinstance(bank[0], MLP | GLU)
+        assert use_grouped_mm(list(bank), rows.bfloat16(), True)
+
+
+def test_the_benchmark_times_both_providers_on_the_same_rows() -> None:
+    from brickwork.benchmarks.moe_experts import run
+
+    rows = run(tokens=64, dim=32, hidden=64, experts=4, top_k=2, expert="swiglu", warmup=0, repeats=1)
+    assert [row["provider"] for row in rows] == ["grouped", "loop"]
+    assert all(row["ms"] > 0 for row in rows) and max(row["max_abs_diff"] for row in rows) < 1e-5
