@@ -28,7 +28,7 @@ from brickwork.components.attention import (
     PatternAttention,
     RandomAttention,
 )
-from brickwork.components.attention.sparse import compiled_flex_attention
+from brickwork.components.attention.flex import compiled_flex_attention
 
 from .timing import time_ms
 

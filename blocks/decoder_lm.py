@@ -15,7 +15,7 @@ from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenMod
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, causal_targets, mean_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
-from brickwork.components.attention import KVCache
+from brickwork.components.attention import DocumentMask, KVCache
 from brickwork.kernels import fused_linear_cross_entropy
 from brickwork.layout.vocab_padding import pad_own_vocabulary
 from brickwork.sampling import generate_ids
@@ -107,6 +107,7 @@ class DecoderLM(nn.Module):
         labels: torch.Tensor | None = None,
         *,
         position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         ignore_index: int = IGNORE_INDEX,
         return_logits: bool | None = None,
@@ -117,7 +118,10 @@ class DecoderLM(nn.Module):
         ``attention_mask`` [B, offset + T] (1 = real token, 0 = padding) covers the cached positions
         too; positions are 0..T-1 (plus the offset) whatever the padding, unless ``position_ids``
         [B, T] (HF's: each token's position, e.g. ``cumsum(attention_mask) - 1`` for left-padded rows)
-        give them.
+        give them. ``document_ids`` [B, T] make each row a pack of documents (a document is one run of
+        equal ids): a token attends causally within its own document only, and positions restart at 0
+        with each one (:class:`~brickwork.components.attention.DocumentMask`, built once per forward
+        and shared by the layers); it takes no cache, ``attention_mask`` or ``position_ids``.
 
         With ``labels`` [B, T] (HF's meaning: the input ids, with ``ignore_index`` where nothing is
         scored; the model shifts them, so position t is scored against label t + 1) it returns a
@@ -142,7 +146,7 @@ class DecoderLM(nn.Module):
         if unknown:
             raise TypeError(f"DecoderLM.forward got unexpected keyword arguments {unknown}")
         targets = causal_targets(labels, loss_kwargs.get("shift_labels"), ignore_index)
-        hidden = self.hidden_states(input_ids, attention_mask, cache, position_ids)
+        hidden = self.hidden_states(input_ids, attention_mask, cache, position_ids, document_ids)
         if targets is None:
             return self.lm_head(hidden)
         loss_sum, count = self._head_loss(hidden, targets, ignore_index)
@@ -181,6 +185,7 @@ class DecoderLM(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
         position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """input_ids [B, T] -> the final-normed hidden states [B, T, d] that ``lm_head`` maps to logits.
 
@@ -188,11 +193,35 @@ class DecoderLM(nn.Module):
         loss (``brickwork.kernels.fused_linear_cross_entropy``) needs instead of logits; called directly
         it bypasses hooks on the model's forward (data parallel's), which ``forward(labels=)`` runs.
         """
+        if document_ids is not None:
+            return self._packed_hidden_states(input_ids, document_ids, attention_mask, cache, position_ids)
         offset = cache[0].length if cache else 0
         h = self.embed(input_ids, offset=offset, positions=position_ids)
         keys = (input_ids.shape[0], offset + input_ids.shape[1])
         mask = padding_mask("attention_mask", attention_mask, keys)
         h = run_layers(self.layers, h, attn_mask=mask, caches=cache, positions=position_ids)
+        return self.final_norm(h)
+
+    def _packed_hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        document_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: list[KVCache] | None,
+        position_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """:meth:`hidden_states` of packed rows: one document mask for every layer, positions from it."""
+        given = [n for n, v in (("attention_mask", attention_mask), ("cache", cache),
+                                ("position_ids", position_ids)) if v is not None]  # fmt: skip
+        if given:
+            raise ValueError(f"document_ids say the mask and the positions themselves; got {given} too")
+        if tuple(document_ids.shape) != tuple(input_ids.shape):
+            shape, got = tuple(input_ids.shape), tuple(document_ids.shape)
+            raise ValueError(f"document_ids must have the shape of input_ids {shape}, got {got}")
+        documents = DocumentMask(document_ids.to(input_ids.device))
+        positions = documents.positions()
+        h = self.embed(input_ids, positions=positions)
+        h = run_layers(self.layers, h, attn_mask=documents, positions=positions)
         return self.final_norm(h)
 
     @property

@@ -5,6 +5,7 @@ Importing this package registers every built-in mechanism in :data:`ATTENTION_RE
 
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism, register_attention
 from brickwork.components.attention.compositional import CompositionalAttention
+from brickwork.components.attention.document_mask import DocumentMask
 from brickwork.components.attention.favor import FavorAttention
 from brickwork.components.attention.fourier_mix import FourierMix
 from brickwork.components.attention.kv_cache import KVCache
@@ -33,6 +34,7 @@ __all__ = [
     "AttentionMechanism",
     "BlockSparseAttention",
     "CompositionalAttention",
+    "DocumentMask",
     "FavorAttention",
     "FourierMix",
     "GlobalAttention",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask
 
 from brickwork.components.configurable import Configurable
 from brickwork.registry import Registry
@@ -27,6 +29,10 @@ class AttentionMechanism(Configurable):
     - ``requires_input_projection``: False for token mixers that work on the layer input itself.
     - ``context_parallel_safe``: exact softmax attention of q over k, v and nothing else, so its keys
       and values may be gathered from sequence slices held by other ranks (context parallel).
+
+    Packed documents (``components/attention/document_mask.py``) run on any mechanism with
+    ``mask_support="full"``: through :meth:`attend_blocks` where it runs FlexAttention, else through
+    ``forward`` with the dense document mask.
     """
 
     causal_safe: ClassVar[bool] = False
@@ -36,6 +42,18 @@ class AttentionMechanism(Configurable):
     requires_input_projection: ClassVar[bool] = True
     context_parallel_safe: ClassVar[bool] = False
     causal: bool = False
+
+    def attend_blocks(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        block_mask: Callable[[], BlockMask],
+        score_mod: Callable[..., torch.Tensor] | None = None,
+    ) -> torch.Tensor | None:
+        """``[B, H, T, D]`` attention under the FlexAttention block mask ``block_mask()`` returns (built
+        when first asked) and ``score_mod``; None where this mechanism has no such path (here: none)."""
+        return None
 
     @classmethod
     def option_names(cls) -> list[str]:

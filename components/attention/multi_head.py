@@ -11,6 +11,7 @@ from torch import nn
 
 from brickwork.checks import check_bool, check_positive_int, check_probability
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
+from brickwork.components.attention.document_mask import DocumentMask, PositionBiasHook
 from brickwork.components.attention.kv_cache import KVCache
 from brickwork.components.attention.masks import add_bias
 from brickwork.components.attention.qkv_layout import QKVLayout
@@ -26,10 +27,6 @@ class RotaryHook(Protocol):
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-class PositionBiasHook(Protocol):
-    def __call__(self, tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor: ...
 
 
 class MultiHeadAttention(nn.Module):
@@ -51,7 +48,9 @@ class MultiHeadAttention(nn.Module):
       the position offset; ``positions`` [B, T] (each token's position, for left-padded rows) go to
       ``rotary(q, k, positions=...)`` instead. A relative bias needs none: padding shifts a row's
       queries and keys alike.
-    - ``attn_mask``: boolean (True = may attend) or additive float, broadcastable to ``[B, H, Tq, Tk]``.
+    - ``attn_mask``: boolean (True = may attend) or additive float, broadcastable to ``[B, H, Tq, Tk]``;
+      or a :class:`DocumentMask` (packed documents, self-attention without a cache), which runs the
+      mechanism itself (``components/attention/document_mask.py``).
     - ``cache``: a :class:`KVCache`. In self-attention the new keys/values are appended to it; in
       cross-attention it holds the projected ``memory`` after the first call, and later calls reuse it.
     - ``dim_head`` defaults to ``dim_model // num_heads``.
@@ -164,7 +163,7 @@ class MultiHeadAttention(nn.Module):
         self,
         x: torch.Tensor,
         memory: torch.Tensor | None = None,
-        attn_mask: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | DocumentMask | None = None,
         cache: KVCache | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
@@ -177,6 +176,8 @@ class MultiHeadAttention(nn.Module):
                     f"{type(self.mechanism).__name__} mixes x itself: it takes no memory or cache"
                 )
             heads = x.view(b, t, -1, self.dim_head).transpose(1, 2)  # (B, H, T, D)
+            if isinstance(attn_mask, DocumentMask):  # raises: a token mixer takes no mask
+                attn_mask.attend(self.mechanism, heads, heads, heads)
             out = self.mechanism(heads, heads, heads, attn_mask)
             return self.dropout(self.out_proj(out.transpose(1, 2).reshape(b, t, -1)))
 
@@ -191,13 +192,16 @@ class MultiHeadAttention(nn.Module):
                 q, k = self.rotary(q, k, positions=positions)
         if cache is not None and memory is None:
             k, v = cache.update(k, v)
-        if self.position_bias is not None:
-            bias = self.position_bias(q.shape[-2], k.shape[-2], q.device).to(q.dtype)
-            attn_mask = add_bias(attn_mask, bias)
         if k.shape[1] != q.shape[1] and not self.mechanism.supports_gqa:
             group = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        out = self.mechanism(q, k, v, attn_mask)  # (B, H, T, D)
+        if isinstance(attn_mask, DocumentMask):
+            out = attn_mask.attend(self.mechanism, q, k, v, self.position_bias)  # (B, H, T, D)
+        else:
+            if self.position_bias is not None:
+                bias = self.position_bias(q.shape[-2], k.shape[-2], q.device).to(q.dtype)
+                attn_mask = add_bias(attn_mask, bias)
+            out = self.mechanism(q, k, v, attn_mask)  # (B, H, T, D)
         out = self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
         # Dropout at p = 0 is the identity; skipping the module spares a small model's step its host cost.
         return self.dropout(out) if self.dropout.p else out

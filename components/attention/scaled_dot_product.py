@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
+from torch.nn.attention.flex_attention import BlockMask
 
 from brickwork.checks import Flag, OneOf, PositiveFloat, Probability
 from brickwork.components.attention.base import AttentionMechanism, register_attention
+from brickwork.components.attention.flex import flex_attention_for
 from brickwork.components.attention.masks import causal_keep, open_rows, restrict, rows_with_keys
 from brickwork.kernels import masked_softmax
 
@@ -127,3 +130,21 @@ class ScaledDotProduct(AttentionMechanism):
         self.check_inputs(q, k, v, attn_mask)
         dropout_p = self.dropout if self.training else 0.0
         return self._attend(q, k, v, attn_mask, self.causal, dropout_p, self.scale)
+
+    def attend_blocks(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        block_mask: Callable[[], BlockMask],
+        score_mod: Callable[..., torch.Tensor] | None = None,
+    ) -> torch.Tensor | None:
+        """FlexAttention under ``block_mask()``, which already holds the causal rule, whatever the
+        backend; None while attention dropout is on, which FlexAttention lacks."""
+        if self.training and self.dropout > 0.0:
+            return None
+        self.check_inputs(q, k, v, None)
+        return flex_attention_for(q)(
+            q, k, v, score_mod=score_mod, block_mask=block_mask(), scale=self.scale,
+            enable_gqa=int(k.shape[1]) != int(q.shape[1]),
+        )  # fmt: skip

@@ -8,28 +8,21 @@ to exactly the same keys.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Annotated
 
 import torch
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from brickwork.checks import Flag, OneOf, Probability
 from brickwork.components.attention.base import AttentionMechanism
+from brickwork.components.attention.flex import flex_attention_for
 from brickwork.components.attention.masks import restrict
 from brickwork.components.attention.scaled_dot_product import dense_attention
 
 BACKENDS = ("auto", "flex", "masked")
 MAX_CACHED_MASKS = 8
 Backend = Annotated[str, OneOf(BACKENDS)]
-
-
-@functools.cache
-def compiled_flex_attention() -> Callable[..., torch.Tensor]:
-    """``flex_attention`` under ``torch.compile``, compiled once per process on first use."""
-    # Only on first CUDA use: eager FlexAttention materializes the scores.
-    return torch.compile(flex_attention, dynamic=False)
 
 
 class PatternAttention(AttentionMechanism):
@@ -110,8 +103,7 @@ class PatternAttention(AttentionMechanism):
                     f"{type(self).__name__} backend='flex' takes no attn_mask and no training dropout; "
                     "use backend='auto' or 'masked'"
                 )
-            attend = compiled_flex_attention() if q.is_cuda else flex_attention
             mask = self.block_mask(tq, tk, q.device)
-            return attend(q, k, v, block_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
+            return flex_attention_for(q)(q, k, v, block_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
         keep = self.dense_keep(tq, tk, q.device)
         return dense_attention(q, k, v, restrict(attn_mask, keep, q.dtype), dropout_p=dropout_p)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -68,6 +69,19 @@ class ALiBi(PositionalEncoding):
             while len(self._distances) > 8:
                 self._distances.pop(next(iter(self._distances)))
         return -self.slopes.to(device=device, dtype=torch.float32)[:, None, None] * self._distances[key]
+
+    def score_mod(self) -> Callable[..., torch.Tensor]:
+        """The bias as a FlexAttention ``score_mod`` for queries and keys of one sequence (tq == tk):
+        ``score - slope[h] * (q_idx - kv_idx)``; ``h`` indexes this rank's ``slopes``."""
+        slopes, symmetric = self.slopes, self.symmetric
+
+        def mod(
+            score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+        ) -> torch.Tensor:
+            distance = q_idx - kv_idx
+            return score - slopes[h] * (distance.abs() if symmetric else distance)
+
+        return mod
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, symmetric={self.symmetric}"

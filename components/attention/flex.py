@@ -1,0 +1,21 @@
+"""FlexAttention as the mechanisms call it: compiled once per process on CUDA, eager elsewhere."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch.nn.attention.flex_attention import flex_attention
+
+
+@functools.cache
+def compiled_flex_attention() -> Callable[..., torch.Tensor]:
+    """``flex_attention`` under ``torch.compile``, compiled once per process on first use."""
+    # Only on first CUDA use: eager FlexAttention materializes the scores.
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_attention_for(q: torch.Tensor) -> Callable[..., torch.Tensor]:
+    """The compiled kernel for CUDA tensors, the eager function for others (CPU runs it eagerly)."""
+    return compiled_flex_attention() if q.is_cuda else flex_attention
