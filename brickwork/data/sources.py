@@ -9,7 +9,9 @@ by ``data.format``, read as token files.
 | bin      | a nanoGPT folder (train.bin, val.bin, meta.pkl) or one .bin file | memory-mapped as it is  |
 
 Tokenising streams into ``RUN/cache/tokens-<key>.bin``, named by a hash of the files (path, size,
-modification time), the format, the text key and the tokenizer, so a resumed run reuses it.
+modification time), the format, the text key, the tokenizer and ``data.pack``'s end-of-document id, so
+a resumed run reuses it. With ``data.pack`` every document of a jsonl or folder source ends with that
+id; a .bin source's documents are found by its tokenizer's end-of-text id (brickwork/data/packing.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import codecs
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,6 +30,7 @@ import torch
 from brickwork.data.config import FORMATS, DataConfig
 from brickwork.data.corpus import read_corpus, split_tokens
 from brickwork.data.meta_pickle import load_plain_pickle
+from brickwork.data.packing import end_of_document
 from brickwork.data.token_file import check_token_ids, map_tokens, token_dtype, write_token_file
 from brickwork.data.tokenizer import (
     ByteTokenizer,
@@ -59,6 +62,7 @@ class TextData:
     val: torch.Tensor
     tokenizer: Tokenizer
     description: str
+    end_id: int | None = None  # the id ending every document, when they are packed (data.pack)
 
 
 def detect_format(path: Path, given: str, option: str) -> str:
@@ -127,17 +131,48 @@ def open_text_data(data: DataConfig, tokenizer: Tokenizer, cache: Path, seq_len:
     """The training and held-out token streams of the ``data:`` section (a DataConfig).
 
     Held out: ``data.val_path``, else a nanoGPT folder's val.bin, else the last ``val_fraction``.
-    Every id of a token file is checked to be below the tokenizer's ``vocab_size``.
+    Every id of a token file is checked to be below the tokenizer's ``vocab_size``. With ``data.pack``
+    the streams' documents end with ``end_id`` (:func:`check_packable`).
     """
+    end_id = check_packable(data, tokenizer) if data.pack else None
+    return replace(_open_streams(data, tokenizer, cache, seq_len, end_id), end_id=end_id)
+
+
+def check_packable(data: DataConfig, tokenizer: Tokenizer) -> int:
+    """The end-of-document id of a ``data:`` section with ``pack: true``, read from nothing but the
+    paths' kinds; ConfigError at ``data.pack`` for data without document boundaries: the embedded
+    corpus and a text file (one stream each), or .bin ids whose tokenizer has no end-of-text id."""
+    stream = "one stream with no document boundaries; give a .jsonl file (a record per document) or a folder"
+    if data.path is None:
+        raise ConfigError(f"the embedded corpus is {stream}", "data.pack")
+    for option, path in (("data.path", data.path), ("data.val_path", data.val_path)):
+        kind = None if path is None else detect_format(Path(path).expanduser(), data.format, option)
+        if kind == "text":
+            raise ConfigError(f"{option} is a text file, {stream}", "data.pack")
+        if kind == "bin" and tokenizer.end_of_text is None:
+            raise ConfigError(
+                f"{option} holds token ids whose tokenizer ({tokenizer.name}) has no end-of-text id to find "
+                "its documents by",
+                "data.pack",
+            )
+    return end_of_document(tokenizer)
+
+
+def _open_streams(
+    data: DataConfig, tokenizer: Tokenizer, cache: Path, seq_len: int, end_id: int | None
+) -> TextData:
     unit = "bytes" if isinstance(tokenizer, ByteTokenizer) else "tokens"
     if data.path is None:
         raw, source = read_corpus(None)
         tokens = tokenizer.encode(raw.decode("utf-8"))
         train, val = split_tokens(tokens, data.val_fraction, seq_len, unit, "the embedded corpus")
         return TextData(train, val, tokenizer, f"{source}, {val.numel():,} {unit} held out")
-    train, train_val, source = _read(Path(data.path).expanduser(), data, tokenizer, cache, "data.path")
+    train, train_val, source = _read(
+        Path(data.path).expanduser(), data, tokenizer, cache, "data.path", end_id
+    )
     if data.val_path is not None:
-        val, _, val_source = _read(Path(data.val_path).expanduser(), data, tokenizer, cache, "data.val_path")
+        val_path = Path(data.val_path).expanduser()
+        val, _, val_source = _read(val_path, data, tokenizer, cache, "data.val_path", end_id)
         _need_window(val, seq_len, "data.val_path", unit)
         _need_window(train, seq_len, "data.path", unit)
         return TextData(train.tokens, val.tokens, tokenizer, f"{source}; held out: {val_source}")
@@ -184,9 +219,10 @@ def _source_files(path: Path, kind: str, option: str) -> tuple[list[Path], Path 
 
 
 def _read(
-    path: Path, data: DataConfig, tokenizer: Tokenizer, cache: Path, option: str
+    path: Path, data: DataConfig, tokenizer: Tokenizer, cache: Path, option: str, end_id: int | None
 ) -> tuple[_Stream, _Stream | None, str]:
-    """(its token stream, a nanoGPT folder's val.bin stream or None, description) of one source."""
+    """(its token stream, a nanoGPT folder's val.bin stream or None, description) of one source;
+    ``end_id`` ends each document of a tokenised source (packed documents)."""
     vocab_size = tokenizer.vocab_size
     kind = detect_format(path, data.format, option)
     files, val_file = _source_files(path, kind, option)
@@ -205,6 +241,7 @@ def _read(
     key = hashlib.sha256(
         json.dumps(
             [kind, data.text_key, [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]]
+            + ([] if end_id is None else [end_id])
         ).encode()
         + tokenizer_digest(tokenizer).encode()
     ).hexdigest()[:20]
@@ -216,7 +253,7 @@ def _read(
             else _file_pieces(files, tokenizer, option)
         )
         total = sum(f.stat().st_size for f in files)
-        if write_token_file(pieces, tokenizer, out, total, path.name) == 0:
+        if write_token_file(pieces, tokenizer, out, total, path.name, end_id) == 0:
             out.unlink()
             raise ConfigError(f"{str(path)!r} holds no text to train on", option)
     dtype = token_dtype(tokenizer.vocab_size)

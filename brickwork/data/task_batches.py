@@ -4,7 +4,7 @@ The text tasks take a stream of ids below ``base`` (the tokenizer's vocabulary: 
 add their own ids above it, so a model's vocabulary is ``task_vocab_size(task, base)``.
 
 - ``causal_lm``: windows of tokens; ``labels`` are the inputs themselves (HF's meaning: the model
-  shifts them).
+  shifts them). With ``data.pack``, also ``document_ids`` (brickwork/data/packing.py).
 - ``masked_lm``: BERT's masking: 15% of positions are scored; of those 80% become the mask id
   ``base`` (``MASK_ID`` for bytes), 10% a random token, 10% stay. ``labels`` hold the original token
   there and -100 elsewhere.
@@ -28,6 +28,7 @@ from collections.abc import Callable
 import torch
 
 from brickwork.blocks import IGNORE_INDEX
+from brickwork.data.packing import packed_rows
 
 BYTES = 256
 MASK_ID = BYTES  # the one token a masked-LM vocabulary adds to the bytes
@@ -52,8 +53,13 @@ def task_vocab_size(task: str, base: int) -> int:
     return base + EXTRA_IDS[task]
 
 
-def causal_lm_batch(tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator) -> Batch:
+def causal_lm_batch(
+    tokens: torch.Tensor, rows: int, seq_len: int, g: torch.Generator, end_id: int | None = None
+) -> Batch:
+    """Windows and their labels; with ``end_id`` (``data.pack``), packed rows with ``document_ids``."""
     w = windows(tokens, rows, seq_len, g)
+    if end_id is not None:
+        return packed_rows(w, end_id)
     return {"input_ids": w, "labels": w.clone()}
 
 
@@ -143,11 +149,20 @@ class TaskBatches:
 
 
 def text_batches(
-    task: str, tokens: torch.Tensor, rows: int, seq_len: int, seed: int, base: int = BYTES
+    task: str,
+    tokens: torch.Tensor,
+    rows: int,
+    seq_len: int,
+    seed: int,
+    base: int = BYTES,
+    end_id: int | None = None,
 ) -> TaskBatches:
-    """Batches of ``task`` (causal_lm, masked_lm or seq2seq) from a stream of ids below ``base``."""
+    """Batches of ``task`` (causal_lm, masked_lm or seq2seq) from a stream of ids below ``base``;
+    ``end_id`` (causal_lm only) packs documents that each end with it (brickwork/data/packing.py)."""
+    if end_id is not None and task != "causal_lm":
+        raise ValueError(f"packed documents train causal_lm, not {task!r}")
     draw = {
-        "causal_lm": causal_lm_batch,
+        "causal_lm": functools.partial(causal_lm_batch, end_id=end_id),
         "masked_lm": functools.partial(masked_lm_batch, base=base),
         "seq2seq": functools.partial(seq2seq_batch, base=base),
     }[task]

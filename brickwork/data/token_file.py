@@ -72,12 +72,15 @@ def write_token_file(
     out: Path,
     total_bytes: int,
     label: str,
+    end_id: int | None = None,
 ) -> int:
     """Tokenise ``documents`` into the token file ``out``; returns the number of ids written.
 
     ``documents`` yields (piece, ends_a_document) in order; a document may come in many pieces. The
-    tokenizer's end-of-text id, or else a blank line, follows every document but the last. The file
-    appears only when complete (written beside it, then renamed), so a cut-off run leaves none.
+    tokenizer's end-of-text id, or else a blank line, follows every document but the last; with
+    ``end_id`` (packed documents) that id follows every document, the last too, and a document that
+    holds it itself raises ConfigError (at ``data.pack``). The file appears only when complete
+    (written beside it, then renamed), so a cut-off run leaves none.
     """
     dtype = token_dtype(tokenizer.vocab_size)
     partial = out.with_name(out.name + f".{os.getpid()}.partial")
@@ -88,7 +91,10 @@ def write_token_file(
     try:
         with open(partial, "wb") as handle:
             for piece, ends in documents:
-                ids = _encode(tokenizer, piece, pending_separator)
+                ids = _encode(tokenizer, piece, pending_separator and end_id is None)
+                if end_id is not None:
+                    _check_no_end(ids, end_id, label)
+                    ids += [end_id] if ends else []
                 np.asarray(ids, dtype=dtype).tofile(handle)
                 written += len(ids)
                 pending_separator = ends
@@ -98,6 +104,16 @@ def write_token_file(
         bar.close()
         partial.unlink(missing_ok=True)
     return written
+
+
+def _check_no_end(ids: list[int], end_id: int, label: str) -> None:
+    """Ids are the document boundaries: one inside a document would split it silently."""
+    if end_id in ids:
+        raise ConfigError(
+            f"{label} holds the end-of-document id {end_id} inside a document (for bytes: a NUL byte, as "
+            "UTF-16 text has); packed documents need text without it",
+            "data.pack",
+        )
 
 
 def _encode(tokenizer: Tokenizer, piece: str | bytes, separated: bool) -> list[int]:

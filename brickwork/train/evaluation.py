@@ -19,6 +19,7 @@ import torch
 from brickwork.blocks import MODELS
 from brickwork.data import fixed_windows
 from brickwork.data.sources import TextData, open_text_data
+from brickwork.data.packing import packed_rows
 from brickwork.data.task_batches import image_batches, text_batches
 from brickwork.errors import ConfigError
 from brickwork.train.preflight import check_device
@@ -57,6 +58,8 @@ def validation_batches(run: RunConfig, task: str, text: TextData | None) -> list
         return images.validation(cfg.eval_batches)
     if task == "causal_lm":
         inputs, _ = fixed_windows(text.val, cfg.eval_batches * cfg.batch_size, cfg.seq_len)
+        if text.end_id is not None:
+            return [packed_rows(x, text.end_id) for x in inputs.split(cfg.batch_size)]
         return [{"input_ids": x, "labels": x} for x in inputs.split(cfg.batch_size)]  # HF's: shifted inside
     held_out = text_batches(task, text.val, cfg.batch_size, cfg.seq_len, cfg.seed, text.tokenizer.vocab_size)
     return held_out.validation(cfg.eval_batches)

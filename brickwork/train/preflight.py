@@ -18,6 +18,7 @@ from brickwork.parallel import ParallelConfig
 from brickwork.parallel.balance import split_rows
 from brickwork.train.distributed import check_world
 from brickwork.train.run_config import RunConfig
+from brickwork.train.packing import check_packing
 from brickwork.train.run_data import run_tokenizer
 from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.task_spec import task_spec
@@ -43,6 +44,7 @@ def check_before_writing(run: RunConfig, task: str, resumed: bool = False) -> Pa
                 f"{run.train.seq_len} is longer than max_seq_len={limit}; lower it or raise max_seq_len",
                 "train.seq_len",
             )
+        check_packing(run, task, tokenizer, spec, layout)
     return layout
 
 

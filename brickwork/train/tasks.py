@@ -74,6 +74,7 @@ class Task:
 class CausalLM(Task):
     """Next-token prediction: ``labels`` [B, T] are the input ids (HF's meaning), -100 = not scored;
     :meth:`align` shifts them into ``shift_labels`` (position t scored against label t + 1).
+    ``document_ids`` [B, T], when the batch has them, pack documents (``DecoderLM.forward``).
 
     A brickwork decoder whose LM head weight is whole on this rank (one process, DDP, ZeRO-1/2/3,
     context and expert parallel: every layout without tensor parallel) skips the logits: it is called
@@ -83,7 +84,7 @@ class CausalLM(Task):
     """
 
     name = "causal_lm"
-    inputs = ("input_ids", "attention_mask")
+    inputs = ("input_ids", "attention_mask", "document_ids")
     required = ("input_ids",)
     pipeline_input = "input_ids"
     target_key = "shift_labels"

@@ -334,7 +334,7 @@ def _data(run: RunConfig, task: str, text: TextData | None) -> tuple[TaskBatches
         train = image_batches(size, channels, run.spec["num_classes"], cfg.batch_size, cfg.seed)
         return train, val, f"generated {size}x{size} images ({patch}x{patch} patches), 10 classes"
     base = text.tokenizer.vocab_size
-    train = text_batches(task, text.train, cfg.batch_size, cfg.seq_len, cfg.seed, base)
+    train = text_batches(task, text.train, cfg.batch_size, cfg.seq_len, cfg.seed, base, text.end_id)
     return train, val, text.description
 
 
