@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -16,6 +17,14 @@ def compiled_flex_attention() -> Callable[..., torch.Tensor]:
     return torch.compile(flex_attention, dynamic=False)
 
 
+def eager_flex_attention(*args: object, **kwargs: object) -> torch.Tensor:
+    """``flex_attention`` run eagerly, without torch's advice to compile it: off CUDA, eager (the
+    scores materialized) is the path brickwork chooses, so the advice would only be noise."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return flex_attention(*args, **kwargs)
+
+
 def flex_attention_for(q: torch.Tensor) -> Callable[..., torch.Tensor]:
     """The compiled kernel for CUDA tensors, the eager function for others (CPU runs it eagerly)."""
-    return compiled_flex_attention() if q.is_cuda else flex_attention
+    return compiled_flex_attention() if q.is_cuda else eager_flex_attention
