@@ -1,0 +1,48 @@
+"""Packed documents under tensor parallel: what each spawned rank runs, and the one-process reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from context_parallel_cases import build
+from parallel_cases import VOCAB
+from torch.distributed.tensor import DTensor
+
+from brickwork.data.packing import packed_rows
+from brickwork.parallel import full_state_dict, parallelize
+from brickwork.train import TrainStep
+
+END_ID, ROWS, LENGTH, STEPS = 0, 4, 16, 2
+
+
+def packed_batches() -> list[dict[str, torch.Tensor]]:
+    """STEPS batches of packed rows: random ids, about one in five the end-of-document id."""
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for _ in range(STEPS):
+        ids = torch.randint(1, VOCAB, (ROWS, LENGTH), generator=g)
+        ids[torch.rand(ids.shape, generator=g) < 0.2] = END_ID
+        out.append(packed_rows(ids, END_ID))
+    return out
+
+
+def train_packed(kind: str, dist: dict[str, int] | None) -> dict[str, Any]:
+    """SGD on the packed batches (the dense document mask: a CPU backward), then the logits of the
+    first batch in eval mode without gradients (FlexAttention's block mask), the full weights after."""
+    model = build(kind)
+    if dist is not None:
+        model = parallelize(model, dist)
+    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.1), "causal_lm")
+    losses = [step(batch) for batch in packed_batches()]
+    model.eval()
+    first = packed_batches()[0]
+    with torch.no_grad():
+        logits = model(first["input_ids"], document_ids=first["document_ids"])
+    if isinstance(logits, DTensor):  # tensor parallel keeps the logits split over the vocabulary
+        logits = logits.full_tensor()
+    return {"losses": losses, "logits": logits[..., :VOCAB], "state": full_state_dict(model)}
+
+
+def run_tensor_parallel(kinds: list[str]) -> dict[str, dict[str, Any]]:
+    return {kind: train_packed(kind, {"tensor_parallel_size": 2}) for kind in kinds}
