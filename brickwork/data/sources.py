@@ -134,8 +134,13 @@ def open_text_data(data: DataConfig, tokenizer: Tokenizer, cache: Path, seq_len:
     Every id of a token file is checked to be below the tokenizer's ``vocab_size``. With ``data.pack``
     the streams' documents end with ``end_id`` (:func:`check_packable`).
     """
-    end_id = check_packable(data, tokenizer) if data.pack else None
-    return replace(_open_streams(data, tokenizer, cache, seq_len, end_id), end_id=end_id)
+    if not data.pack:
+        return _open_streams(data, tokenizer, cache, seq_len, None)
+    end_id = check_packable(data, tokenizer)
+    text = _open_streams(data, tokenizer, cache, seq_len, end_id)
+    return replace(
+        text, end_id=end_id, description=f"{text.description}; documents packed, each ended by id {end_id}"
+    )
 
 
 def check_packable(data: DataConfig, tokenizer: Tokenizer) -> int:

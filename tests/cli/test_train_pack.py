@@ -1,0 +1,74 @@
+"""``brickwork train`` with ``data.pack``: a jsonl source trains packed; what cannot pack stops the run
+in one line before anything is written."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+from cli_runs import read_metrics
+
+from brickwork.cli import main
+from brickwork.data.tokenizer import ByteTokenizer
+from brickwork.errors import ConfigError
+from brickwork.parallel import ParallelConfig
+from brickwork.train.packing import check_packing
+from brickwork.train.run_config import resolve_run
+from brickwork.train.task_spec import task_spec
+
+TINY = [
+    "decoder.num_layers=1",
+    "dim_model=32",
+    "decoder.block.attention.num_heads=2",
+    "train.steps=2",
+    "train.batch_size=2",
+    "train.seq_len=32",
+    "train.eval_interval=2",
+    "train.eval_batches=1",
+    "train.checkpoint_interval=2",
+    "train.sample_tokens=8",
+]
+
+
+def documents(path: Path) -> Path:
+    rng = random.Random(0)
+    words = ["the", "fox", "went", "to", "the", "mill", "and", "the", "hare", "stayed", "home"]
+    lines = [json.dumps({"text": " ".join(rng.choices(words, k=rng.randint(3, 20)))}) for _ in range(200)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_packed_jsonl_run_trains_and_evaluates(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    documents(tmp_path / "docs.jsonl")
+    assert main(["train", *TINY, "data.path=docs.jsonl", "data.pack=true", "train.out_dir=run"]) == 0
+    assert "documents packed, each ended by id 0" in capsys.readouterr().out
+    losses = [m["val_loss"] for m in read_metrics(tmp_path / "run") if m.get("val_loss") is not None]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
+
+
+def test_what_cannot_pack_stops_before_the_run_folder(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    documents(tmp_path / "docs.jsonl")
+    refused = {
+        "favor": (["data.path=docs.jsonl", "decoder.block.attention.mechanism.name=favor"],
+                  "data.pack: attention 'favor' at layers.0.attention cannot keep packed documents apart"),
+        "corpus": ([], "data.pack: the embedded corpus is one stream with no document boundaries"),
+    }  # fmt: skip
+    for name, (overrides, message) in refused.items():
+        assert main(["train", *TINY, *overrides, "data.pack=true", f"train.out_dir=runs/{name}"]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "runs").exists()
+    # Context and pipeline parallel (reached under torchrun): refused with the reason.
+    run = resolve_run(None, [*TINY, "data.path=docs.jsonl", "data.pack=true"])
+    spec = task_spec(run, "causal_lm", ByteTokenizer(), quiet=True)
+    layouts = {"gathers the keys of other ranks": {"context_parallel_size": 2},
+               "the pipeline stages take no": {"pipeline_parallel_size": 2}}  # fmt: skip
+    for reason, layout in layouts.items():
+        with pytest.raises(ConfigError, match=rf"^data.pack: .*{reason}"):
+            check_packing(run, "causal_lm", ByteTokenizer(), spec, ParallelConfig(**layout))
+    with pytest.raises(ConfigError, match=r"^data.pack: packs documents for causal_lm; this run's task"):
+        check_packing(run, "masked_lm", ByteTokenizer(), spec, ParallelConfig())
