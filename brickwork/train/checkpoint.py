@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ from brickwork.checkpoint import (
 )
 from brickwork.errors import ConfigError, RunFailure
 from brickwork.parallel import load_checkpoint, save_checkpoint
+from brickwork.parallel.checkpoint import async_save_checkpoint
+from brickwork.train.peers import is_peer_failure
 
 if TYPE_CHECKING:
     from brickwork.train.step import TrainStep
@@ -67,29 +70,74 @@ def save_run_checkpoint(
     A non-finite ``val_loss`` is refused (ValueError): that state is not worth keeping. A write that
     fails for want of space raises CheckpointWriteError after rank 0 removed the partial folder.
     """
+    folder, extra = _begin(run_dir, step, data_state, val_loss, settings, step_state)
+    try:
+        return save_checkpoint(folder, model, optimizer, step, extra=extra)
+    except (OSError, RuntimeError, CheckpointException) as err:
+        raise write_failed(err, step, folder) from None
+
+
+def start_run_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data_state: dict[str, torch.Tensor],
+    val_loss: float,
+    settings: Mapping[str, Any] | None = None,
+    step_state: Mapping[str, Any] | None = None,
+    group: dist.ProcessGroup | None = None,
+) -> Future[Path]:
+    """:func:`save_run_checkpoint`, returning once the state is staged in CPU memory; the future ends
+    when the folder is complete (brickwork/parallel/checkpoint/async_save.py; ``group`` is its
+    ``save_group``). Its errors are the write's as they are: :func:`write_failed` makes them what
+    :func:`save_run_checkpoint` raises."""
+    folder, extra = _begin(run_dir, step, data_state, val_loss, settings, step_state)
+    try:
+        return async_save_checkpoint(folder, model, optimizer, step, extra=extra, group=group)
+    except (OSError, RuntimeError, CheckpointException) as err:
+        raise write_failed(err, step, folder) from None
+
+
+def _begin(
+    run_dir: Path,
+    step: int,
+    data_state: dict[str, torch.Tensor],
+    val_loss: float,
+    settings: Mapping[str, Any] | None,
+    step_state: Mapping[str, Any] | None,
+) -> tuple[Path, dict[str, Any]]:
+    """(the folder of ``step``, cleared by rank 0 of a cut-off earlier attempt; the trainer's ``extra``)."""
     if not math.isfinite(val_loss):
         raise ValueError(f"refusing to save step {step} as a checkpoint: its validation loss is {val_loss}")
     folder = checkpoint_dir(run_dir, step)
     if _rank() == 0 and (folder.exists() or folder.is_symlink()):
         remove_path(folder)
-    # No other rank touches the folder before save_checkpoint's first barrier, which follows this.
+    # No other rank touches the folder before the save's first barrier, which follows this.
     extra = {"trainer_format": TRAINER_FORMAT, "data": _encode(data_state), "val_loss": val_loss}
     if settings is not None:
         extra["train"] = dict(settings)
     if step_state is not None:
         extra["train_step"] = dict(step_state)
-    try:
-        return save_checkpoint(folder, model, optimizer, step, extra=extra)
-    except (OSError, RuntimeError, CheckpointException) as err:
-        if _interrupted(err):
-            raise
-        if _rank() == 0:
-            remove_path(folder)
-        raise CheckpointWriteError(
-            f"could not write the checkpoint of step {step} to {folder} ({_write_failure(err)}); the "
-            "partial folder was removed and the earlier checkpoints are intact; free some space (or "
-            "lower train.keep_checkpoints) and continue with --resume"
-        ) from None
+    return folder, extra
+
+
+def write_failed(err: OSError | RuntimeError | CheckpointException, step: int, folder: Path) -> BaseException:
+    """What a failed write of the checkpoint of ``step`` into ``folder`` raises: a Ctrl-C as it was, else
+    after rank 0 removed the partial folder, a lost peer's error as gloo or NCCL raised it (which
+    peers.py reports as such) or CheckpointWriteError."""
+    if _interrupted(err):
+        return err
+    if _rank() == 0:
+        remove_path(folder)
+    lost = [cause for cause in _causes(err) if is_peer_failure(cause)]
+    if lost:
+        return lost[0]
+    return CheckpointWriteError(
+        f"could not write the checkpoint of step {step} to {folder} ({_write_failure(err)}); the "
+        "partial folder was removed and the earlier checkpoints are intact; free some space (or "
+        "lower train.keep_checkpoints) and continue with --resume"
+    )
 
 
 def load_run_checkpoint(

@@ -22,13 +22,12 @@ from tqdm import tqdm
 from brickwork.data.task_batches import TaskBatches
 from brickwork.factory.convert import config_to_dict
 from brickwork.parallel import parallel_state, split_rows
-from brickwork.train.checkpoint import save_run_checkpoint
+from brickwork.train.checkpoint_writer import CheckpointWriter
 from brickwork.train.config import TrainConfig
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.mfu import run_utilization
 from brickwork.train.optim import learning_rate, set_learning_rate
 from brickwork.train.preemption import Preempted, StopSignals
-from brickwork.train.retention import retain
 from brickwork.train.step import TrainStep, evaluate
 from brickwork.train.trackers import open_trackers
 
@@ -94,16 +93,20 @@ def run_loop(
     trackers = open_trackers(cfg.tracker_names(), run_dir, title, settings) if is_main else []
     layout = parallel_state(model)
 
-    # Closed however the loop ends: the metrics file stays open between records.
+    # Closed however the loop ends: the metrics file stays open between records, and a checkpoint
+    # written in the background is waited for.
+    writer = CheckpointWriter(
+        run_dir, cfg.keep_checkpoints, is_main, cfg.async_checkpoint, layout.config.timeout_s
+    )
     with (
         closing(MetricsLog(run_dir / "metrics.jsonl", trackers)) as log,
         StopSignals(layout.device) as stop,
+        writer,
     ):
 
         def save(done: int, val_loss: float) -> Path:
             """The checkpoint of step ``done``, due by the interval or by a stop signal; then pruning."""
-            folder = save_run_checkpoint(
-                run_dir,
+            folder = writer.save(
                 done,
                 model,
                 optimizer,
@@ -113,7 +116,6 @@ def run_loop(
                 step_state=step.state_dict(),
             )
             if is_main:
-                retain(run_dir, folder, cfg.keep_checkpoints)
                 plot_losses(log.read(), run_dir / "loss.png", title)
             return folder
 
@@ -206,6 +208,7 @@ def run_loop(
             if signum:
                 if saved is None and cfg.checkpoint_on_preempt:
                     saved = save(done, val_loss)
+                writer.wait()  # Preempted names a complete checkpoint
                 bar.close()
                 raise Preempted(signum, done, cfg.steps, saved, run_dir)
             postfix = f"loss {loss:.3f}, val {val_loss:.3f}, {rate:,.0f} {rate_unit}"

@@ -27,6 +27,8 @@ SAFE_TRAIN_KEYS = frozenset(
         "min_lr",
         "warmup_steps",
         "schedule",
+        "decay_fraction",
+        "decay_shape",
         "eval_interval",
         "checkpoint_interval",
         "keep_checkpoints",
@@ -36,6 +38,7 @@ SAFE_TRAIN_KEYS = frozenset(
         "sample_temperature",
         "compile",
         "checkpoint_on_preempt",
+        "async_checkpoint",
         "max_skipped_steps",
     }
 )

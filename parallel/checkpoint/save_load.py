@@ -55,6 +55,44 @@ def save_checkpoint(
     data. An existing checkpoint in ``directory`` loses its marker first, so a save interrupted
     while overwriting it is not mistaken for complete. Returns the folder.
     """
+    pending = prepare_save(directory, model, optimizer, step, extra)
+    with quiet_single_process():
+        dcp.save(pending.state, checkpoint_id=pending.folder, no_dist=not dist.is_initialized())
+    _barrier()
+    pending.finish()
+    _barrier()
+    return pending.folder
+
+
+@dataclass(frozen=True)
+class PendingSave:
+    """A save begun by :func:`prepare_save`: the ``state`` DCP is to write into ``folder``, and the
+    ``meta`` rank 0 writes once every rank's files are there."""
+
+    folder: Path
+    state: dict[str, Any]
+    meta: dict[str, Any]
+
+    def finish(self) -> Path:
+        """On rank 0, write ``meta.json``, the manifest and ``.complete``; the caller makes sure that
+        every rank's DCP files and RNG file are written first."""
+        if _rank_and_world()[0] == 0:
+            (self.folder / META_FILE).write_text(json.dumps(self.meta, indent=1, sort_keys=True))
+            write_manifest(self.folder, skip=UNLISTED)
+            mark_complete(self.folder)
+        return self.folder
+
+
+def prepare_save(
+    directory: str | os.PathLike,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    step: int,
+    extra: Mapping[str, Any] | None,
+) -> PendingSave:
+    """Everything of a save but the DCP write and the finish: rank 0 clears the marker of an earlier
+    save into ``directory``; every rank writes its RNG state and gathers its state dict (views of the
+    model's and optimizer's tensors: they must not change until DCP has written or copied them)."""
     folder = Path(directory)
     rank, world = _rank_and_world()
     if rank == 0:
@@ -64,8 +102,6 @@ def save_checkpoint(
     state = {f"model.{k}": v for k, v in _model_state(model)[0].items()}
     if optimizer is not None:
         state.update(_optimizer_state(model, optimizer))
-    with quiet_single_process():
-        dcp.save(state, checkpoint_id=folder, no_dist=not dist.is_initialized())
     rng = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state()
@@ -78,13 +114,7 @@ def save_checkpoint(
         "param_groups": _hyperparameters(optimizer) if optimizer is not None else None,
         "extra": dict(extra or {}),
     }
-    _barrier()
-    if rank == 0:
-        (folder / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
-        write_manifest(folder, skip=UNLISTED)
-        mark_complete(folder)
-    _barrier()
-    return folder
+    return PendingSave(folder, state, meta)
 
 
 def load_checkpoint(

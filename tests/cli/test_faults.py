@@ -66,17 +66,17 @@ DISK_FILLS_AFTER_THE_FIRST_CHECKPOINT = textwrap.dedent(
     """
     import resource, sys
     from brickwork.cli import main
-    from brickwork.train import loop
+    from brickwork.train import checkpoint_writer
 
     sys.modules["matplotlib"] = None  # no loss.png: only the checkpoint files grow
-    retain = loop.retain
+    retain = checkpoint_writer.retain
 
     def retain_then_fill(*args):
         retain(*args)
         # From here no file may grow past 32 KiB, which the next checkpoint's weights exceed.
         resource.setrlimit(resource.RLIMIT_FSIZE, (32768, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
-    loop.retain = retain_then_fill
+    checkpoint_writer.retain = retain_then_fill
     sys.exit(main(sys.argv[1:]))
     """
 )
