@@ -3,6 +3,7 @@ torch's ``ZeroRedundancyOptimizer``; under expert parallel the experts are stepp
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence, Set
 from typing import Any
@@ -47,13 +48,20 @@ class ZeroOptimizers:
             for group in groups[1:]:
                 zero.add_param_group(group)
             stepped = ZeroBesideExperts(zero, optimizer, self._experts, options) if self._experts else zero
+            # A schedule sets the user's lr between steps, long after this was first asked for.
+            zero.register_step_pre_hook(functools.partial(_copy_settings, optimizer, stepped))
             entry = (optimizer, stepped)
             self._by_user[id(optimizer)] = entry
         user, stepped = entry
-        for owned in stepped.parts if isinstance(stepped, ZeroBesideExperts) else [stepped]:
-            for user_group, group in zip(user.param_groups, owned.param_groups):
-                group.update({k: v for k, v in user_group.items() if k != "params"})
+        _copy_settings(user, stepped)
         return stepped
+
+
+def _copy_settings(user: torch.optim.Optimizer, stepped: Any, *_: Any) -> None:
+    """The user's param-group values (all but the parameters) into the optimizers that step for it."""
+    for owned in stepped.parts if isinstance(stepped, ZeroBesideExperts) else [stepped]:
+        for user_group, group in zip(user.param_groups, owned.param_groups):
+            group.update({k: v for k, v in user_group.items() if k != "params"})
 
 
 class ZeroBesideExperts:
