@@ -1,9 +1,9 @@
 """Every check a run's config can fail, made before the run touches the disk.
 
 A start that fails leaves the disk as it was: no ``runs/``, no run folder, no token cache. So the
-layout against the processes launched, the device, how the batch splits, the data paths, the
-tokenizer and the vocabulary, the training length and the batch's memory are all checked here, from
-the config alone, before the run folder is locked or created.
+layout against the processes launched (and the optimizer), the device, how the batch splits, the
+data paths, the tokenizer and the vocabulary, the training length and the batch's memory are all
+checked here, from the config alone, before the run folder is locked or created.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import torch
 from brickwork.data.sources import data_files
 from brickwork.data.tokenizer import Tokenizer
 from brickwork.errors import ConfigError
-from brickwork.factory.build import resolve_spec
+from brickwork.factory.build import build_model, resolve_spec
 from brickwork.parallel import ParallelConfig
 from brickwork.parallel.balance import split_rows
+from brickwork.parallel.mesh import mesh_device_type
 from brickwork.train.distributed import check_world
+from brickwork.train.fp8 import check_fp8_run
+from brickwork.train.muon import check_muon_layout
 from brickwork.train.run_config import RunConfig
 from brickwork.train.packing import check_packing
 from brickwork.train.run_data import run_tokenizer
@@ -30,10 +33,13 @@ def check_before_writing(run: RunConfig, task: str, resumed: bool = False) -> Pa
     config.yaml's: a tokenizer that no longer fits it is the data-identity check's to explain
     (brickwork/train/data_identity.py), which also runs before anything is written."""
     layout = check_world(run.dist)
+    if run.train.optimizer == "muon":
+        check_muon_layout(layout)
     check_device(run.train.device)
     check_batch_split(run, layout)
     check_run_sizes(run, layout)
     data_files(run.data)  # each path exists and is of a kind the data readers take
+    spec = run.spec
     if task != "image_classification":
         tokenizer = run_tokenizer(run)
         check_sample_prompt(run, tokenizer)
@@ -45,6 +51,8 @@ def check_before_writing(run: RunConfig, task: str, resumed: bool = False) -> Pa
                 "train.seq_len",
             )
         check_packing(run, task, tokenizer, spec, layout)
+    if run.train.precision == "fp8":
+        check_fp8(run, spec, layout)
     return layout
 
 
@@ -52,6 +60,17 @@ def check_device(device: str) -> None:
     """``train.device=cuda`` needs a usable CUDA device."""
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("cuda, but no CUDA device is usable here; use train.device=cpu", "train.device")
+
+
+def check_fp8(run: RunConfig, spec: dict, layout: ParallelConfig) -> None:
+    """``train.precision=fp8`` needs float8 matmuls on a GPU, and a linear large enough to convert."""
+    with torch.device("meta"):
+        model = build_model(spec)
+    device = torch.device(mesh_device_type(layout))
+    try:
+        check_fp8_run(model, run.train.fp8_recipe, run.train.fp8_min_features, device)
+    except ConfigError as err:
+        raise err.at("train") from None
 
 
 def check_batch_split(run: RunConfig, layout: ParallelConfig) -> None:

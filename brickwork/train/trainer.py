@@ -35,6 +35,7 @@ from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
 from brickwork.train.evaluation import validation_batches
+from brickwork.train.fp8 import convert_for_layout
 from brickwork.train.heap import keep_freed_memory
 from brickwork.train.init_weights import load_initial_weights, pretrained_base
 from brickwork.train.loop import LoopState, run_loop
@@ -184,6 +185,10 @@ def _train(
     run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
     params = sum(p.numel() for p in model.parameters())
     config = _layout_config(run)
+    fp8 = []
+    if cfg.precision == "fp8":
+        # torchao swaps the linears before tensor parallel, compilation and FSDP wrap them.
+        fp8 = convert_for_layout(model, cfg.fp8_recipe, cfg.fp8_min_features, config)
     model = parallelize(model, config, compile=_compiles(run.train.compile, model, config))
     layout = parallel_state(model)
     is_main = dist.get_rank() == 0
@@ -192,7 +197,7 @@ def _train(
     dist.barrier()
 
     batches, val_batches, source = _data(run, task, text)
-    optimizer = build_optimizer(model.parameters(), cfg)
+    optimizer = build_optimizer(model, cfg)
     step = TrainStep(
         model,
         optimizer,
@@ -241,6 +246,8 @@ def _train(
     say(f"model {run.name}: {params:,} parameters, task {task}; data: {source}")
     cpu = f", {threads.threads} CPU threads per process" if layout.device.type == "cpu" else ""
     say(f"{cfg.steps} steps of {_step_size(run, task)} on {_describe(layout, cfg.precision)}{cpu}")
+    if fp8:
+        say(f"fp8 ({cfg.fp8_recipe or 'tensorwise'}): {len(fp8)} linears in float8, the rest in bf16")
 
     title = f"{run.name}: {run_dir.name}"
     if layout.device.type == "cpu":
@@ -299,11 +306,11 @@ def _task(run: RunConfig) -> str:
 
 def _layout_config(run: RunConfig) -> ParallelConfig:
     """The run's layout for ``parallelize``: the device from ``train.device``, and FSDP's bf16 policy
-    for ``train.precision=bf16-mixed`` under ZeRO-2/3."""
+    for ``train.precision=bf16-mixed`` (and fp8) under ZeRO-2/3."""
     config = check_world(run.dist)
     if run.train.device != "auto":
         config = replace(config, device_type=run.train.device)
-    if run.train.precision == "bf16-mixed" and config.zero_stage >= 2:
+    if run.train.precision in ("bf16-mixed", "fp8") and config.zero_stage >= 2:
         config = replace(config, mixed_precision="bf16")
     return config
 

@@ -56,7 +56,7 @@ def test_weight_decay_only_on_matrices():
         ({"warmup_steps": 5, "steps": 5}, "warmup_steps: must be < steps=5"),
         ({"min_lr": 0.1, "lr": 0.01}, r"min_lr: must be in \[0, lr=0.01\]"),
         ({"schedule": "cosin"}, "schedule: unknown value 'cosin'.*did you mean 'cosine'"),
-        ({"optimizer": "adam"}, "optimizer: .*allowed: adamw, sgd"),
+        ({"optimizer": "adam"}, "optimizer: .*allowed: adamw, muon, sgd"),
         ({"betas": (0.9, 1.0)}, r"betas: must be two numbers in \[0, 1\)"),
         ({"sample_prompt": ""}, "sample_prompt: must be non-empty"),
     ],

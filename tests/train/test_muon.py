@@ -1,0 +1,183 @@
+"""``train.optimizer: muon``: the update against a float64 Newton-Schulz written here, which parameters
+Muon takes, its options' checks, the layouts it refuses, a resume that continues exactly, and DDP and
+ZeRO-1 against one process."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from optimizer_cases import MUON, run_zero1, train
+from torch import nn
+from train_cases import build, global_batches, spec
+
+from brickwork.cli import main
+from brickwork.errors import ConfigError
+from brickwork.factory import build_model
+from brickwork.parallel import ParallelConfig, full_state_dict, load_checkpoint, save_checkpoint, spawn
+from brickwork.train.config import TrainConfig
+from brickwork.train.muon import MuonWithAdamW, check_muon_layout, muon_matrices
+from brickwork.train.optim import build_optimizer
+
+# Keller Jordan's quintic Newton-Schulz coefficients, torch's defaults.
+NS = (3.4445, -4.7750, 2.0315)
+
+
+def newton_schulz(m: torch.Tensor, steps: int) -> torch.Tensor:
+    """The quintic iteration X <- aX + (bXX^T + c(XX^T)^2)X on m / ||m||_F, in float64, on the wide
+    orientation (rows <= columns)."""
+    a, b, c = NS
+    x = m.double()
+    tall = x.shape[0] > x.shape[1]
+    x = x.T if tall else x
+    x = x / x.norm()
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+@pytest.mark.parametrize(
+    ("shape", "nesterov", "adjust"), [((24, 40), True, "match_rms_adamw"), ((48, 16), False, "original")]
+)
+def test_update_is_newton_schulz_of_the_momentum(shape, nesterov, adjust):
+    lr, decay, mu, steps = 0.1, 0.05, 0.9, 5
+    torch.manual_seed(0)
+    matrix, bias = nn.Parameter(torch.randn(shape)), nn.Parameter(torch.randn(shape[0]))
+    twin = nn.Parameter(bias.detach().clone())
+    groups = [{"params": [matrix], "muon": True}, {"params": [bias], "weight_decay": 0.0}]
+    optimizer = MuonWithAdamW(
+        groups, lr=lr, weight_decay=decay, momentum=mu, nesterov=nesterov, ns_steps=steps, adjust_lr_fn=adjust
+    )
+    adamw = torch.optim.AdamW([twin], lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    # Muon's momentum is an average, B <- mu B + (1 - mu) g; Nesterov steps along (1 - mu) g + mu B.
+    # match_rms_adamw scales the step by 0.2 sqrt(max(A, B)), the original by sqrt(max(1, A / B)).
+    scale = (
+        0.2 * math.sqrt(max(shape)) if adjust == "match_rms_adamw" else math.sqrt(max(1, shape[0] / shape[1]))
+    )
+    momentum = torch.zeros(shape, dtype=torch.float64)
+    for _ in range(3):
+        grad = torch.randn(shape)
+        before = matrix.detach().double()
+        matrix.grad, bias.grad = grad.clone(), torch.randn(shape[0])
+        twin.grad = bias.grad.clone()
+        optimizer.step()
+        adamw.step()
+        momentum = mu * momentum + (1 - mu) * grad.double()
+        direction = (1 - mu) * grad.double() + mu * momentum if nesterov else momentum
+        want = newton_schulz(direction, steps)
+        got = (before * (1 - lr * decay) - matrix.detach().double()) / (lr * scale)
+        # torch iterates in bfloat16: a few percent of the largest entry; a wrong momentum or Nesterov
+        # rule differs by 30-50% of it from the second step on.
+        assert (got - want).abs().max() <= 0.06 * want.abs().max()
+        assert torch.equal(bias, twin)  # the other parameters are torch's AdamW's exactly
+
+
+def test_muon_takes_the_blocks_linear_weights_and_adamw_the_rest():
+    for tied in (True, False):
+        torch.manual_seed(0)
+        model = build_model({**spec("decoder"), "tie_embeddings": tied})
+        optimizer = build_optimizer(model, TrainConfig(optimizer="muon", weight_decay=0.25))
+        names = {id(p): n for n, p in model.named_parameters()}
+        muon, decayed, plain = ([names[id(p)] for p in g["params"]] for g in optimizer.param_groups)
+        projections = (
+            "attention.qkv_proj",
+            "attention.out_proj",
+            "feedforward.up_proj",
+            "feedforward.down_proj",
+        )
+        assert sorted(muon) == sorted(f"layers.{i}.{p}.weight" for i in range(2) for p in projections)
+        head = [] if tied else ["lm_head.weight"]  # tied: the embedding's Parameter, listed once
+        assert sorted(decayed) == sorted(["token_embedding.weight", "position_embedding.weight", *head])
+        assert all(model.get_parameter(n).ndim == 1 for n in plain)
+        assert len(muon) + len(decayed) + len(plain) == len(names)
+        assert [g["weight_decay"] for g in optimizer.param_groups] == [0.25, 0.25, 0.0]
+        assert [g["muon"] for g in optimizer.param_groups] == [True, False, False]
+        assert isinstance(optimizer.parts[True], torch.optim.Muon)
+        assert isinstance(optimizer.parts[False], torch.optim.AdamW)
+    assert muon_matrices(nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))) == []
+    with pytest.raises(ConfigError, match=r"train.optimizer: muon steps the matrices of transformer blocks"):
+        build_optimizer(nn.Sequential(nn.Linear(4, 4)), TrainConfig(optimizer="muon"))
+
+
+def test_muon_options_and_their_defaults():
+    cfg = TrainConfig(optimizer="muon", muon_momentum=0.9, muon_nesterov=False, muon_ns_steps=3)
+    group = build_optimizer(build("decoder"), cfg).param_groups[0]
+    assert (group["momentum"], group["nesterov"], group["ns_steps"]) == (0.9, False, 3)
+    assert group["adjust_lr_fn"] == "match_rms_adamw"
+    defaults = build_optimizer(build("decoder"), TrainConfig(optimizer="muon")).param_groups[0]
+    assert (defaults["momentum"], defaults["nesterov"], defaults["ns_steps"]) == (0.95, True, 5)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"muon_momentum": 0.9}, "muon_momentum: applies to optimizer muon only, and optimizer is 'adamw'"),
+        ({"optimizer": "sgd", "muon_ns_steps": 3}, "muon_ns_steps: applies to optimizer muon only"),
+        ({"optimizer": "muon", "muon_momentum": 1.0}, r"muon_momentum: must be a number in \[0, 1\)"),
+        ({"optimizer": "muon", "muon_nesterov": "yes"}, "muon_nesterov: must be true or false"),
+        ({"optimizer": "muon", "muon_ns_steps": 0}, "muon_ns_steps: must be a positive integer"),
+        ({"optimizer": "muon", "muon_ns_steps": 100}, "muon_ns_steps: must be below 100"),
+        ({"optimizer": "muon", "muon_adjust_lr": "adamw"}, "muon_adjust_lr: unknown value 'adamw'"),
+    ],
+)
+def test_bad_muon_options_name_the_key(options, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**options)
+
+
+def test_layouts_that_shard_parameters_are_refused():
+    check_muon_layout(ParallelConfig(data_parallel_size=2, zero_stage=1))
+    check_muon_layout(ParallelConfig(pipeline_parallel_size=2))
+    with pytest.raises(ConfigError, match=r"train.optimizer: .*dist.tensor_parallel_size=2\) leaves a shard"):
+        check_muon_layout(ParallelConfig(tensor_parallel_size=2))
+    with pytest.raises(ConfigError, match=r"train.optimizer: .*dist.zero_stage=2 \(FSDP2\) shards every"):
+        check_muon_layout(ParallelConfig(data_parallel_size=2, zero_stage=2))
+
+
+def test_brickwork_train_refuses_muon_under_fsdp_before_writing(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "train.steps=2", "train.optimizer=muon", "dist.zero_stage=3"]) == 2
+    assert "train.optimizer: muon orthogonalises each hidden matrix whole" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_continues_exactly(tmp_path: Path):
+    cfg = TrainConfig(
+        optimizer="muon", schedule="wsd", steps=6, warmup_steps=1, decay_fraction=0.5, grad_clip=0.0
+    )
+    g = torch.Generator().manual_seed(7)
+    batches = [
+        {"input_ids": (ids := torch.randint(0, 48, (2, 8), generator=g)), "labels": ids} for _ in range(6)
+    ]
+    whole = build("decoder")
+    train(whole, build_optimizer(whole, cfg), cfg, batches)
+    first = build("decoder")
+    optimizer = build_optimizer(first, cfg)
+    train(first, optimizer, cfg, batches[:3])
+    save_checkpoint(tmp_path, first, optimizer, 3)
+    resumed = build("decoder", seed=1)  # other weights: the checkpoint must bring every value
+    optimizer = build_optimizer(resumed, cfg)
+    load_checkpoint(tmp_path, resumed, optimizer)
+    train(resumed, optimizer, cfg, batches[3:], first_step=3)
+    for (name, want), got in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(got, want), name
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_zero1_matches_one_process():
+    one = build("decoder")
+    start = full_state_dict(one)
+    losses = train(one, build_optimizer(one, MUON), MUON, global_batches("decoder"))
+    ranks = spawn(run_zero1, 2, timeout=180)
+    assert ranks[0]["losses"] == ranks[1]["losses"]
+    assert ranks[0]["losses"] == pytest.approx(losses, rel=1e-5)
+    # DDP's averaged gradients differ from one process's in the last float32 bits, which can round
+    # the other way in torch's bfloat16 Newton-Schulz: the weights agree to its few percent of the
+    # distance trained (a wrong learning rate or a matrix stepped by AdamW is off by all of it).
+    for name, want in full_state_dict(one).items():
+        trained = (want - start[name]).abs().max()
+        assert (ranks[0]["state"][name] - want).abs().max() <= 0.1 * trained, name
