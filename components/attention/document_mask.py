@@ -74,6 +74,8 @@ class DocumentMask:
         self.mask_mod = document_causal(document_ids)
         self._block: BlockMask | None = None
         self._dense: torch.Tensor | None = None
+        if document_ids.is_cuda:  # the path there: built now, before any compiled layer sees the mask
+            self.block_mask()
 
     def positions(self) -> torch.Tensor:
         """Each token's position within its document, [B, T]."""

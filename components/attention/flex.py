@@ -26,5 +26,8 @@ def eager_flex_attention(*args: object, **kwargs: object) -> torch.Tensor:
 
 
 def flex_attention_for(q: torch.Tensor) -> Callable[..., torch.Tensor]:
-    """The compiled kernel for CUDA tensors, the eager function for others (CPU runs it eagerly)."""
+    """``flex_attention`` itself inside a compiled region (whose compiler fuses it); else the compiled
+    kernel for CUDA tensors, and the eager function for others (CPU runs it eagerly)."""
+    if torch.compiler.is_compiling():
+        return flex_attention
     return compiled_flex_attention() if q.is_cuda else eager_flex_attention
