@@ -4,10 +4,10 @@ A row of a packed batch holds several documents one after another; ``document_id
 token belongs to which (a document is one run of equal ids). The model builds one
 :class:`DocumentMask` per forward and hands it to every attention layer in place of ``attn_mask``. Its
 one rule, ``mask_mod(b, h, q, kv)``: same document and ``kv <= q``, runs as a FlexAttention block mask
-(built on first use, then shared by all layers; no head dim, so it broadcasts over whatever heads a
-rank holds). FlexAttention has no backward on CPU (torch 2.13), so there, while gradients are needed,
-the same rule is evaluated once into a dense boolean mask [B, 1, T, T], as it is for a mechanism that
-takes dense masks only.
+(built once, with the mask on CUDA and on first use elsewhere, then shared by all layers; no head dim,
+so it broadcasts over whatever heads a rank holds). FlexAttention has no backward on CPU (torch 2.13)
+and no attention dropout, so there, and for a mechanism without a block-mask path, the same rule is
+evaluated once into a dense boolean mask [B, 1, T, T].
 """
 
 from __future__ import annotations
