@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -22,13 +23,20 @@ from async_checkpoint_cases import held_writes, stored_tensors, sync_and_held_as
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
-from brickwork.checkpoint import complete_checkpoints, is_complete, latest_checkpoint, read_meta
+from brickwork.checkpoint import (
+    complete_checkpoints,
+    is_complete,
+    latest_checkpoint,
+    read_meta,
+    verify_checkpoint,
+)
 from brickwork.cli import main
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
 from brickwork.factory.convert import to_config
 from brickwork.parallel import spawn
 from brickwork.parallel.launch import free_port
+from brickwork.train import TrainStep
 from brickwork.train.checkpoint import (
     CheckpointWriteError,
     load_run_checkpoint,
@@ -113,15 +121,21 @@ def test_training_goes_on_while_the_write_is_held_and_the_checkpoint_counts_only
             _step(model, optimizer)
             assert held.wait(timeout=60)
             assert not is_complete(folder) and _steps(run) == [1]  # not counted, nothing pruned
-            release.set()
-            writer.wait()
-    assert _steps(run) == [2]  # keep_checkpoints=1 pruned step 1 once step 2 was complete
+            # Released from another thread while this one is already in the next save, which must
+            # wait for step 2 (and the pruning after it) before it returns; step 3's write is held.
+            threading.Timer(0.2, release.set).start()
+            with held_writes() as (_, release_step_3):
+                writer.save(3, model, optimizer, *args)
+                assert _steps(run) == [2]  # keep_checkpoints=1 pruned step 1 once step 2 was complete
+                got, meta = stored_tensors(folder), read_meta(folder)
+                release_step_3.set()
+                writer.wait()
+    assert _steps(run) == [3]
     want = stored_tensors(tmp_path / "sync" / "checkpoints" / "step_000002")
-    got = stored_tensors(folder)
     assert got.keys() == want.keys() and len(got) == 9  # weight, bias; their step, exp_avg, exp_avg_sq; rng
     for key in want:
         assert torch.equal(got[key], want[key]), key
-    assert read_meta(folder) == read_meta(tmp_path / "sync" / "checkpoints" / "step_000002")
+    assert meta == read_meta(tmp_path / "sync" / "checkpoints" / "step_000002")
 
 
 def test_a_failed_write_is_raised_by_the_next_wait_and_leaves_the_earlier_checkpoints(
@@ -171,6 +185,29 @@ def test_an_async_run_saves_the_sync_runs_tensors_and_its_resume_continues_exact
         assert saved.keys() == expected.keys()
         for key in expected:
             assert torch.equal(saved[key], expected[key]), (got, key)
+
+
+def test_a_preempted_run_stops_with_its_checkpoint_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    call, calls = TrainStep.__call__, []
+
+    def signalled_in_step_3(self: TrainStep, batch: dict) -> float:
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # the loop's handler takes it; the step goes on
+        return call(self, batch)
+
+    monkeypatch.setattr(TrainStep, "__call__", signalled_in_step_3)
+    assert main(["train", *RUN, "train.async_checkpoint=true", "train.out_dir=run"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.strip() == (
+        "brickwork train: stopped by SIGTERM after step 3 of 4; its checkpoint is "
+        "run/checkpoints/step_000003; continue with --resume run"
+    )
+    assert _steps(Path("run")) == [2, 3]
+    for _, folder in complete_checkpoints(Path("run")):
+        verify_checkpoint(folder)
 
 
 @pytest.mark.distributed
