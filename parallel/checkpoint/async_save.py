@@ -53,10 +53,12 @@ def async_save_checkpoint(
 ) -> Future[Path]:
     """``save_checkpoint`` that returns once the state is staged; every rank calls it.
 
-    The returned future's result is the folder, complete; its exception is what the write raised (on
-    every rank: DCP gathers the failures). ``group`` is :func:`save_group`'s; there must be at most one
-    save in flight per group, so wait for the last future before the next save. The staged copy
-    holds this rank's share of the model and optimizer state in CPU memory until the write ends.
+    The returned future's result is the folder: on rank 0 once it has written ``meta.json``, the
+    manifest and ``.complete``, on the other ranks once every rank's files are written. Its exception
+    is what the write raised (on every rank: DCP gathers the failures). ``group`` is
+    :func:`save_group`'s; there must be at most one save in flight per group, so wait for the last
+    future before the next save. The staged copy holds this rank's share of the model and optimizer
+    state in CPU memory until the write ends.
     """
     pending = prepare_save(directory, model, optimizer, step, extra)
     with quiet_single_process():
