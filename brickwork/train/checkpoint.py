@@ -89,9 +89,9 @@ def start_run_checkpoint(
     group: dist.ProcessGroup | None = None,
 ) -> Future[Path]:
     """:func:`save_run_checkpoint`, returning once the state is staged in CPU memory; the future ends
-    when the folder is complete (brickwork/parallel/checkpoint/async_save.py; ``group`` is its
-    ``save_group``). Its errors are the write's as they are: :func:`write_failed` makes them what
-    :func:`save_run_checkpoint` raises."""
+    when the write has (on rank 0, when the folder is complete: brickwork/parallel/checkpoint/
+    async_save.py; ``group`` is its ``save_group``). Its errors are the write's as they are:
+    :func:`write_failed` makes them what :func:`save_run_checkpoint` raises."""
     folder, extra = _begin(run_dir, step, data_state, val_loss, settings, step_state)
     try:
         return async_save_checkpoint(folder, model, optimizer, step, extra=extra, group=group)

@@ -75,7 +75,8 @@ class CheckpointWriter:
         step_state: Mapping[str, Any] | None = None,
     ) -> Path:
         """Save the checkpoint of ``step`` (``save_run_checkpoint``'s arguments) and prune after it;
-        returns its folder, which is complete only once :meth:`wait` returned when asynchronous."""
+        returns its folder. Asynchronous, the folder is complete once :meth:`wait` has returned on rank 0
+        (the other ranks' :meth:`wait` returns once every rank's files are written)."""
         if not self.asynchronous:
             folder = save_run_checkpoint(
                 self.run_dir, step, model, optimizer, data_state, val_loss, settings, step_state
