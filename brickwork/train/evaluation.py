@@ -18,8 +18,8 @@ import torch
 
 from brickwork.blocks import MODELS
 from brickwork.data import fixed_windows
-from brickwork.data.sources import TextData, open_text_data
 from brickwork.data.packing import packed_rows
+from brickwork.data.sources import TextData, open_text_data
 from brickwork.data.task_batches import image_batches, text_batches
 from brickwork.errors import ConfigError
 from brickwork.train.preflight import check_device

@@ -19,7 +19,9 @@ from brickwork.train.run_config import RunConfig
 KEY = "data.pack"
 
 
-def check_packing(run: RunConfig, task: str, tokenizer: Tokenizer, spec: dict, layout: ParallelConfig) -> None:
+def check_packing(
+    run: RunConfig, task: str, tokenizer: Tokenizer, spec: dict, layout: ParallelConfig
+) -> None:
     """ConfigError at ``data.pack`` where packed documents cannot train as ``run`` says."""
     if not run.data.pack:
         return

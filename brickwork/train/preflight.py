@@ -20,8 +20,8 @@ from brickwork.parallel.mesh import mesh_device_type
 from brickwork.train.distributed import check_world
 from brickwork.train.fp8 import check_fp8_run
 from brickwork.train.muon import check_muon_layout
-from brickwork.train.run_config import RunConfig
 from brickwork.train.packing import check_packing
+from brickwork.train.run_config import RunConfig
 from brickwork.train.run_data import run_tokenizer
 from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.task_spec import task_spec
