@@ -107,6 +107,12 @@ def shard_sequence(batch: Batch, state: ParallelState | None) -> Batch:
     batch with padding, or with a key that is not a token sequence, raises ValueError naming it."""
     if state is None or state.config.context_parallel_size == 1:
         return batch
+    if "document_ids" in batch:
+        raise ValueError(
+            "context parallel takes no document_ids: each rank attends to keys gathered from the other "
+            "ranks' slices, which a document mask of its own slice cannot cover; train packed documents "
+            "without context_parallel_size"
+        )
     out = {}
     for key, value in batch.items():
         if key not in SEQUENCE_KEYS:

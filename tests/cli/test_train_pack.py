@@ -7,14 +7,17 @@ import json
 import math
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from cli_runs import read_metrics
 
 from brickwork.cli import main
 from brickwork.data.tokenizer import ByteTokenizer
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig
+from brickwork.train.batch import shard_sequence
 from brickwork.train.packing import check_packing
 from brickwork.train.run_config import resolve_run
 from brickwork.train.task_spec import task_spec
@@ -72,3 +75,11 @@ def test_what_cannot_pack_stops_before_the_run_folder(capsys, tmp_path: Path, mo
             check_packing(run, "causal_lm", ByteTokenizer(), spec, ParallelConfig(**layout))
     with pytest.raises(ConfigError, match=r"^data.pack: packs documents for causal_lm; this run's task"):
         check_packing(run, "masked_lm", ByteTokenizer(), spec, ParallelConfig())
+    # TrainStep, given packed rows under context parallel in Python, refuses them as it splits the batch.
+    cp2 = SimpleNamespace(config=ParallelConfig(context_parallel_size=2))
+    batch = {
+        "input_ids": torch.zeros(1, 4, dtype=torch.long),
+        "document_ids": torch.zeros(1, 4, dtype=torch.long),
+    }
+    with pytest.raises(ValueError, match=r"^context parallel takes no document_ids: each rank attends"):
+        shard_sequence(batch, cp2)
