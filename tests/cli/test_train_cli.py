@@ -150,6 +150,7 @@ def test_config_yaml_is_fully_resolved(default_run):
         "tokenizer": None,
         "val_path": None,
         "val_fraction": 0.1,
+        "pack": False,
     }
     assert config["dist"]["data_parallel_size"] == 1 and config["dist"]["zero_stage"] == 0
 
