@@ -1,7 +1,9 @@
-"""Encoder-decoder (T5/BART-like): a shared token embedding, an encoder stack and a decoder stack."""
+"""Encoder-decoder (T5/BART-like): a token embedding (shared, or one per stack), an encoder stack and a
+decoder stack."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +13,7 @@ from torch import nn
 
 from brickwork.blocks.block import DecoderBlock, EncoderBlock
 from brickwork.blocks.inputs import check_token_ids, padding_mask
-from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenModelSpec
+from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenModelSpec, later_option
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
@@ -28,6 +30,12 @@ class EncoderDecoder(nn.Module):
     that ``tgt_ids``, shifted right, lead to; -100 = not scored) returns a
     :class:`~brickwork.blocks.output.LossOutput` with the logits, as HF's seq2seq models do.
     ``vocab_multiple`` pads the embedding and head as DecoderLM's does: unseen outside.
+
+    ``share_embeddings`` (T5's and xformers' tied encoder/decoder embeddings): both stacks embed their
+    ids with ``token_embedding`` and ``position``. Off, the decoder has its own
+    ``decoder_token_embedding`` and ``decoder_position_embedding`` (a copy of ``position``: a learned
+    table of its own), and a tied LM head is tied to the decoder's embedding, the one of the vocabulary
+    it predicts (as Marian ties it when its embeddings are not shared).
     """
 
     accepts_loss_kwargs = True  # HF's Trainer passes num_items_in_batch
@@ -43,6 +51,7 @@ class EncoderDecoder(nn.Module):
         tie_embeddings: bool = True,
         dropout: float = 0.0,
         vocab_multiple: int = 1,
+        share_embeddings: bool = True,
     ) -> None:
         super().__init__()
         if not encoder_layers or not decoder_layers:
@@ -56,32 +65,48 @@ class EncoderDecoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.encoder_layers = as_layers(encoder_layers)
         self.encoder_final_norm = encoder_final_norm if encoder_final_norm is not None else nn.Identity()
+        self.share_embeddings = share_embeddings
+        if not share_embeddings:
+            self.decoder_token_embedding = nn.Embedding(vocab_size, dim)
+            self.decoder_position_embedding = copy.deepcopy(position)
         self.decoder_layers = nn.ModuleList(decoder_layers)
         self.decoder_final_norm = decoder_final_norm if decoder_final_norm is not None else nn.Identity()
         self.lm_head = nn.Linear(dim, vocab_size, bias=False)
         if tie_embeddings:
-            tie_weights(self, "lm_head.weight", "token_embedding.weight")
+            tie_weights(self, "lm_head.weight", f"{self.embedding_names('decoder_layers')[0]}.weight")
         pad_own_vocabulary(self, self.vocabulary_modules(), vocab_size, vocab_multiple)
+
+    def embedding_names(self, stack: str) -> tuple[str, str]:
+        """The (token embedding, position module) that embed the ids of ``stack``, "encoder_layers" or
+        "decoder_layers"; the position module may be None."""
+        if stack == "decoder_layers" and not self.share_embeddings:
+            return "decoder_token_embedding", "decoder_position_embedding"
+        return "token_embedding", "position_embedding"
 
     def vocabulary_modules(self) -> list[str]:
         """The modules whose rows are the vocabulary (padded by ``vocab_multiple``)."""
-        return ["token_embedding", "lm_head"]
+        tables = [self.embedding_names(stack)[0] for stack in ("encoder_layers", "decoder_layers")]
+        return [*dict.fromkeys(tables), "lm_head"]
 
     def stage_recipe(self) -> EncoderDecoderStages:
         """How pipeline parallel splits this model into stages."""
         return EncoderDecoderStages(self)
 
-    def _embed(self, name: str, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        check_token_ids(name, ids, vocab_size=self.vocab_size)
-        h = self.token_embedding(ids)
-        if self.position_embedding is not None:
-            h = self.position_embedding(h, offset=offset)
+    def _embed(self, stack: str, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``stack``'s ids [B, T] -> [B, T, d]: its token embedding, position and dropout."""
+        check_token_ids(
+            "src_ids" if stack == "encoder_layers" else "tgt_ids", ids, vocab_size=self.vocab_size
+        )
+        token, position = (getattr(self, name) for name in self.embedding_names(stack))
+        h = token(ids)
+        if position is not None:
+            h = position(h, offset=offset)
         return self.dropout(h)
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """[B, S] -> encoder output [B, S, d]."""
         mask = padding_mask("src_mask", src_mask, src_ids.shape)
-        h = self._embed("src_ids", src_ids)
+        h = self._embed("encoder_layers", src_ids)
         h = run_layers(self.encoder_layers, h, attn_mask=mask)
         return self.encoder_final_norm(h)
 
@@ -95,7 +120,7 @@ class EncoderDecoder(nn.Module):
         """[B, T] target ids and encoder output [B, S, d] -> logits [B, T, vocab]. With ``caches`` (one
         per decoder layer, for its self-attention), the ids continue the cached ones (decoding)."""
         memory_mask = padding_mask("src_mask", src_mask, memory.shape[:2])
-        h = self._embed("tgt_ids", tgt_ids, offset=caches[0].length if caches else 0)
+        h = self._embed("decoder_layers", tgt_ids, offset=caches[0].length if caches else 0)
         for i, layer in enumerate(self.decoder_layers):
             h = layer(h, memory=memory, memory_mask=memory_mask, cache=caches[i] if caches else None)
         return self.lm_head(self.decoder_final_norm(h))
@@ -117,21 +142,24 @@ class EncoderDecoder(nn.Module):
 
 
 class EncoderDecoderStages(StageRecipe):
-    """brickwork's EncoderDecoder as Megatron's T5: the shared token embedding (and position table)
-    sits on the first stage and again on the stage where the decoder starts, which also takes the
-    encoder's final norm; the LM head (tied to the embedding) on the last. Decoder stages pass
-    ``(hidden, encoder output)`` on; ``attention_mask`` masks the source in both stacks."""
+    """brickwork's EncoderDecoder as Megatron's T5: the encoder's token embedding (and position table)
+    sits on the first stage, the decoder's (the same modules when shared) on the stage where the
+    decoder starts, which also takes the encoder's final norm; the LM head (tied to the decoder's
+    embedding) on the last. Decoder stages pass ``(hidden, encoder output)`` on; ``attention_mask``
+    masks the source in both stacks."""
 
     stacks = ("encoder_layers", "decoder_layers")
-    embedding = ("token_embedding", "position_embedding", "dropout")
+
+    def embedding(self, stack: str) -> list[str]:
+        return [*self.model.embedding_names(stack), "dropout"]
 
     def head_modules(self) -> list[str]:
         return ["decoder_final_norm", "lm_head"]
 
     def outer_modules(self, units: Sequence[tuple[str, int]], first: bool, last: bool) -> list[str]:
-        names = list(self.embedding) if first else []
+        names = self.embedding("encoder_layers") if first else []
         if ("decoder_layers", 0) in units:
-            names += [*self.embedding, "encoder_final_norm"]
+            names += [*self.embedding("decoder_layers"), "encoder_final_norm"]
         names += self.head_modules() if last else []
         return [n for n in dict.fromkeys(names) if getattr(self.model, n, None) is not None]
 
@@ -139,7 +167,7 @@ class EncoderDecoderStages(StageRecipe):
         shell: EncoderDecoder = stage.shell
         h, memory = (carried[0], None) if len(carried) == 1 else carried
         if stage.is_first:
-            h = shell._embed("src_ids", h)
+            h = shell._embed("encoder_layers", h)
         src_mask = extras.get("attention_mask")
         for stack, i in stage.units:
             layer = stage.get_submodule(f"{stack}.{i}")
@@ -149,7 +177,7 @@ class EncoderDecoderStages(StageRecipe):
                 continue
             if memory is None:
                 memory = shell.encoder_final_norm(h)
-                h = shell._embed("tgt_ids", extras["decoder_input_ids"])
+                h = shell._embed("decoder_layers", extras["decoder_input_ids"])
             mask = padding_mask("src_mask", src_mask, memory.shape[:2])
             h = layer(h, memory=memory, memory_mask=mask)
         if stage.is_last:
@@ -161,6 +189,7 @@ class EncoderDecoderStages(StageRecipe):
 class EncoderDecoderSpec(TokenModelSpec):
     encoder: StackSection
     decoder: StackSection
+    share_embeddings: bool = later_option(True)
 
 
 def build_encoder_decoder(
@@ -176,6 +205,7 @@ def build_encoder_decoder(
         tie_embeddings=spec.tie_embeddings,
         dropout=spec.dropout,
         vocab_multiple=spec.vocab_multiple,
+        share_embeddings=spec.share_embeddings,
     )
 
 

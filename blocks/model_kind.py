@@ -25,6 +25,26 @@ ChoiceSpec = dict[str, Any] | str
 PositionSpec = dict[str, Any] | str | list[dict[str, Any] | str] | None
 
 
+# Metadata of a spec field that the resolved spec leaves out while it holds its default.
+LATER_OPTION = "later_option"
+
+
+def later_option(default: Any) -> Any:
+    """A spec field added after specs of its kind were first resolved and saved. At ``default`` the
+    resolved spec leaves it out (:func:`later_defaults`), so the specs of models without it, which
+    checkpoints keep and resumes and layouts compare, stay exactly as they were."""
+    return field(default=default, metadata={LATER_OPTION: True})
+
+
+def later_defaults(spec: ModelSpec) -> set[str]:
+    """The fields of ``spec`` made by :func:`later_option` that hold their default."""
+    return {
+        f.name
+        for f in dataclasses.fields(spec)
+        if f.metadata.get(LATER_OPTION) and getattr(spec, f.name) == f.default
+    }
+
+
 @dataclass
 class StackSection:
     """A stack's spec, and the type of a kind's spec fields that are stacks: ``num_layers`` copies of

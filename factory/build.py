@@ -25,7 +25,7 @@ from torch import nn
 from brickwork.blocks import MODELS
 from brickwork.blocks.block import CrossBlockSpec
 from brickwork.blocks.initialization import INIT_REGISTRY, init_model
-from brickwork.blocks.model_kind import PositionSpec
+from brickwork.blocks.model_kind import PositionSpec, later_defaults
 from brickwork.checks import check_positive_int
 from brickwork.components.configurable import options_dataclass
 from brickwork.components.positional import POSITIONAL_REGISTRY
@@ -196,7 +196,7 @@ def walk_model(data: Mapping, device: torch.device) -> tuple[nn.Module, dict[str
         hook_specs = found if hook_specs is None else hook_specs
     model = construct(kind.build, "", spec=spec, position=make_position(), **stacks)
     resolved = {
-        **config_to_dict(spec),
+        **{key: value for key, value in config_to_dict(spec).items() if key not in later_defaults(spec)},
         "position": positions_spec(position_spec, hook_specs),
         "init": init_spec,
         **resolved,

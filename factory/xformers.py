@@ -72,6 +72,7 @@ class _Converter:
                 "encoder stacks mix causal and bidirectional attention",
                 join_path(encoders[-1]["path"], "multi_head_config", "attention", "causal"),
             )
+        share_embeddings = True
         if decoders:
             kind = "encoder_decoder"
             if causal == {True}:
@@ -79,12 +80,9 @@ class _Converter:
                     "the encoder of an encoder-decoder must not be causal",
                     join_path(encoders[0]["path"], "multi_head_config", "attention", "causal"),
                 )
-            if top.get("tie_embedding_weights", False) is not True:
-                raise ConfigError(
-                    "brickwork's encoder-decoder shares one token embedding between encoder and decoder; "
-                    "set tie_embedding_weights: true",
-                    "tie_embedding_weights",
-                )
+            share_embeddings = top.get("tie_embedding_weights", False)
+            if not isinstance(share_embeddings, bool):
+                raise ConfigError(f"must be true or false, got {share_embeddings!r}", "tie_embedding_weights")
         elif first["patches"] is not None:
             if causal == {True}:
                 raise ConfigError(
@@ -111,6 +109,11 @@ class _Converter:
         if kind == "encoder_decoder":
             spec["encoder"] = self.stack_spec(encoders, "encoder")
             spec["decoder"] = self.stack_spec(decoders, "decoder")
+            if not share_embeddings:
+                # Untied, xformers' first encoder and first decoder block each embed with a position
+                # encoding of their own (token table and, for "vocab", position table).
+                spec["share_embeddings"] = False
+                self.map("share_embeddings", "tie_embedding_weights")
         else:
             spec["decoder" if kind == "decoder_lm" else "encoder"] = self.stack_spec(
                 encoders, "decoder" if kind == "decoder_lm" else "encoder"
@@ -289,7 +292,8 @@ def from_xformers_config(
     dict) of stack configs, or one stack config.
     Encoder stacks give an ``encoder`` model, or a ``decoder_lm`` when their attention is causal
     (xformers' GPT recipe); encoder then decoder stacks give an ``encoder_decoder``. xformers models
-    end in hidden states; the brickwork model adds its LM head (tied to the token embedding).
+    end in hidden states; the brickwork model adds its LM head (tied to the token embedding, the
+    decoder's own one where ``tie_embedding_weights`` is false, xformers' default).
     ``vocab_size`` / ``max_seq_len`` are needed only when no ``vocab`` position encoding gives them.
     A first stack with a ``patch_embedding_config`` gives an ``image_encoder`` (xformers' ViT recipe)
     ending in hidden states; ``image_size`` is needed only when the position encoding's ``seq_len``

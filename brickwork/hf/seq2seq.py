@@ -28,7 +28,11 @@ class BrickworkForSeq2SeqLM(BrickworkPreTrainedModel, transformers.GenerationMix
     give ``generate`` one) on HF's ``EncoderDecoderCache``, whose self-attention part brickwork's
     decoder layers write (cross-attention recomputes its keys from the encoder output each step)."""
 
-    _tied_weights_keys = {"model.lm_head.weight": "model.token_embedding.weight"}  # noqa: RUF012
+    @property
+    def _tied_weights_keys(self) -> dict[str, str]:
+        """HF's tie map: the LM head is the decoder's token embedding (shared with the encoder, or the
+        decoder's own under ``share_embeddings: false``)."""
+        return {"model.lm_head.weight": f"model.{self.model.embedding_names('decoder_layers')[0]}.weight"}
 
     def get_output_embeddings(self) -> nn.Module:
         return self.model.lm_head

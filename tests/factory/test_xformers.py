@@ -240,10 +240,6 @@ def test_unknown_and_unsupported_keys_raise_at_the_xformers_path(edit, path: str
 
 
 def test_model_level_rules() -> None:
-    cfg = encoder_decoder_config()
-    cfg["tie_embedding_weights"] = False
-    with pytest.raises(ConfigError, match=r"^tie_embedding_weights: .*shares one token embedding"):
-        from_xformers_config(cfg)
     decoder_only = encoder_decoder_config()
     del decoder_only["stack_configs"]["encoder"]
     with pytest.raises(ConfigError, match=r"^stack_configs\.decoder\.block_type: .*no encoder stack"):
