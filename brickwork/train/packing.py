@@ -1,6 +1,6 @@
 """The checks of ``data.pack`` against the rest of a run, made before anything is written: the task,
-the layout, and every attention layer of the model (built on the meta device, which allocates
-nothing). The data's own check is :func:`brickwork.data.sources.check_packable`."""
+the layout (no context parallel), and every attention layer of the model (built on the meta device,
+which allocates nothing). The data's own check is :func:`brickwork.data.sources.check_packable`."""
 
 from __future__ import annotations
 
@@ -33,12 +33,6 @@ def check_packing(
             f"context_parallel_size={layout.context_parallel_size} gathers the keys of other ranks' "
             "slices, which a document mask built from this rank's document ids cannot cover; pack "
             "without context parallel",
-            KEY,
-        )
-    if layout.pipeline_parallel_size > 1:
-        raise ConfigError(
-            f"pipeline_parallel_size={layout.pipeline_parallel_size}: the pipeline stages take no "
-            "document ids; pack without a pipeline",
             KEY,
         )
     with torch.device("meta"):

@@ -16,8 +16,8 @@ A stage registers the model's own modules under their own dotted names (layers k
 in a ModuleList, parents are empty containers), so every parameter keeps the full model's name and a
 stage's state dict is a slice of the model's. Between stages only hidden states travel (a tuple of
 them in the decoder part); the batch's other inputs (``attention_mask``, ``token_type_ids``,
-``decoder_input_ids``) reach every stage as keyword arguments, which the schedule splits into
-microbatches on every rank, since pipeline peers hold the same batch.
+``decoder_input_ids``, a decoder's ``document_ids``) reach every stage as keyword arguments, which the
+schedule splits into microbatches on every rank, since pipeline peers hold the same batch.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from torch.distributed.tensor import DTensor
 
 from brickwork.blocks.inputs import padding_mask
 from brickwork.blocks.reversible import ReversibleLayers
+from brickwork.components.attention import DocumentMask
 from brickwork.errors import ConfigError
 from brickwork.layout import Stage, StageRecipe
 from brickwork.parallel.balance import layer_costs, module_cost, split_stages
@@ -60,10 +61,16 @@ class EmbedLayersHead(StageRecipe):
     def run(self, stage: Stage, carried: tuple, extras: dict[str, torch.Tensor]) -> Any:
         shell = stage.shell
         h = carried[0]
+        given = {k: v for k, v in extras.items() if k in self.embed_takes}
+        if "document_ids" in extras:  # packed documents: one mask per stage, positions from it
+            documents = DocumentMask(extras["document_ids"].to(h.device))
+            given["positions"] = documents.positions()
+            masked = {"attn_mask": documents, "positions": given["positions"]}
+        else:
+            mask = padding_mask("attention_mask", extras.get("attention_mask"), h.shape[:2])
+            masked = {"attn_mask": mask} if mask is not None else {}
         if stage.is_first:
-            h = shell.embed(h, **{k: v for k, v in extras.items() if k in self.embed_takes})
-        mask = padding_mask("attention_mask", extras.get("attention_mask"), h.shape[:2])
-        masked = {"attn_mask": mask} if mask is not None else {}
+            h = shell.embed(h, **given)
         for layer in stage.get_submodule("layers"):
             h = layer(h, **masked)
         return shell.head(h) if stage.is_last else h

@@ -1,4 +1,5 @@
-"""Packed documents under tensor parallel: what each spawned rank runs, and the one-process reference."""
+"""Packed documents under tensor and pipeline parallel: what each spawned rank runs, and the
+one-process reference."""
 
 from __future__ import annotations
 
@@ -44,5 +45,6 @@ def train_packed(kind: str, dist: dict[str, int] | None) -> dict[str, Any]:
     return {"losses": losses, "logits": logits[..., :VOCAB], "state": full_state_dict(model)}
 
 
-def run_tensor_parallel(kinds: list[str]) -> dict[str, dict[str, Any]]:
-    return {kind: train_packed(kind, {"tensor_parallel_size": 2}) for kind in kinds}
+def run_layouts(cases: list[tuple[str, str, dict[str, int]]]) -> dict[str, dict[str, Any]]:
+    """Each (name, kind, dist) case trained packed on this rank."""
+    return {name: train_packed(kind, dist) for name, kind, dist in cases}
