@@ -20,7 +20,8 @@ from brickwork.blocks import IGNORE_INDEX
 from brickwork.data.tokenizer import END_OF_TEXT, ByteTokenizer, Tokenizer
 from brickwork.errors import ConfigError
 
-# The byte tokenizer has no id to spare: NUL, which UTF-8 text does not hold, ends its documents.
+# The byte tokenizer has no id to spare: NUL, which text does not use, ends its documents (a document
+# that holds one is refused: brickwork/data/token_file.py).
 BYTE_END_OF_DOCUMENT = 0
 
 
