@@ -74,7 +74,11 @@ def use_grouped_mm(experts: Sequence[nn.Module], rows: torch.Tensor, grouped: bo
     dtype = compute_dtype(rows)
     if dtype not in KERNEL_DTYPES.get(rows.device.type, ()):
         return False
-    if grouped is None and not (rows.is_cuda and torch.cuda.get_device_capability(rows.device)[0] in (9, 10)):
+    # ROCm reports its own architecture numbers as capabilities: only CUDA's 9.x and 10.x have the kernel.
+    fast = (
+        rows.is_cuda and not torch.version.hip and torch.cuda.get_device_capability(rows.device)[0] in (9, 10)
+    )
+    if grouped is None and not fast:
         return False
     per_16_bytes = 16 // dtype.itemsize
     widths = {w for name in experts[0].projections() for w in getattr(experts[0], name).weight.shape}
