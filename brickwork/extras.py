@@ -16,6 +16,7 @@ EXTRAS = {
     "tensorboard": "tensorboard",
     "wandb": "wandb",
     "matplotlib": "plot",
+    "torchao": "fp8",
 }
 
 

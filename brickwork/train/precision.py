@@ -7,6 +7,12 @@
 | ``bf16-mixed``| bf16              | fp32 master weights; FSDP's MixedPrecisionPolicy (bf16 |
 |              |                    | parameters in compute, fp32 reduce) where sharded     |
 | ``fp16``     | fp16 autocast      | fp32, loss scaled dynamically (:class:`LossScaler`)    |
+| ``fp8``      | float8 matmuls in  | as ``bf16-mixed``                                     |
+|              | the layers' big    |                                                       |
+|              | linears, bf16 else |                                                       |
+
+fp8 trains the ``Float8Linear`` layers that :func:`brickwork.train.fp8.convert_to_fp8` swapped in
+before ``parallelize`` (brickwork/train/fp8.py); the step itself computes as ``bf16-mixed`` does.
 
 An fp16 step whose gradients overflow is skipped on every rank, never applied, and the scale halves.
 The scaler's state (the scale, the clean steps towards the next doubling, the overflows in a row) is
@@ -26,8 +32,10 @@ from torch.distributed.tensor import DTensor
 
 from brickwork.parallel import ParallelState
 
-PRECISIONS = ("fp32", "bf16", "bf16-mixed", "fp16")
-_DIST_PRECISION = {"fp32": "fp32", "bf16": "bf16", "bf16-mixed": "bf16", "fp16": "fp16"}
+PRECISIONS = ("fp32", "bf16", "bf16-mixed", "fp16", "fp8")
+_DIST_PRECISION = {"fp32": "fp32", "bf16": "bf16", "bf16-mixed": "bf16", "fp16": "fp16", "fp8": "bf16"}
+# fp32 master weights with bf16 compute; fp8 adds float8 matmuls to it.
+_MIXED = ("bf16-mixed", "fp8")
 
 
 class Precision:
@@ -45,14 +53,14 @@ class Precision:
                 f"the model was parallelized with dist mixed_precision={policy!r}, which does not match "
                 f"precision={precision!r}; use precision {'bf16-mixed' if policy == 'bf16' else policy!r}"
             )
-        if precision == "bf16-mixed" and sharded and policy != "bf16":
+        if precision in _MIXED and sharded and policy != "bf16":
             raise ValueError(
-                "precision='bf16-mixed' on an FSDP (zero_stage 2/3) model needs its MixedPrecisionPolicy: "
+                f"precision={precision!r} on an FSDP (zero_stage 2/3) model needs its MixedPrecisionPolicy: "
                 "parallelize it with dist mixed_precision='bf16'"
             )
         # FSDP's policy already computes in bf16; elsewhere autocast does.
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-        if precision == "bf16-mixed" and not sharded:
+        if precision in _MIXED and not sharded:
             self.dtype = torch.bfloat16
         self.scaler = LossScaler(device, distributed=state is not None) if precision == "fp16" else None
 

@@ -30,6 +30,7 @@ from brickwork.components.feedforward.moe import MixtureOfExperts
 from brickwork.parallel import ParallelState, PipelinedModel, parallel_state
 from brickwork.parallel.compile import apply_compile, is_compiled
 from brickwork.train.batch import Batch, shard_sequence, share_batch, split_batch
+from brickwork.train.fp8 import is_fp8
 from brickwork.train.losses import IGNORE_INDEX
 from brickwork.train.precision import Precision
 from brickwork.train.tasks import Task, TaskFn, get_task
@@ -83,6 +84,11 @@ class TrainStep:
         self.grad_accum_steps = grad_accum_steps
         self.grad_clip = grad_clip
         self.precision = Precision(precision, self.device, self.state)
+        if precision == "fp8" and not is_fp8(model):
+            raise ValueError(
+                "precision='fp8' trains the Float8Linear layers that brickwork.train.fp8.convert_to_fp8 "
+                "makes; this model has none: convert it before parallelize"
+            )
         self.optimizer = self.state.stepped_optimizer(optimizer) if self.state is not None else optimizer
         self.params = self.state.parameters() if self.state is not None else list(model.parameters())
         self.modules = list(model.modules())
