@@ -36,14 +36,16 @@ def decoder(position: str, mechanism: str = "scaled_dot_product", num_kv_heads: 
 
 
 def documents() -> list[torch.Tensor]:
-    """Documents of random tokens (never the EOS id), each ended by EOS."""
+    """Documents of random tokens (never the EOS id), each ended by EOS but the last, which the
+    window's end cuts before its EOS."""
     g = torch.Generator().manual_seed(1)
-    return [torch.cat([torch.randint(1, VOCAB, (n - 1,), generator=g), torch.tensor([EOS])]) for n in LENGTHS]
+    docs = [torch.cat([torch.randint(1, VOCAB, (n - 1,), generator=g), torch.tensor([EOS])]) for n in LENGTHS]
+    docs[-1][-1] = 7
+    return docs
 
 
 def packed_row() -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids [1, 32], document_ids [1, 32]): the documents end to end; the last one, cut short,
-    has no EOS in the window."""
+    """(input_ids [1, 32], document_ids [1, 32]): the documents end to end."""
     docs = documents()
     ids = torch.cat(docs)
     document_ids = torch.cat([torch.full((len(d),), i) for i, d in enumerate(docs)])
