@@ -2,10 +2,8 @@
 
 Minimal traffic per input element: forward reads x and writes y (2 elements); backward reads x and dy
 and writes dx (3; the bias and its gradient are O(width)); forward+backward 5. Neither Liger nor apex
-has a bias-GELU, so they do not take part. Run alone with ``python -m benchmarks.bias_gelu``.
+has a bias-GELU, so they do not take part. Run alone with ``python -m benchmarks --kernels bias_gelu``.
 """
-
-import sys
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +35,3 @@ BENCH = KernelBench(
     targets=(Target("forward", 0.85),),
     summary="y = gelu_tanh(x + bias) over rows of `width`",
 )
-
-if __name__ == "__main__":
-    from .runner import main
-
-    sys.exit(main(["--kernels", BENCH.name, *sys.argv[1:]]))

@@ -2,10 +2,8 @@
 
 Minimal traffic per input element: forward reads x and writes y (2 elements); backward reads x and dy
 and writes dx (3); forward+backward 5. Weight, bias and the per-row statistics are O(width + rows)
-and left out. Run alone with ``python -m benchmarks.layer_norm [runner options]``.
+and left out. Run alone with ``python -m benchmarks --kernels layer_norm``.
 """
-
-import sys
 
 import torch
 import torch.nn.functional as F
@@ -56,8 +54,3 @@ BENCH = KernelBench(
     targets=(Target("forward", 0.90, 4096, 16384), Target("backward", 0.60, 4096, 16384)),
     summary="y = LayerNorm(x) * weight + bias over rows of `width`",
 )
-
-if __name__ == "__main__":
-    from .runner import main
-
-    sys.exit(main(["--kernels", BENCH.name, *sys.argv[1:]]))

@@ -3,10 +3,8 @@
 The scores are [rows, width] with scale 1/8 and no mask, the case the bandwidth targets are set for.
 Minimal traffic per input element: forward reads the scores and writes y (2 elements); backward reads
 y and dy and writes dx (3); forward+backward 5. Liger's softmax takes no scale, so its provider pays
-for an extra eager multiply. Run alone with ``python -m benchmarks.masked_softmax``.
+for an extra eager multiply. Run alone with ``python -m benchmarks --kernels masked_softmax``.
 """
-
-import sys
 
 import torch
 
@@ -47,8 +45,3 @@ BENCH = KernelBench(
     targets=(Target("forward", 0.85, 1024, 16384), Target("backward", 0.75)),
     summary="y = softmax(scores / 8) over rows of `width`",
 )
-
-if __name__ == "__main__":
-    from .runner import main
-
-    sys.exit(main(["--kernels", BENCH.name, *sys.argv[1:]]))

@@ -2,10 +2,8 @@
 
 Minimal traffic per input element: forward reads x and writes y (2 elements); backward reads x and dy
 and writes dx (3); forward+backward 5. The weight and the per-row rstd are left out.
-Run alone with ``python -m benchmarks.rms_norm [runner options]``.
+Run alone with ``python -m benchmarks --kernels rms_norm``.
 """
-
-import sys
 
 import torch
 import torch.nn.functional as F
@@ -55,8 +53,3 @@ BENCH = KernelBench(
     targets=(Target("forward", 0.90, 4096, 16384), Target("backward", 0.60, 4096, 16384)),
     summary="y = x / rms(x) * weight over rows of `width`",
 )
-
-if __name__ == "__main__":
-    from .runner import main
-
-    sys.exit(main(["--kernels", BENCH.name, *sys.argv[1:]]))

@@ -48,6 +48,7 @@ class Configurable(nn.Module):
             # Set after the body: a subclass's call through super().__init__ must not win.
             self.config = config
 
+        checked_init.__doc__ = init.__doc__ or cls.__doc__  # not nn.Module's, in help() and IDEs
         cls.__init__ = checked_init
 
     @staticmethod
@@ -67,8 +68,8 @@ def _checks(annotation: Any) -> tuple[list[Any], bool]:
     if typing.get_origin(annotation) is Annotated:
         return [m for m in annotation.__metadata__ if callable(m)], False
     if typing.get_origin(annotation) in (Union, types.UnionType):
-        found = [c for arg in typing.get_args(annotation) for c in _checks(arg)[0]]
-        return found, type(None) in typing.get_args(annotation)
+        arms = typing.get_args(annotation)
+        return [c for arg in arms for c in _checks(arg)[0]], type(None) in arms
     return [], False
 
 

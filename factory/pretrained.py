@@ -19,7 +19,7 @@ from torch.distributed.tensor import DTensor
 from brickwork.checkpoint import SavedModel, read_saved_model, unique_weights, write_saved_model
 from brickwork.errors import ConfigError
 from brickwork.factory.build import build_model
-from brickwork.factory.hf import brickwork_folder, load_hf_checkpoint
+from brickwork.factory.hf import brickwork_folder, checkpoint
 from brickwork.factory.spec_io import dump_spec, load_spec, parse_spec
 
 
@@ -62,7 +62,7 @@ def read_pretrained(path: str | os.PathLike, option: str = "path") -> tuple[nn.M
     source = Path(path)
     saved = read_saved_model(source, option)
     if saved is None:  # an HF model folder of one of HF's own families
-        return load_hf_checkpoint(source), None
+        return checkpoint.load_hf_checkpoint(source), None
     spec = saved.spec
     if isinstance(spec, Path):
         spec = load_spec(spec)

@@ -52,7 +52,7 @@ CPU_TRITON_REFUSED = (
 
 def triton_interpreted() -> bool:
     """Whether this process runs Triton kernels through the interpreter. Imports triton."""
-    from .fused.launch import INTERPRETED
+    from .fused.interpreter import INTERPRETED
 
     return INTERPRETED
 

@@ -2,6 +2,8 @@
 
 - import cycles between packages: a package is ``brickwork.<x>`` (``brickwork.kernels``,
   ``brickwork.train``, ``brickwork.cli``, ...); every import counts, lazy ones inside functions too;
+- import cycles between files: modules that import one another, directly or round a longer loop;
+  imports under ``if TYPE_CHECKING:`` are left out here, as they never run;
 - private cross-folder imports: a name starting with ``_`` (a module or what a module defines) imported
   from outside the folder that holds it, its subfolders included;
 - the longest function under parallel/ and how many are over 60 lines (``def`` line to last line);
@@ -54,6 +56,7 @@ class Source:
 @dataclass
 class Figures:
     package_cycles: list[dict] = field(default_factory=list)
+    file_cycles: list[list[str]] = field(default_factory=list)
     private_imports: list[dict] = field(default_factory=list)
     longest_parallel_function: dict | None = None
     parallel_functions_over_60: list[dict] = field(default_factory=list)
@@ -111,14 +114,25 @@ class Import:
     source: Source
     line: int
     target: str  # the dotted name imported: a module, or module.attribute
+    type_only: bool = False  # under ``if TYPE_CHECKING:``
+
+
+def type_checking_imports(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes inside ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``) bodies."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            found |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return found
 
 
 def imports(source: Source, modules: set[str]) -> list[Import]:
     """Every import in the file, absolute, each imported name as its own dotted path."""
     found = []
+    type_only = type_checking_imports(source.tree)
     for node in ast.walk(source.tree):
         if isinstance(node, ast.Import):
-            found += [Import(source, node.lineno, alias.name) for alias in node.names]
+            found += [Import(source, node.lineno, alias.name, id(node) in type_only) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = source.folder.split(".")
@@ -128,7 +142,8 @@ def imports(source: Source, modules: set[str]) -> list[Import]:
                 module = node.module or ""
             for alias in node.names:
                 name = f"{module}.{alias.name}"
-                found.append(Import(source, node.lineno, name if alias.name != "*" else module))
+                target = name if alias.name != "*" else module
+                found.append(Import(source, node.lineno, target, id(node) in type_only))
     return [i for i in found if i.target == "brickwork" or i.target.startswith("brickwork.")]
 
 
@@ -191,6 +206,16 @@ def package_cycles(all_imports: list[Import], modules: set[str]) -> list[dict]:
         }
         cycles.append({"packages": component, "imports": edges})
     return cycles
+
+
+def file_cycles(all_imports: list[Import], modules: set[str]) -> list[list[str]]:
+    """Each group of modules that import one another at run time (a package is its __init__.py)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for imp in all_imports:
+        target = resolve(imp.target, modules)
+        if not imp.type_only and target != imp.source.module:
+            graph[imp.source.module].add(target)
+    return strongly_connected(graph)
 
 
 def resolve(target: str, modules: set[str]) -> str:
@@ -307,6 +332,7 @@ def measure(root: Path) -> Figures:
     spec = spec_machinery(root, sources)
     return Figures(
         package_cycles=package_cycles(all_imports, modules),
+        file_cycles=file_cycles(all_imports, modules),
         private_imports=private_imports(all_imports, modules, packages),
         longest_parallel_function=lengths[0] if lengths else None,
         parallel_functions_over_60=[f for f in lengths if f["lines"] > LONG_FUNCTION],
@@ -323,6 +349,8 @@ def table(f: Figures) -> str:
     for cycle in f.package_cycles:
         rows.append(("  cycle", " <-> ".join(cycle["packages"])))
         rows += [(f"    {edge}", ", ".join(sites)) for edge, sites in cycle["imports"].items()]
+    rows.append(("import cycles between files", str(len(f.file_cycles))))
+    rows += [("  cycle", " <-> ".join(cycle)) for cycle in f.file_cycles]
     rows.append(("private cross-folder imports", str(len(f.private_imports))))
     rows += [(f"  {p['file']}", p["imports"]) for p in f.private_imports]
     longest = f.longest_parallel_function

@@ -58,6 +58,8 @@ def toy(tmp_path_factory) -> structure.Figures:
             "components/attention/sparse.py": "def _flex():\n    pass\n",
             "components/attention/user.py": "from .sparse import _flex\n",
             "parallel/__init__.py": "",
+            "parallel/state.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .experts import E\n",
+            "parallel/experts.py": "from brickwork.parallel.state import layout\n",
             "parallel/tensor/__init__.py": "",
             "parallel/tensor/apply.py": (
                 "def long():\n" + long_body + "    return ParallelConfig(dist)\n\n"
@@ -109,7 +111,7 @@ def test_spec_machinery_and_folder_lines(toy):
         "factory/__init__.py": 0,
         "factory/schema.py": 1,
     }
-    assert toy.folder_lines["parallel"] == {"files": 3, "lines": 75}
+    assert toy.folder_lines["parallel"] == {"files": 5, "lines": 79}
 
 
 def test_json_output_round_trips(capsys):
@@ -121,6 +123,14 @@ def test_json_output_round_trips(capsys):
 @pytest.fixture(scope="module")
 def figures() -> structure.Figures:
     return structure.measure(ROOT)
+
+
+def test_file_cycles_are_found_and_type_only_imports_are_not_cycles(toy):
+    assert toy.file_cycles == [["brickwork.data", "brickwork.train"]]
+
+
+def test_no_import_cycles_between_files(figures):
+    assert figures.file_cycles == []
 
 
 def test_no_private_names_cross_folders(figures):

@@ -80,6 +80,7 @@ class MultiHeadAttention(nn.Module):
         dim_head: int | None = None,
         qk_norm: NormSpec | None = None,
     ) -> None:
+        """The projections and the mechanism, from the options the class's docstring describes."""
         super().__init__()
         check_probability(dropout, "dropout")
         check_bool(causal, "causal")

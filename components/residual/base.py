@@ -21,6 +21,10 @@ class ResidualStyle(Configurable):
     the block, so their names and weights stay the same whichever style is chosen.
     """
 
+    def __init__(self) -> None:
+        """A residual style takes no options (see the class's docstring for what it computes)."""
+        super().__init__()
+
     def forward(self, x: torch.Tensor, branches: Sequence[Branch]) -> torch.Tensor:
         raise NotImplementedError
 

@@ -74,7 +74,7 @@ def build_from_hf(
 ) -> nn.Module:
     """Build the spec's model (its vocabulary padded to a multiple of ``vocab_multiple``) and load the
     converted weights strictly."""
-    from brickwork.factory import build_model
+    from brickwork.factory.build import build_model
 
     spec, bw_state = hf_state_to_brickwork(config, architecture, state)
     model = build_model({**spec, "vocab_multiple": vocab_multiple})

@@ -15,15 +15,7 @@ import torch
 import triton
 
 from ..backend import CPU_TRITON_REFUSED
-
-
-# Triton picks compiled or interpreted when a function is decorated; this probe records which.
-@triton.jit
-def _probe_kernel():
-    pass
-
-
-INTERPRETED = not isinstance(_probe_kernel, triton.runtime.JITFunction)
+from .interpreter import INTERPRETED
 
 # Widest row (in elements) one program keeps in registers; wider rows take the looped path.
 DEFAULT_MAX_BLOCK = 16384
