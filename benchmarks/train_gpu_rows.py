@@ -6,6 +6,8 @@
 - ``brickwork``: brickwork's model of the same spec in the same loop, its loss ``model(ids,
   labels=ids).loss``, compiled region by region as ``train.compile`` compiles it
   (parallel/compile.py): model speed apart from what the CLI adds.
+- ``fp8``: the ``brickwork`` row with its layers' linears in float8 first (``train.precision=fp8``,
+  tensorwise, brickwork/train/fp8.py), over bf16 autocast as the other rows: fp8 against bf16.
 - ``cli``: the function behind ``brickwork train`` with dotted overrides, on a nanoGPT-format token
   folder, compiled by ``train.compile``; its rate is read from the run's metrics.jsonl.
 
@@ -33,12 +35,13 @@ from torch import nn
 from brickwork.data.token_file import token_dtype
 from brickwork.factory import build_model
 from brickwork.parallel.compile import apply_compile
+from brickwork.train.fp8 import convert_to_fp8
 from brickwork.train.metrics import MetricsLog
 from brickwork.train.trainer import train_new
 
 from .train_gpu_shapes import Shape
 
-IMPLEMENTATIONS = ("plain", "brickwork", "cli")
+IMPLEMENTATIONS = ("plain", "brickwork", "fp8", "cli")
 MODES = ("eager", "compiled")
 # brickwork/train/loop.py logs each step's rate as the mean over its last 20 steps: only records whose
 # window holds no warm-up step (compilation, first allocations) are read.
@@ -124,6 +127,9 @@ def run_bare(row: Row, settings: Settings) -> dict:
     torch.manual_seed(0)
     plain = row.implementation == "plain"
     model = (shape.plain_model() if plain else build_model(shape.spec())).to(settings.device).train()
+    if row.implementation == "fp8":
+        # Before compiling, as train.precision=fp8 converts before parallelize compiles.
+        convert_to_fp8(model, "tensorwise", min_features=shape.fp8_min_features, device=settings.device)
     loss_of: Callable[..., torch.Tensor] = plain_loss if plain else brickwork_loss
     forward = model
     if row.mode == "compiled":

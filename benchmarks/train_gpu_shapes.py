@@ -6,6 +6,8 @@ GPT-2 small (12 layers, 768 wide, 12 heads, vocabulary 50257, context 1024) and 
 decoder at the same scale (12 layers, 768 wide, 12 query and 4 key/value heads, SwiGLU of 2048,
 vocabulary 32000), 16 sequences of 1024 tokens a step; and tiny twins of both (2 layers, 64 wide,
 vocabulary 251, 2 sequences of 32) that run in seconds on a CPU, to check the benchmark itself.
+The ``fp8`` rows convert the linears torchao's size rule picks at the full shapes, and at the tiny
+ones every linear whose sizes are multiples of 16 (the rule would leave them all in bf16).
 Dropout is 0 everywhere: the plain models have none.
 """
 
@@ -38,6 +40,7 @@ class Shape:
     vocab: int
     seq_len: int
     batch: int
+    fp8_min_features: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -79,6 +82,6 @@ GPT2_SMALL = Shape("gpt2-small", "gpt2", 12, 768, 12, 12, 3072, 50257, 1024, 16)
 LLAMA_12X768 = Shape("llama-12x768", "llama", 12, 768, 12, 4, 2048, 32000, 1024, 16)
 FULL_SHAPES = (GPT2_SMALL, LLAMA_12X768)
 
-GPT2_TINY = Shape("gpt2-tiny", "gpt2", 2, 64, 4, 4, 256, 251, 32, 2)
-LLAMA_TINY = Shape("llama-tiny", "llama", 2, 64, 4, 2, 172, 251, 32, 2)
+GPT2_TINY = Shape("gpt2-tiny", "gpt2", 2, 64, 4, 4, 256, 251, 32, 2, fp8_min_features=16)
+LLAMA_TINY = Shape("llama-tiny", "llama", 2, 64, 4, 2, 172, 251, 32, 2, fp8_min_features=16)
 TINY_SHAPES = (GPT2_TINY, LLAMA_TINY)
