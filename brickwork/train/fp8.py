@@ -67,8 +67,8 @@ def fp8_filter(recipe: str, min_features: int | None) -> Callable[[nn.Module, st
     ``min_features=None`` takes torchao's rule for the recipe, from its H100 benchmarks (torchao
     ``_auto_filter_for_recipe``): both dimensions multiples of 16, and for ``tensorwise`` not
     (in <= 4096 and out <= 1024), for ``rowwise`` out > 2048, in > 1024 and not (out <= 4096 and
-    in <= 2048). Below those sizes float8 runs slower than bf16: in torchtitan issue #1207 Llama 3
-    8B's k/v projections (4096 -> 1024) got about 40% slower in rowwise fp8. An integer converts a
+    in <= 2048). Below those sizes float8 runs slower than bf16: in torchtitan issue #1207 Llama 3's
+    small k/v projections got about 40% slower in rowwise fp8. An integer converts a
     linear whose in and out features are both multiples of 16 and at least ``min_features``.
     """
     if min_features is None:
