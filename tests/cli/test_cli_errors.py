@@ -42,7 +42,7 @@ def error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
         (["train.seq_len=512"], "train.seq_len: 512 is longer than max_seq_len=256"),
         (["vit", "num_classes=0"], "num_classes: an image encoder trains as a classifier"),
         (["bert-base", "head=none"], "head: an encoder trains as a masked LM, which needs head: mlm"),
-        (["train.precision=fp8"], "train.precision: unknown value 'fp8'.*bf16-mixed"),
+        (["train.precision=fp4"], "train.precision: unknown value 'fp4'.*bf16-mixed.*fp8"),
         (["train.grad_accum_steps=0"], "train.grad_accum_steps: must be >= 1"),
     ],
 )
