@@ -50,6 +50,11 @@ def check_fp8_device(device: torch.device) -> None:
     """ConfigError where ``device`` is a GPU without float8 matmuls (below compute capability 8.9)."""
     if device.type != "cuda":
         return
+    if torch.version.hip is not None:
+        # ROCm reports its own architecture numbers as the capability, and its float8 formats differ.
+        raise ConfigError(
+            "fp8 is built on NVIDIA's float8 matmuls; on ROCm train with bf16-mixed", "precision"
+        )
     capability = torch.cuda.get_device_capability(device)
     if capability < MIN_CAPABILITY:
         name = torch.cuda.get_device_name(device)

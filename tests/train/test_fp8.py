@@ -16,7 +16,6 @@ from torchao.float8.float8_linear import Float8Linear
 from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
 
 from brickwork.data.corpus import read_corpus
-from brickwork.data.task_batches import causal_lm_batch
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, from_pretrained, get_preset
 from brickwork.parallel import full_state_dict, parallelize, spawn
@@ -119,6 +118,10 @@ def test_cuda_below_compute_capability_8_9_is_refused(monkeypatch: pytest.Monkey
     for capability in [(8, 9), (9, 0), (10, 0)]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
         check_fp8_device(torch.device("cuda"))
+    monkeypatch.setattr(torch.version, "hip", "7.0")  # an MI300's (9, 4) is no sm_94
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 4))
+    with pytest.raises(ConfigError, match=r"^precision: .*on ROCm train with bf16-mixed"):
+        check_fp8_device(torch.device("cuda"))
 
 
 def test_refusals(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -154,7 +157,11 @@ def corpus_curve(precision: str) -> list[float]:
         convert_to_fp8(model, min_features=64, device=CPU)
     step = TrainStep(model, torch.optim.AdamW(model.parameters(), lr=3e-3), "causal_lm", precision=precision)
     g = torch.Generator().manual_seed(0)
-    return [step(causal_lm_batch(tokens, 4, 32, g)) for _ in range(50)]
+    losses = []
+    for _ in range(50):
+        ids = tokens[torch.randint(0, len(tokens) - 32, (4, 1), generator=g) + torch.arange(32)]
+        losses.append(step({"input_ids": ids, "labels": ids}))
+    return losses
 
 
 def test_fp8_loss_follows_bf16_over_50_steps() -> None:
