@@ -3,8 +3,7 @@
 Muon (Jordan et al., 2024) replaces each hidden matrix's momentum update by its nearest
 semi-orthogonal matrix, found by a few Newton-Schulz iterations; its authors keep the embeddings,
 the output head, norms and biases on AdamW, and so does brickwork. The Newton-Schulz step needs the
-whole matrix, so only layouts that keep every parameter whole on its rank take it
-(:func:`check_muon_layout`).
+whole matrix: under tensor parallel and FSDP2 each rank gathers it (brickwork/train/sharded_muon.py).
 """
 
 from __future__ import annotations
@@ -17,15 +16,15 @@ from torch import nn
 
 from brickwork.blocks import Block
 from brickwork.errors import ConfigError
-from brickwork.parallel import ParallelConfig
 from brickwork.parallel.state import parallel_state
+from brickwork.train.sharded_muon import ShardedMuon
 
 PATH = "train.optimizer"
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
-    """One optimizer whose param groups marked ``"muon": True`` torch's ``Muon`` steps, and the
-    others torch's ``AdamW``.
+    """One optimizer whose param groups marked ``"muon": True`` torch's ``Muon`` steps (as
+    :class:`ShardedMuon`, exact for sharded matrices), and the others torch's ``AdamW``.
 
     ``params`` are param groups as any torch optimizer takes them; ``lr``, ``weight_decay`` and
     ``muon`` are every group's defaults, ``momentum``, ``nesterov``, ``ns_steps`` and ``adjust_lr_fn``
@@ -68,7 +67,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
         group = self.param_groups[-1]
         part = self.parts.get(group["muon"])
         if part is None:
-            kind = torch.optim.Muon if group["muon"] else torch.optim.AdamW
+            kind = ShardedMuon if group["muon"] else torch.optim.AdamW
             part = self.parts[group["muon"]] = kind([group], **self._options[group["muon"]])
             part.state = self.state
         else:
@@ -92,45 +91,28 @@ class MuonWithAdamW(torch.optim.Optimizer):
             part.state = self.state
 
 
-def muon_matrices(model: nn.Module) -> list[nn.Parameter]:
-    """The parameters Muon steps: the weight of every ``nn.Linear`` inside a transformer ``Block``
+def muon_matrices(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors Muon steps: the weight of every ``nn.Linear`` inside a transformer ``Block``
     (attention and feedforward projections, a mixture's router and experts).
 
     Found by module type, not by name: embeddings (token, position, patch), the LM or classifier
     head (tied to the embedding or not), poolers, norms and biases all sit outside the blocks or are
     not a Linear's weight, and go to AdamW. ``model`` may be what ``parallelize`` returned: its
-    stages are searched.
+    stages are searched, and each weight is the tensor the optimizer steps for it (under DDP +
+    tensor parallel its local shard, not the DTensor view the Linear holds).
     """
     state = parallel_state(model)
-    found: dict[int, nn.Parameter] = {}
+    trainable = state.trainable() if state is not None else None
+    found: dict[int, torch.Tensor] = {}
     for root in state.modules if state is not None else [model]:
-        for block in (m for m in root.modules() if isinstance(m, Block)):
-            for linear in (m for m in block.modules() if isinstance(m, nn.Linear)):
-                if linear.weight.requires_grad:
-                    found[id(linear.weight)] = linear.weight
+        for block_name, block in root.named_modules():
+            if not isinstance(block, Block):
+                continue
+            for name, linear in block.named_modules(prefix=block_name):
+                if isinstance(linear, nn.Linear) and linear.weight.requires_grad:
+                    weight = linear.weight if trainable is None else trainable[f"{name}.weight"]
+                    found[id(weight)] = weight
     return list(found.values())
-
-
-def check_muon_layout(layout: ParallelConfig) -> None:
-    """Refuse, naming the dist option, a layout that splits parameters over ranks: Muon's
-    Newton-Schulz orthogonalisation is not elementwise and needs each matrix whole. Tensor parallel
-    shards the blocks' matrices over "tp"; zero_stage 2 and 3 run on FSDP2, which shards every
-    parameter over the data-parallel ranks. DDP, ZeRO-1 (whole parameters, each stepped on one
-    rank), pipeline, context and expert parallel keep them whole."""
-    if layout.tensor_parallel_size > 1:
-        raise ConfigError(
-            f"muon orthogonalises each hidden matrix whole, and tensor parallel "
-            f"(dist.tensor_parallel_size={layout.tensor_parallel_size}) leaves a shard of it on each "
-            "rank; use adamw or sgd, or a layout without tensor parallel",
-            PATH,
-        )
-    if layout.zero_stage >= 2:
-        raise ConfigError(
-            f"muon orthogonalises each hidden matrix whole, and dist.zero_stage={layout.zero_stage} "
-            "(FSDP2) shards every parameter over the data-parallel ranks; use zero_stage 0 or 1, "
-            "which keep the parameters whole, or adamw or sgd",
-            PATH,
-        )
 
 
 def build_muon(
@@ -138,9 +120,6 @@ def build_muon(
 ) -> MuonWithAdamW:
     """Muon over ``muon_matrices(model)`` (decayed by the first AdamW group's weight decay), AdamW
     over ``adamw_groups`` less those matrices; ``options`` are :class:`MuonWithAdamW`'s."""
-    state = parallel_state(model)
-    if state is not None:
-        check_muon_layout(state.config)
     matrices = muon_matrices(model)
     if not matrices:
         raise ConfigError(

@@ -1,9 +1,9 @@
 """Every check a run's config can fail, made before the run touches the disk.
 
 A start that fails leaves the disk as it was: no ``runs/``, no run folder, no token cache. So the
-layout against the processes launched (and the optimizer), the device, how the batch splits, the
-data paths, the tokenizer and the vocabulary, the training length and the batch's memory are all
-checked here, from the config alone, before the run folder is locked or created.
+layout against the processes launched, the device, how the batch splits, the data paths, the
+tokenizer and the vocabulary, the training length and the batch's memory are all checked here,
+from the config alone, before the run folder is locked or created.
 """
 
 from __future__ import annotations
@@ -19,28 +19,26 @@ from brickwork.parallel.balance import split_rows
 from brickwork.parallel.mesh import mesh_device_type
 from brickwork.train.distributed import check_world
 from brickwork.train.fp8 import check_fp8_run
-from brickwork.train.muon import check_muon_layout
 from brickwork.train.packing import check_packing
 from brickwork.train.run_config import RunConfig
 from brickwork.train.run_data import run_tokenizer
 from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.task_spec import task_spec
+from brickwork.train.tasks import Task
 
 
-def check_before_writing(run: RunConfig, task: str, resumed: bool = False) -> ParallelConfig:
+def check_before_writing(run: RunConfig, task: Task, resumed: bool = False) -> ParallelConfig:
     """Raise ConfigError naming the option of the first check ``run`` fails; returns its layout (the
     dist dict checked against the processes launched). A ``resumed`` run's vocabulary is its
     config.yaml's: a tokenizer that no longer fits it is the data-identity check's to explain
     (brickwork/train/data_identity.py), which also runs before anything is written."""
     layout = check_world(run.dist)
-    if run.train.optimizer == "muon":
-        check_muon_layout(layout)
     check_device(run.train.device)
     check_batch_split(run, layout)
     check_run_sizes(run, layout)
     data_files(run.data)  # each path exists and is of a kind the data readers take
     spec = run.spec
-    if task != "image_classification":
+    if task.uses_tokenizer:
         tokenizer = run_tokenizer(run)
         check_sample_prompt(run, tokenizer)
         spec = run.spec if resumed else task_spec(run, task, tokenizer, quiet=True)
