@@ -3,7 +3,7 @@
 Under torchrun every rank meets the same mistake, and rank 0 says it once. A run failure (a lost
 peer) differs by rank, and rank 0 may be the one that is gone, so each rank says its own. A process
 whose environment describes no world with a rank 0 beside it (a ``RANK`` left set without torchrun,
-with no ``WORLD_SIZE`` above it) is alone, so it speaks for itself.
+with no ``WORLD_SIZE`` above it, or one that is not a number) is alone, so it speaks for itself.
 
 An OSError the system raised (a folder under a file, a read-only disk, a full one) is said as the
 path it names and the system's reason, without Python's ``[Errno N]`` form.
@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
+from brickwork import launch_env
 from brickwork.errors import RunFailure
 
 
-def speaks(err: BaseException, environ: Mapping[str, str] = os.environ) -> bool:
+def speaks(err: BaseException) -> bool:
     """Whether this process prints ``err``, the error the command ends on."""
-    rank, world = environ.get("RANK", "0"), environ.get("WORLD_SIZE", "")
-    in_a_world = rank.isdigit() and world.isdigit() and int(rank) < int(world)
-    return rank == "0" or not in_a_world or isinstance(err, RunFailure)
+    if isinstance(err, RunFailure):
+        return True
+    try:
+        rank = launch_env.rank()
+        return rank == 0 or rank >= launch_env.world_size()
+    except RunFailure:  # a RANK or WORLD_SIZE that is not a number describes no world
+        return True
 
 
 def error_line(err: BaseException) -> str:

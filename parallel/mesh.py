@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -11,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from brickwork.errors import RunFailure
+from brickwork import launch_env
 from brickwork.parallel.config import ParallelConfig
 
 MESH_DIMS = ("pp", "dp", "cp", "tp")
@@ -48,19 +47,11 @@ def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
     return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
 
 
-def launched_world_size() -> int:
-    """The number of processes of this run: the process group's size once it is up, before that
-    torchrun's ``WORLD_SIZE``; 1 for a plain ``python`` process (no ``RANK`` in the environment)."""
-    if dist.is_initialized():
-        return dist.get_world_size()
-    return int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else 1
-
-
 def launched_config(dist_config: Mapping[str, Any] | ParallelConfig) -> ParallelConfig:
-    """The dist dict validated for this run's world size (:func:`launched_world_size`): the one place
+    """The dist dict validated for this run's world size (``launch_env.world_size``): the one place
     a dist dict becomes the :class:`ParallelConfig` that ``parallelize`` and its steps pass on. A
     ParallelConfig is only checked against the world size."""
-    return ParallelConfig.from_dict(dist_config, world_size=launched_world_size())
+    return ParallelConfig.from_dict(dist_config, world_size=launch_env.world_size())
 
 
 def mesh_device(mesh: DeviceMesh) -> torch.device:
@@ -92,39 +83,19 @@ def start_process_group(config: ParallelConfig) -> None:
     if mesh_device_type(config) == "cuda":
         backend, gpu = "nccl", torch.device("cuda", local_device_index())
         torch.cuda.set_device(gpu)
-    if "RANK" in os.environ:
-        check_launch_environment()
+    if launch_env.launched():
+        launch_env.check_launch_environment()
         dist.init_process_group(backend, timeout=timeout, device_id=gpu)
     else:
         store = dist.HashStore()
         dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout, device_id=gpu)
 
 
-# What torchrun sets for every process besides RANK; the process group's env:// start reads them all.
-LAUNCH_VARIABLES = ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def check_launch_environment() -> None:
-    """RunFailure naming what is missing when ``RANK`` is set without the rest of a launcher's
-    environment: a ``RANK`` left over in a shell, not a launched world, whose start would otherwise
-    fail deep in torch's rendezvous."""
-    missing = [name for name in LAUNCH_VARIABLES if name not in os.environ]
-    if missing:
-        unset = f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not"
-        raise RunFailure(
-            f"RANK={os.environ['RANK']} is set, but {unset}: this process was not started by torchrun "
-            "(or a launcher that sets them together); unset RANK to run one process, or launch the run "
-            "with torchrun"
-        )
-
-
 def local_device_index() -> int:
     """This process's GPU on its node: torchrun's ``LOCAL_RANK``. The global rank modulo the device
     count is only a fallback for launchers that do not set it: on nodes with different GPU counts, or
-    ranks not numbered node by node, it would put two processes on one GPU. Before the process group
-    is up, the global rank is the environment's ``RANK`` (0 in a plain ``python`` process)."""
-    local = os.environ.get("LOCAL_RANK")
+    ranks not numbered node by node, it would put two processes on one GPU."""
+    local = launch_env.local_rank()
     if local is not None:
-        return int(local)
-    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
-    return rank % torch.cuda.device_count()
+        return local
+    return launch_env.rank() % torch.cuda.device_count()

@@ -8,8 +8,14 @@
   from outside the folder that holds it, its subfolders included;
 - the longest function under parallel/ and how many are over 60 lines (``def`` line to last line);
 - the call sites that parse the dist config: ``ParallelConfig(...)`` and ``ParallelConfig.<name>(...)``;
+- the environment reads of ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` outside brickwork/launch_env.py,
+  the one module that answers them: ``environ.get(NAME)``, ``environ[NAME]``, ``NAME in environ`` and
+  ``getenv(NAME)``, with the name written as a literal;
 - per model kind, the source files that quote its name as a string literal, outside the HF and
   xformers adapters and the presets;
+- the comparisons (``==``, ``!=``, ``in``, ...) with a string literal that is a registered task's name
+  (``@register_task("name")``), alone or in a tuple, list or set literal, outside the task folder
+  brickwork/train/tasks/, where each task answers for itself;
 - the spec machinery's line count (factory/ without hf/, the xformers adapters and the presets, plus
   the option and registry helpers), and the lines per top-level folder.
 
@@ -36,6 +42,10 @@ KIND_DECLARATIONS = ("MODEL_KINDS", "MODELS")
 KIND_EXEMPT = ("factory/hf/", "factory/xformers", "brickwork/xformers/", "preset")
 SPEC_EXEMPT = ("factory/hf/", "factory/xformers", "factory/preset")
 SPEC_EXTRA = ("components/configurable.py", "brickwork/registry.py", "brickwork/checks.py")
+LAUNCH_ENV_MODULE = "brickwork/launch_env.py"
+LAUNCH_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK"}
+TASK_FOLDER = "brickwork/train/tasks/"
+TASK_REGISTER = "register_task"
 SKIPPED_DIRS = {".venv", ".git", "build", "dist", "__pycache__", "node_modules"}
 
 
@@ -61,7 +71,9 @@ class Figures:
     longest_parallel_function: dict | None = None
     parallel_functions_over_60: list[dict] = field(default_factory=list)
     dist_config_parse_sites: list[str] = field(default_factory=list)
+    launch_env_reads: list[str] = field(default_factory=list)
     model_kind_files: dict[str, list[str]] = field(default_factory=dict)
+    task_name_comparisons: list[str] = field(default_factory=list)
     spec_machinery_lines: int = 0
     spec_machinery_files: dict[str, int] = field(default_factory=dict)
     folder_lines: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -270,6 +282,41 @@ def dist_config_parse_sites(sources: list[Source]) -> list[str]:
     return sites
 
 
+def _environ(node: ast.AST) -> bool:
+    """``os.environ`` or a bare ``environ``."""
+    return ast.unparse(node).split(".")[-1] == "environ"
+
+
+def _launch_variable(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value in LAUNCH_VARIABLES
+
+
+def launch_env_reads(sources: list[Source]) -> list[str]:
+    """Where a file other than the launch environment's module reads RANK, WORLD_SIZE or LOCAL_RANK."""
+    sites: list[tuple[str, int]] = []
+    for source in sources:
+        if source.path == LAUNCH_ENV_MODULE:
+            continue
+        for node in ast.walk(source.tree):
+            if isinstance(node, ast.Call) and node.args and _launch_variable(node.args[0]):
+                func = node.func
+                read = ast.unparse(func).split(".")[-1] == "getenv" or (
+                    isinstance(func, ast.Attribute) and func.attr == "get" and _environ(func.value)
+                )
+            elif isinstance(node, ast.Subscript):
+                read = _environ(node.value) and _launch_variable(node.slice)
+            elif isinstance(node, ast.Compare):
+                read = _launch_variable(node.left) and any(
+                    isinstance(op, ast.In | ast.NotIn) and _environ(right)
+                    for op, right in zip(node.ops, node.comparators)
+                )
+            else:
+                continue
+            if read:
+                sites.append((source.path, node.lineno))
+    return [f"{path}:{line}" for path, line in sorted(sites)]
+
+
 def string_constants(tree: ast.AST) -> set[str]:
     return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
@@ -297,6 +344,40 @@ def model_kind_files(sources: list[Source]) -> dict[str, list[str]]:
     counted = [s for s in sources if not any(part in s.path for part in KIND_EXEMPT)]
     strings = {s.path: string_constants(s.tree) for s in counted}
     return {kind: sorted(p for p, found in strings.items() if kind in found) for kind in model_kinds(sources)}
+
+
+def task_names(sources: list[Source]) -> set[str]:
+    """The registered task names: the literal of each ``register_task("name")`` call."""
+    names = set()
+    for source in sources:
+        for node in ast.walk(source.tree):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            name = node.args[0]
+            if ast.unparse(node.func).split(".")[-1] == TASK_REGISTER and isinstance(name, ast.Constant):
+                names.add(name.value)
+    return names
+
+
+def compared_strings(node: ast.Compare) -> set[str]:
+    """The string literals a comparison tests against, alone or in a tuple, list or set literal."""
+    found = set()
+    for operand in (node.left, *node.comparators):
+        items = operand.elts if isinstance(operand, ast.Tuple | ast.List | ast.Set) else [operand]
+        found |= {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+    return found
+
+
+def task_name_comparisons(sources: list[Source]) -> list[str]:
+    """Where a file outside the task folder compares a value with a registered task's name."""
+    names = task_names(sources)
+    return [
+        f"{source.path}:{node.lineno}"
+        for source in sources
+        if not source.path.startswith(TASK_FOLDER)
+        for node in ast.walk(source.tree)
+        if isinstance(node, ast.Compare) and compared_strings(node) & names
+    ]
 
 
 def spec_machinery(root: Path, sources: list[Source]) -> dict[str, int]:
@@ -337,7 +418,9 @@ def measure(root: Path) -> Figures:
         longest_parallel_function=lengths[0] if lengths else None,
         parallel_functions_over_60=[f for f in lengths if f["lines"] > LONG_FUNCTION],
         dist_config_parse_sites=dist_config_parse_sites(sources),
+        launch_env_reads=launch_env_reads(sources),
         model_kind_files=model_kind_files(sources),
+        task_name_comparisons=task_name_comparisons(sources),
         spec_machinery_lines=sum(spec.values()),
         spec_machinery_files=spec,
         folder_lines=folder_lines(root),
@@ -366,11 +449,20 @@ def table(f: Figures) -> str:
     rows.append(("dist config parse sites", str(len(f.dist_config_parse_sites))))
     rows += [("  at", site) for site in f.dist_config_parse_sites]
     rows.append(
+        (
+            f"environment reads of RANK/WORLD_SIZE/LOCAL_RANK outside {LAUNCH_ENV_MODULE}",
+            str(len(f.launch_env_reads)),
+        )
+    )
+    rows += [("  at", site) for site in f.launch_env_reads]
+    rows.append(
         ("model-kind names quoted, files", "" if f.model_kind_files else f"(no {KIND_DECLARATIONS} found)")
     )
     rows += [
         (f"  {kind!r}", f"{len(paths)}: {', '.join(paths)}") for kind, paths in f.model_kind_files.items()
     ]
+    rows.append(("task-name string comparisons outside the task registry", str(len(f.task_name_comparisons))))
+    rows += [("  at", site) for site in f.task_name_comparisons]
     rows.append(("spec machinery, lines", str(f.spec_machinery_lines)))
     rows.append(("lines per top-level folder", "files / lines"))
     rows += [(f"  {name}/", f"{c['files']} / {c['lines']}") for name, c in f.folder_lines.items()]

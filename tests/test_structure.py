@@ -45,8 +45,20 @@ def toy(tmp_path_factory) -> structure.Figures:
             '"brickwork.components": "components"}\n',
             "brickwork/__init__.py": "",
             "brickwork/registry.py": "REGISTRY = {}\n",
+            "brickwork/launch_env.py": "import os\nRANK = os.environ.get('RANK')\n",
+            "brickwork/ranks.py": (
+                "import os\nfrom os import environ, getenv\n"
+                "a = os.environ.get('RANK', '0')\nb = environ['WORLD_SIZE']\n"
+                "c = 'LOCAL_RANK' not in os.environ\nd = getenv('RANK')\n"
+                "e = os.environ.get('OMP_NUM_THREADS')\nf = {'RANK': 1}['RANK']\n"
+            ),
             "brickwork/train/__init__.py": "from brickwork.data import batches\n",
             "brickwork/data/__init__.py": "def batches():\n    from brickwork.train import loop\n",
+            "brickwork/train/tasks/lm.py": "@register_task('lm')\nclass LM:\n    same = 'lm' == 'lm'\n",
+            "brickwork/train/rates.py": (
+                "def rate(task, unit):\n    a = task == 'lm'\n    b = task.name not in ('other', 'lm')\n"
+                "    c = 'lm'\n    d = unit == 'tokens'\n    return {'lm': 1}[task]\n"
+            ),
             "kernels/__init__.py": "from ._runtime import use_triton\nfrom .fused._launch import grid\n",
             "kernels/_runtime.py": "def use_triton():\n    pass\n",
             "kernels/fused/__init__.py": "",
@@ -98,6 +110,16 @@ def test_parallel_function_lengths_and_dist_config_parse_sites(toy):
     assert toy.dist_config_parse_sites == ["parallel/tensor/apply.py:72", "parallel/tensor/apply.py:75"]
 
 
+def test_launch_variables_read_outside_their_module_are_found(toy):
+    # os.environ.get, environ[...], "not in os.environ", getenv; not another variable, not a dict.
+    assert toy.launch_env_reads == [f"brickwork/ranks.py:{line}" for line in (3, 4, 5, 6)]
+
+
+def test_task_names_compared_outside_the_task_folder_are_found(toy):
+    # == and a tuple under not in; not a bare literal, a dict key, another string or the task's own file.
+    assert toy.task_name_comparisons == ["brickwork/train/rates.py:2", "brickwork/train/rates.py:3"]
+
+
 def test_model_kinds_are_counted_outside_the_adapters_and_presets(toy):
     assert toy.model_kind_files == {
         "decoder_lm": ["components/mlp.py", "factory/schema.py"],
@@ -147,6 +169,15 @@ def test_parallel_functions_stay_short_and_the_dist_dict_is_parsed_in_two_places
     assert figures.parallel_functions_over_60 == []
     # parallel/mesh.py for a launched world, parallel/planner/layout.py for a planned one.
     assert len(figures.dist_config_parse_sites) <= 2, figures.dist_config_parse_sites
+
+
+def test_rank_and_world_size_are_read_from_the_environment_in_one_module(figures):
+    assert figures.launch_env_reads == []
+
+
+def test_only_the_tasks_compare_task_names(figures):
+    # The trainer, evaluation, data and checks ask the task object (brickwork/train/tasks/).
+    assert figures.task_name_comparisons == []
 
 
 def test_each_model_kind_is_named_in_at_most_three_files(figures):

@@ -8,13 +8,13 @@ never resumed from, loaded or deleted.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from pathlib import Path
 
 from brickwork.checkpoint.folder import META_FILE, is_complete, read_meta, verify_checkpoint
 from brickwork.checkpoint.manifest import CorruptCheckpointError
 from brickwork.errors import ConfigError
+from brickwork.launch_env import is_first_rank
 
 _STEP_FOLDER = re.compile(r"^step_(\d+)$")
 logger = logging.getLogger(__name__)
@@ -88,6 +88,5 @@ def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool =
 
 
 def _say(line: str) -> None:
-    # Before the process group starts, torchrun's RANK says which process speaks.
-    if os.environ.get("RANK", "0") == "0":
+    if is_first_rank():
         logger.info(line)

@@ -18,8 +18,9 @@ import torch
 import torch.distributed as dist
 
 from brickwork.errors import ConfigError
+from brickwork.launch_env import is_first_rank, world_size
 from brickwork.memory import available_bytes
-from brickwork.parallel.mesh import start_process_group
+from brickwork.parallel.mesh import local_device_index, start_process_group
 from brickwork.parallel.planner import Device, plan
 from brickwork.parallel.planner.devices import running_preset
 from brickwork.parallel.planner.report import plan_table
@@ -55,7 +56,7 @@ def local_device(world_size: int, per_node: int) -> Device:
     """This process's device as the planner sees it: its free memory now, and its preset's rates when
     one describes it (:func:`running_preset`; the rates rank layouts, the memory decides what fits)."""
     if torch.cuda.is_available():
-        gpu = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        gpu = torch.device("cuda", local_device_index())
         free = available_bytes(gpu)
         preset = running_preset(gpu)
         if preset is not None:
@@ -83,7 +84,7 @@ def choose_layout(spec: dict[str, Any], dist_dict: Any, train: TrainConfig) -> d
     clash = sorted(set(others) & set(PLANNED_KEYS))
     if clash:
         raise ConfigError(f"dist.auto picks {clash} itself; give them without auto, or drop them", "dist")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size()
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     device = local_device(world, per_node)
     cluster = [dataclasses.replace(device, node=rank // per_node) for rank in range(world)]
@@ -99,7 +100,7 @@ def choose_layout(spec: dict[str, Any], dist_dict: Any, train: TrainConfig) -> d
         grad_accum_steps=train.grad_accum_steps,
     )
     chosen = _agree(plans[0].dist, world, others)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_first_rank():
         print(f"dist: auto picked {plans[0].name} of {len(plans)} layouts that fit:\n{plan_table(plans, 3)}")
     return {**others, **{k: v for k, v in chosen.items() if k in PLANNED_KEYS}}
 

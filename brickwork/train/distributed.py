@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 import torch.distributed as dist
 
 from brickwork.errors import ConfigError
+from brickwork.launch_env import world_size
 from brickwork.parallel import ParallelConfig, build_mesh
 from brickwork.parallel.config import WorldSizeError
 from brickwork.parallel.mesh import launched_config
-
-
-def world_size() -> int:
-    """The number of processes ``torchrun`` started (1 when run directly)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def check_world(dist_dict: dict | ParallelConfig) -> ParallelConfig:

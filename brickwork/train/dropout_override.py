@@ -10,11 +10,11 @@ A ``dropout`` written in a spec file keeps its meaning: the embeddings' only.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from brickwork.errors import join_path
 from brickwork.factory import resolve_spec
+from brickwork.launch_env import is_first_rank
 
 KEY = "dropout"
 
@@ -29,7 +29,7 @@ def spread_dropout(spec: dict[str, Any], value: float) -> tuple[dict[str, Any], 
 
 def say_spread(value: float, places: list[str]) -> None:
     """One line naming every dropout the override set (on rank 0 only, before the process group)."""
-    if os.environ.get("RANK", "0") == "0":
+    if is_first_rank():
         print(f"dropout={value} sets every dropout of the spec ({len(places)}): {', '.join(places)}")
 
 

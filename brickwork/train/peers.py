@@ -10,12 +10,12 @@ into :class:`PeerLostError`, which the ``brickwork`` command reports in one line
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch.distributed as dist
 
+from brickwork import launch_env
 from brickwork.checkpoint import complete_checkpoints
 from brickwork.errors import RunFailure
 
@@ -53,10 +53,9 @@ def peers_watched(timeout_s: float, run_dir: Path | None = None) -> Iterator[Non
             raise
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         cause = lines[0] if lines else type(err).__name__
-        rank = os.environ.get("RANK", "0")
         saved = run_dir is not None and complete_checkpoints(run_dir)
         then = f"; continue from the newest complete checkpoint with --resume {run_dir}" if saved else ""
         raise PeerLostError(
-            f"rank {rank}: another process of the run stopped or did not answer within "
+            f"rank {launch_env.rank()}: another process of the run stopped or did not answer within "
             f"dist.timeout_s={timeout_s:g} s ({cause[:240]}); this one stopped too{then}"
         ) from None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from brickwork.errors import ConfigError
 from brickwork.factory import apply_overrides, get_preset, list_presets, load_spec
 from brickwork.factory.convert import config_to_dict, to_config
 from brickwork.factory.overrides import parse_override, set_dotted, with_overrides
+from brickwork.launch_env import is_first_rank
 from brickwork.train.config import TrainConfig
 from brickwork.train.dropout_override import KEY as DROPOUT_KEY
 from brickwork.train.dropout_override import say_spread, spread_dropout
@@ -144,6 +144,6 @@ def _vocab_from_data(spec: dict[str, Any], data: DataConfig) -> dict[str, Any]:
         return spec
     tokenizer = declared_tokenizer(data.path, data.tokenizer, None)
     size = task_vocab_size(kind.task, tokenizer.vocab_size)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_first_rank():
         logger.info(f"vocab_size {size}: left out of the spec, so the tokenizer {tokenizer.name} sets it")
     return {**spec, "vocab_size": size}

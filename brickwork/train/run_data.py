@@ -15,9 +15,10 @@ import torch.distributed as dist
 
 from brickwork.data.sources import TextData, declared_tokenizer, open_text_data
 from brickwork.data.tokenizer import Tokenizer
+from brickwork.launch_env import world_size
 from brickwork.parallel import build_mesh
 from brickwork.train.data_identity import DataIdentity, check_data_identity, current_record
-from brickwork.train.distributed import check_world, world_size
+from brickwork.train.distributed import check_world
 from brickwork.train.run_config import RunConfig
 
 

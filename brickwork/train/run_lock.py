@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from brickwork.errors import ConfigError
+from brickwork.launch_env import is_first_rank
 
 LOCK_FILE = ".lock"
 
@@ -40,7 +41,7 @@ class RunLock:
         self.created = False
 
     def __enter__(self) -> RunLock:
-        if os.environ.get("RANK", "0") != "0":
+        if not is_first_rank():
             return self
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise ConfigError(f"{str(self.run_dir)!r} is a file, not a run folder", self.option)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 
 from brickwork.data.task_batches import task_vocab_size
 from brickwork.data.tokenizer import Tokenizer
 from brickwork.errors import ConfigError
+from brickwork.launch_env import is_first_rank
 from brickwork.train.run_config import RunConfig
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def task_spec(run: RunConfig, task: str, tokenizer: Tokenizer | None, quiet: boo
             f"raise it to {want} or leave it out",
             "vocab_size",
         )
-    if vocab != want and not quiet and int(os.environ.get("RANK", "0")) == 0:
+    if vocab != want and not quiet and is_first_rank():
         logger.info(f"vocab_size {vocab} -> {want}: the vocabulary of {tokenizer.name}{extra}")
     spec["vocab_size"] = want
     return spec

@@ -26,6 +26,7 @@ from brickwork.errors import ConfigError
 from brickwork.extras import missing_package
 from brickwork.factory import build_model, dump_spec, load_spec
 from brickwork.factory.convert import config_to_dict
+from brickwork.launch_env import is_first_rank
 from brickwork.parallel import ParallelConfig, full_state_dict, parallel_state, parallelize
 from brickwork.parallel.compile import check_compilable
 from brickwork.parallel.mesh import mesh_device_type
@@ -325,7 +326,7 @@ def _compiles(choice: str | bool, model: torch.nn.Module, config: ParallelConfig
     except ConfigError as err:
         if choice is True:
             raise err.at("train") from None
-        if int(os.environ.get("RANK", "0")) == 0:
+        if is_first_rank():
             logger.info(f"train.compile=auto runs eager: {err.reason}")
         return False
     return True
