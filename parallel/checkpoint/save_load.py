@@ -181,6 +181,7 @@ def _model_state(
     packed = _packed(model)
     out, copies = {}, {}
     for name, value in local.items():
+        value = _unwrapped(value)
         if name in padded:
             out[name] = _real_rows(padded[name], value)
             if not padded[name].has_view(value):
@@ -188,6 +189,25 @@ def _model_state(
         else:
             out[name] = natural_order_view(value, *packed[name]) if name in packed else value
     return out, copies
+
+
+def _unwrapped(value: torch.Tensor) -> torch.Tensor:
+    """The plain tensor inside a tensor subclass that wraps exactly one (torchao's float8-gathering
+    FSDP weight, and the optimizer state made like it), in its DTensor where it was one; sharing its
+    storage, so a load fills the subclass. A checkpoint holds plain tensors only: its reader refuses
+    other classes, since unpickling them could run code."""
+    local = value._local_tensor if isinstance(value, DTensor) else value
+    if type(local) is torch.Tensor or not hasattr(local, "__tensor_flatten__"):
+        return value
+    names, _ = local.__tensor_flatten__()
+    inner = getattr(local, names[0]) if len(names) == 1 else None
+    if type(inner) is not torch.Tensor or inner.shape != local.shape:
+        return value
+    if not isinstance(value, DTensor):
+        return inner
+    return DTensor.from_local(
+        inner, value.device_mesh, value.placements, run_check=False, shape=value.shape, stride=value.stride()
+    )
 
 
 def _real_rows(padding: VocabPadding, value: torch.Tensor) -> torch.Tensor:
@@ -246,7 +266,7 @@ def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
     for name, param in _trainable(model).items():
         for key, value in local.state.get(param, {}).items():
             if isinstance(value, torch.Tensor):
-                value = _as_global(value, param)
+                value = _as_global(_unwrapped(value), param)
                 if name in padded and value.shape == _param_shape(param):
                     value = _real_rows(padded[name], value)
                 elif name in packed and value.shape == _param_shape(param):

@@ -15,10 +15,11 @@ from torch.distributed.tensor import DTensor
 from torchao.float8.float8_linear import Float8Linear
 from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
 
+from brickwork.checkpoint.export import read_checkpoint_weights
 from brickwork.data.corpus import read_corpus
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, from_pretrained, get_preset
-from brickwork.parallel import full_state_dict, parallelize, spawn
+from brickwork.parallel import full_state_dict, parallelize, save_checkpoint, spawn
 from brickwork.train import TrainStep
 from brickwork.train.fp8 import check_fp8_device, convert_to_fp8, fp8_candidates
 from brickwork.train.run_config import resolve_run
@@ -205,9 +206,9 @@ LAYOUTS = {
 }
 
 
-def train_fp8(dist_dict: dict, recipe: str) -> dict:
+def train_fp8(dist_dict: dict, recipe: str, checkpoint: Path | None = None) -> dict:
     """Two SGD steps of the tiny Llama in fp8, in one process (``dist_dict={}``) or laid out; the
-    losses, the full weights before and after, and what the weights are."""
+    losses, the full weights before and after, and what the weights are; saved to ``checkpoint``."""
     torch.manual_seed(0)
     model = build_model(tiny_spec())
     start = {k: v.clone() for k, v in model.state_dict().items()}
@@ -215,7 +216,8 @@ def train_fp8(dist_dict: dict, recipe: str) -> dict:
     convert_to_fp8(model, recipe, min_features=32, device=CPU, fsdp_float8_all_gather=gather)
     if dist_dict:
         model = parallelize(model, dist_dict)
-    step = TrainStep(model, torch.optim.SGD(model.parameters(), lr=0.5), "causal_lm", precision="fp8")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    step = TrainStep(model, optimizer, "causal_lm", precision="fp8")
     dp = dist_dict.get("data_parallel_size", 1)
     rank = torch.distributed.get_rank() if dist_dict else 0
     losses = []
@@ -223,6 +225,8 @@ def train_fp8(dist_dict: dict, recipe: str) -> dict:
         rows = ids.chunk(dp)[rank % dp]
         losses.append(step({"input_ids": rows, "labels": rows}))
     state = full_state_dict(model) if dist_dict else model.state_dict()
+    if checkpoint is not None:
+        save_checkpoint(checkpoint, model, optimizer, step=2)
     weight = model.layers[0].attention.q_proj.weight
     local = weight.to_local() if isinstance(weight, DTensor) else weight
     return {
@@ -234,13 +238,20 @@ def train_fp8(dist_dict: dict, recipe: str) -> dict:
     }
 
 
-def train_layouts() -> dict:
-    return {name: train_fp8(*layout) for name, layout in LAYOUTS.items()}
+def train_layouts(checkpoint: Path) -> dict:
+    return {
+        name: train_fp8(*layout, checkpoint if name == "zero3" else None) for name, layout in LAYOUTS.items()
+    }
 
 
 @pytest.mark.timeout(240)
-def test_fp8_layouts_match_one_process() -> None:
-    results = spawn(train_layouts, 2, timeout=200)
+def test_fp8_layouts_match_one_process(tmp_path: Path) -> None:
+    results = spawn(train_layouts, 2, tmp_path / "zero3", timeout=200)
+    # FSDP's float8-gathering weights (and the momentum made like them) are saved as plain tensors.
+    saved, _ = read_checkpoint_weights(tmp_path / "zero3")
+    assert saved.keys() == results[0]["zero3"]["state"].keys()
+    for key, tensor in saved.items():
+        assert torch.equal(tensor, results[0]["zero3"]["state"][key]), key
     for name, (_, recipe) in LAYOUTS.items():
         ref = train_fp8({}, recipe)
         for rank in results:
