@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from brickwork.blocks import IGNORE_INDEX
-from brickwork.components.attention import DocumentMask
+from brickwork.components.attention import ATTENTION_REGISTRY, DocumentMask
 from brickwork.data.packing import packed_labels
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
@@ -113,3 +113,32 @@ def test_a_mechanism_without_full_masks_is_refused(mechanism: str) -> None:
     check_document_masks(spec_model)  # the default mechanism passes
     with pytest.raises(ConfigError, match=rf"^data.pack: attention {mechanism!r} at layers.0.attention"):
         check_document_masks(decoder("learned", mechanism=mechanism))
+
+
+class ProductBias:
+    """A position bias that depends on where the query row is, not only on its distance to the key
+    (ALiBi's would be the same whatever the rows' shift): ``0.1 * q * kv``, bottom-right aligned."""
+
+    def __call__(self, tq: int, tk: int, device: torch.device | str | None = None) -> torch.Tensor:
+        q, kv = torch.arange(tk - tq, tk, device=device), torch.arange(tk, device=device)
+        return 0.1 * (q[:, None] * kv[None, :]).float()[None]
+
+    def score_mod(self):
+        return lambda score, b, h, q_idx, kv_idx: score + 0.1 * q_idx * kv_idx
+
+
+def test_the_last_query_rows_attend_as_in_the_whole_mask() -> None:
+    # Context parallel's rows: the queries of a sequence's last positions against all of its keys.
+    document_ids = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2], [4, 4, 4, 4, 4, 4, 5, 5]])
+    whole, tail = DocumentMask(document_ids), DocumentMask(document_ids, queries=3)
+    assert torch.equal(tail.positions(), whole.positions()[:, 5:])
+    assert torch.equal(tail.dense(), whole.dense()[:, :, 5:])
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16, generator=g) for _ in range(3))
+    mechanism = ATTENTION_REGISTRY.build("scaled_dot_product", "mechanism", causal=True)
+    with torch.no_grad():
+        want = whole.attend(mechanism, q, k, v, ProductBias())[:, :, 5:]
+        blocks = tail.attend(mechanism, q[:, :, 5:], k, v, ProductBias())  # FlexAttention: no gradient
+    dense = tail.attend(mechanism, q[:, :, 5:].requires_grad_(), k, v, ProductBias())  # a CPU backward
+    torch.testing.assert_close(blocks, want)
+    torch.testing.assert_close(dense.detach(), want)
