@@ -107,7 +107,7 @@ class DecoderLM(nn.Module):
         labels: torch.Tensor | None = None,
         *,
         position_ids: torch.Tensor | None = None,
-        document_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | DocumentMask | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         ignore_index: int = IGNORE_INDEX,
         return_logits: bool | None = None,
@@ -121,7 +121,9 @@ class DecoderLM(nn.Module):
         give them. ``document_ids`` [B, T] make each row a pack of documents (a document is one run of
         equal ids): a token attends causally within its own document only, and positions restart at 0
         with each one (:class:`~brickwork.components.attention.DocumentMask`, built once per forward
-        and shared by the layers); it takes no cache, ``attention_mask`` or ``position_ids``.
+        and shared by the layers; a ``DocumentMask`` may be given in their place: context parallel's
+        hook hands each rank the one of its slice); it takes no cache, ``attention_mask`` or
+        ``position_ids``.
 
         With ``labels`` [B, T] (HF's meaning: the input ids, with ``ignore_index`` where nothing is
         scored; the model shifts them, so position t is scored against label t + 1) it returns a
@@ -185,7 +187,7 @@ class DecoderLM(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
         position_ids: torch.Tensor | None = None,
-        document_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | DocumentMask | None = None,
     ) -> torch.Tensor:
         """input_ids [B, T] -> the final-normed hidden states [B, T, d] that ``lm_head`` maps to logits.
 
@@ -205,7 +207,7 @@ class DecoderLM(nn.Module):
     def _packed_hidden_states(
         self,
         input_ids: torch.Tensor,
-        document_ids: torch.Tensor,
+        document_ids: torch.Tensor | DocumentMask,
         attention_mask: torch.Tensor | None,
         cache: list[KVCache] | None,
         position_ids: torch.Tensor | None,
@@ -215,11 +217,14 @@ class DecoderLM(nn.Module):
                                 ("position_ids", position_ids)) if v is not None]  # fmt: skip
         if given:
             raise ValueError(f"document_ids say the mask and the positions themselves; got {given} too")
-        if tuple(document_ids.shape) != tuple(input_ids.shape):
-            shape, got = tuple(input_ids.shape), tuple(document_ids.shape)
-            raise ValueError(f"document_ids must have the shape of input_ids {shape}, got {got}")
-        documents = DocumentMask(document_ids.to(input_ids.device))
+        if isinstance(document_ids, DocumentMask):
+            documents = document_ids
+        else:
+            documents = DocumentMask(document_ids.to(input_ids.device))
         positions = documents.positions()
+        if tuple(positions.shape) != tuple(input_ids.shape):
+            shape, got = tuple(input_ids.shape), tuple(positions.shape)
+            raise ValueError(f"document_ids must have the shape of input_ids {shape}, got {got}")
         h = self.embed(input_ids, positions=positions)
         h = run_layers(self.layers, h, attn_mask=documents, positions=positions)
         return self.final_norm(h)

@@ -4,12 +4,22 @@ Each cp rank holds a contiguous slice of T / cp positions of every sequence, thr
 embeddings, norms, feedforwards and the LM head work per token and need nothing. Attention is the one
 place positions meet. Its queries stay local; its keys and values are all-gathered from the cp ranks
 (Llama 3's context parallel, Megatron's ``cp_comm_type="all_gather"``), with torch's differentiable
-``all_gather_tensor_autograd``, whose backward reduce-scatters the key/value gradients back to the
+``all_gather_single_autograd``, whose backward reduce-scatters the key/value gradients back to the
 ranks that own them. The mechanism's own SDPA call then runs unchanged: a causal rank r keeps the
 gathered keys up to the end of its slice, (r + 1) · T/cp, where SDPA's bottom-right aligned causal mask
 is exactly the mask of global positions. Positions are made global by shifting each position module's
 ``offset`` by r · T/cp (learned and sine tables, rotary angles); ALiBi's bias is asked for the keys up
 to the end of the slice, so its bottom-right alignment places the queries where they are.
+
+Packed documents (``DecoderLM.forward(document_ids=)``, sliced like the tokens): a hook on the decoder
+all-gathers the integer document ids once per forward and hands the model, in their place, one
+:class:`SliceDocumentMask` for every layer: the document-causal rows of the rank's queries against
+the keys 0..(r + 1) · T/cp (FlexAttention's block mask with the query rows shifted, or the same rule
+dense, as :class:`~brickwork.components.attention.DocumentMask` chooses). Its positions, each token's
+place in its own document, are global already, and a position module given ``positions`` uses them
+in place of the shifted offset; the mask gathers the keys and values itself, and ALiBi, asked for
+all of them, places the queries by the same bottom-right rule (its score_mod with the query rows
+shifted by r · T/cp).
 
 Why not torch's ``context_parallel`` (ring attention on DTensor): it dispatches only the CUDA SDPA ops
 (flash, efficient, cuDNN); on CPU, SDPA's ``_scaled_dot_product_flash_attention_for_cpu`` has no
@@ -24,11 +34,12 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed import ProcessGroup
-from torch.distributed._functional_collectives import all_gather_tensor_autograd
+from torch.distributed._functional_collectives import all_gather_single, all_gather_single_autograd
 from torch.distributed.device_mesh import DeviceMesh
 
 from brickwork.blocks.decoder_lm import DecoderLM
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
+from brickwork.components.attention.document_mask import DocumentMask, PositionBiasHook
 from brickwork.components.attention.multi_head import MultiHeadAttention
 from brickwork.components.positional.alibi import ALiBi
 from brickwork.components.positional.base import PositionalEncoding
@@ -86,9 +97,11 @@ def apply_context_parallel(model: nn.Module, mesh: DeviceMesh, config: ParallelC
         return model
     cp_mesh = mesh["cp"]
     rank, group = cp_mesh.get_local_rank(), cp_mesh.get_group()
-    if isinstance(model, DecoderLM) and model.max_seq_len is not None:
-        # The model checks the length it sees, the slice; the limit is on the whole sequence.
-        model.token_embedding.register_forward_pre_hook(_limit_length(cp_mesh.size(), model.max_seq_len))
+    if isinstance(model, DecoderLM):
+        model.register_forward_pre_hook(_slice_documents(rank, group), with_kwargs=True)
+        if model.max_seq_len is not None:
+            # The model checks the length it sees, the slice; the limit is on the whole sequence.
+            model.token_embedding.register_forward_pre_hook(_limit_length(cp_mesh.size(), model.max_seq_len))
     hooked: set[int] = set()
 
     def once(module: nn.Module, hook: Any) -> None:  # a module shared by layers is hooked once
@@ -128,14 +141,54 @@ def _registered_name(cls: type[AttentionMechanism]) -> str:
     return next((n for n in ATTENTION_REGISTRY.names() if ATTENTION_REGISTRY.get(n) is cls), cls.__name__)
 
 
+class SliceDocumentMask(DocumentMask):
+    """The document mask of one cp rank: ``document_ids`` [B, end] the gathered ids of positions
+    0..end of the sequence, the queries its last ``queries`` (this rank's slice). :meth:`attend`
+    takes the local keys and values and all-gathers them first (the backward reduce-scatters)."""
+
+    def __init__(self, document_ids: torch.Tensor, queries: int, group: ProcessGroup) -> None:
+        super().__init__(document_ids, queries)
+        self.group = group
+
+    def attend(
+        self,
+        mechanism: AttentionMechanism,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        position_bias: PositionBiasHook | None = None,
+    ) -> torch.Tensor:
+        end = self.document_ids.shape[1]  # keys past the slice are in every query's future
+        k, v = (all_gather_single_autograd(t.contiguous(), 2, self.group)[:, :, :end] for t in (k, v))
+        return super().attend(mechanism, q, k, v, position_bias)
+
+
+def _slice_documents(rank: int, group: ProcessGroup) -> Any:
+    """``DecoderLM.forward``'s ``document_ids`` [B, T/cp] -> this rank's :class:`SliceDocumentMask`."""
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        local = kwargs.get("document_ids")
+        if not isinstance(local, torch.Tensor):
+            return None
+        ids = all_gather_single(local.contiguous(), 1, group)  # (B, T): integers, no gradient
+        queries = local.shape[1]
+        documents = SliceDocumentMask(ids[:, : (rank + 1) * queries], queries, group)
+        return args, {**kwargs, "document_ids": documents}
+
+    return hook
+
+
 def _refuse_unsplittable(layer: MultiHeadAttention, args: tuple, kwargs: dict) -> None:
-    """A KV cache, cross-attention memory or a mask cover positions this rank does not hold."""
+    """A KV cache, cross-attention memory or a mask cover positions this rank does not hold, but for
+    the :class:`SliceDocumentMask` the decoder's hook builds (a plain document mask, e.g. a pipeline
+    stage's, would hold this slice's documents alone)."""
     for name in ("cache", "memory", "attn_mask"):
-        if kwargs.get(name) is not None:
+        if kwargs.get(name) is not None and not isinstance(kwargs[name], SliceDocumentMask):
             raise ValueError(
                 f"context parallel attention takes no {name}: each rank holds a slice of the sequence "
-                "(self-attention over whole, unpadded sequences; train with TrainStep, which splits the "
-                "batch, and decode without context parallel)"
+                "(self-attention over whole, unpadded sequences, or packed ones through the decoder's "
+                "document_ids; train with TrainStep, which splits the batch, and decode without "
+                "context parallel)"
             )
 
 
@@ -151,7 +204,7 @@ def _limit_length(cp: int, max_seq_len: int) -> Any:
 def _gather_keys_values(rank: int, group: ProcessGroup, mechanism: AttentionMechanism) -> Any:
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         q, k, v, *rest = args  # (B, H, T/cp, D), (B, Hkv, T/cp, D) x2
-        keys = [all_gather_tensor_autograd(t.contiguous(), 2, group) for t in (k, v)]  # (B, Hkv, T, D)
+        keys = [all_gather_single_autograd(t.contiguous(), 2, group) for t in (k, v)]  # (B, Hkv, T, D)
         if mechanism.causal:
             # Keys past this slice are in every local query's future; without them SDPA's bottom-right
             # causal mask puts query i at global position rank · T/cp + i.
@@ -162,7 +215,9 @@ def _gather_keys_values(rank: int, group: ProcessGroup, mechanism: AttentionMech
 
 
 def _shift_offset(rank: int, index: int) -> Any:
-    """A position module's ``offset`` (argument ``index``) moved to this slice's first position."""
+    """A position module's ``offset`` (argument ``index``) moved to this slice's first position. A
+    module given ``positions`` (packed documents' own, global already) uses them in place of the
+    offset, as every position module does, so the shift does not reach them."""
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         shift = rank * args[0].shape[-2]
@@ -176,10 +231,14 @@ def _shift_offset(rank: int, index: int) -> Any:
 
 
 def _extend_bias_keys(rank: int) -> Any:
-    """ALiBi's ``(tq, tk)`` -> keys up to the end of this slice (the causal layer's gathered keys)."""
+    """ALiBi's ``(tq, tk)`` -> keys up to the end of this slice (the causal layer's gathered keys).
+    Asked for more keys than queries, it is asked by a :class:`SliceDocumentMask`, whose keys are
+    those already."""
 
-    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         tq, tk, *rest = args
+        if tk != tq:
+            return None
         return (tq, tk + rank * tq, *rest), kwargs
 
     return hook

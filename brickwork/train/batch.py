@@ -21,8 +21,9 @@ from brickwork.parallel.context_parallel import sequence_shard
 
 Batch = dict[str, torch.Tensor]
 # The batch keys holding one entry per position of the sequence, which context parallel splits (a
-# causal LM's labels are shifted into shift_labels first: brickwork/train/tasks.py).
-SEQUENCE_KEYS = ("input_ids", "labels", "shift_labels", "attention_mask", "token_type_ids")
+# causal LM's labels are shifted into shift_labels first: brickwork/train/tasks.py; packed documents'
+# ids are gathered back whole inside the model: parallel/context_parallel.py).
+SEQUENCE_KEYS = ("input_ids", "labels", "shift_labels", "attention_mask", "token_type_ids", "document_ids")
 
 
 def check_batch(batch: object) -> Batch:
@@ -107,12 +108,6 @@ def shard_sequence(batch: Batch, state: ParallelState | None) -> Batch:
     batch with padding, or with a key that is not a token sequence, raises ValueError naming it."""
     if state is None or state.config.context_parallel_size == 1:
         return batch
-    if "document_ids" in batch:
-        raise ValueError(
-            "context parallel takes no document_ids: each rank attends to keys gathered from the other "
-            "ranks' slices, which a document mask of its own slice cannot cover; train packed documents "
-            "without context_parallel_size"
-        )
     out = {}
     for key, value in batch.items():
         if key not in SEQUENCE_KEYS:

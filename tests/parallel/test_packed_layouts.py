@@ -1,6 +1,8 @@
 """Packed documents train as one process under tensor parallel (heads split over 2 ranks, one block
-mask broadcast over them) and pipeline parallel (each stage builds the mask of its microbatch): the
-losses, the weights after, and the eval logits of FlexAttention."""
+mask broadcast over them), pipeline parallel (each stage builds the mask of its microbatch) and context
+parallel (each rank's rows of the mask over the gathered document ids, positions restarting per
+document across the slice boundary): the losses, the weights after, and the eval logits of
+FlexAttention (under context parallel its block mask with the query rows shifted)."""
 
 from __future__ import annotations
 
@@ -12,16 +14,20 @@ from brickwork.parallel import spawn
 
 pytestmark = [pytest.mark.distributed]
 
-# Rotary with GQA; ALiBi, whose slopes split with the heads; a 2-stage pipeline of the rotary model.
+# Rotary with GQA; ALiBi, whose slopes split with the heads; a 2-stage pipeline of the rotary model;
+# each position kind (rotary, ALiBi, learned) on two halves of the sequence.
 CASES = [
     ("llama/tp2", "llama", {"tensor_parallel_size": 2}),
     ("alibi/tp2", "alibi", {"tensor_parallel_size": 2}),
     ("llama/pp2", "llama", {"pipeline_parallel_size": 2}),
+    ("llama/cp2", "llama", {"context_parallel_size": 2}),
+    ("alibi/cp2", "alibi", {"context_parallel_size": 2}),
+    ("gpt/cp2", "gpt", {"context_parallel_size": 2}),
 ]
 
 
 @pytest.mark.timeout(300)
-def test_tp2_and_pp2_packed_equal_one_process() -> None:
+def test_tp2_pp2_and_cp2_packed_equal_one_process() -> None:
     per_rank = spawn(run_layouts, 2, CASES, timeout=240)
     one_process = {kind: train_packed(kind, None) for kind in {kind for _, kind, _ in CASES}}
     for name, kind, _ in CASES:
