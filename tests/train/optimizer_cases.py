@@ -19,7 +19,7 @@ from torch.distributed.tensor.placement_types import Placement
 from train_cases import global_batches, share, spec
 
 from brickwork.factory import build_model
-from brickwork.parallel import full_state_dict, parallelize
+from brickwork.parallel import full_state_dict, load_checkpoint, parallelize, save_checkpoint
 from brickwork.train import TrainStep
 from brickwork.train.config import TrainConfig
 from brickwork.train.optim import build_optimizer, learning_rate, set_learning_rate
@@ -95,6 +95,20 @@ def run_layouts(layouts: dict[str, dict[str, Any]]) -> dict[str, Any]:
             losses = train(model, build_optimizer(model, MUON), MUON, batches)
         out[name] = {"losses": losses, "state": full_state_dict(model)}
     return out
+
+
+def resumed_layout(layout: dict[str, Any], folder: str) -> dict[str, torch.Tensor]:
+    """On each rank: :func:`run_layouts`' training of ``layout`` stopped after 2 steps, saved to
+    ``folder``, loaded into a fresh model and optimizer and taken to the end: the full weights."""
+    models = [parallelize(decoder(), layout) for _ in range(2)]
+    optimizers = [build_optimizer(model, MUON) for model in models]
+    batches = [share(models[0], batch) for batch in global_batches("decoder")]
+    with float64_newton_schulz():
+        train(models[0], optimizers[0], MUON, batches[:2])
+        save_checkpoint(folder, models[0], optimizers[0], 2)
+        load_checkpoint(folder, models[1], optimizers[1])
+        train(models[1], optimizers[1], MUON, batches[2:], first_step=2)
+    return full_state_dict(models[1])
 
 
 def sharded_steps(shape: tuple[int, int], split: Placement) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from optimizer_cases import (
     decoder,
     float64_newton_schulz,
     newton_schulz,
+    resumed_layout,
     run_layouts,
     sharded_steps,
     train,
@@ -206,22 +207,23 @@ LAYOUTS = {
 }
 
 
-def muon_world() -> dict:
+def muon_world(folder: str) -> dict:
     return {
         "sharded": {name: sharded_steps(*case) for name, case in SHARDED.items()},
         "layouts": run_layouts(LAYOUTS),
+        "resumed": {name: resumed_layout(LAYOUTS[name], f"{folder}/{name}") for name in ("tp2", "zero3")},
     }
 
 
-@functools.cache
-def world() -> list[dict]:
-    return spawn(muon_world, 2, timeout=180)
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    return spawn(muon_world, 2, str(tmp_path_factory.mktemp("muon")), timeout=180)
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name", SHARDED)
-def test_sharded_matrix_steps_as_the_whole_one(name):
+def test_sharded_matrix_steps_as_the_whole_one(world, name):
     """torch's bfloat16 Newton-Schulz included: every rank orthogonalises the same gathered matrix,
     so its shard moves exactly as the whole matrix's part does in one process."""
     shape, _ = SHARDED[name]
@@ -231,7 +233,7 @@ def test_sharded_matrix_steps_as_the_whole_one(name):
     for grad in [torch.randn(shape) for _ in range(3)]:
         whole.grad = grad
         optimizer.step()
-    for rank in world():
+    for rank in world:
         got = rank["sharded"][name]
         assert torch.equal(got["dtensor"], whole.detach()) and torch.equal(got["local"], whole.detach())
         # One all-gather per matrix and step, whichever form the shard has.
@@ -249,11 +251,21 @@ def one_process() -> tuple[list[float], dict[str, torch.Tensor]]:
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_layouts_match_one_process(layout):
+def test_layouts_match_one_process(world, layout):
     start, (losses, trained) = full_state_dict(decoder()), one_process()
-    ranks = [rank["layouts"][layout] for rank in world()]
+    ranks = [rank["layouts"][layout] for rank in world]
     assert ranks[0]["losses"] == ranks[1]["losses"]
     assert ranks[0]["losses"] == pytest.approx(losses, rel=1e-5)
     for name, want in trained.items():
         assert not torch.equal(want, start[name]), f"{name} did not train"
         torch.testing.assert_close(ranks[0]["state"][name], want, rtol=1e-5, atol=1e-5 * want.abs().max())
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("layout", ["tp2", "zero3"])
+def test_sharded_resume_continues_exactly(world, layout):
+    """The momentum buffers, DTensors here, come back from the checkpoint with the weights."""
+    for rank in world:
+        for name, want in rank["layouts"][layout]["state"].items():
+            assert torch.equal(rank["resumed"][layout][name], want), name
