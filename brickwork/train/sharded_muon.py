@@ -3,11 +3,11 @@
 Newton-Schulz orthogonalisation is not elementwise: the orthogonalised local shard of a matrix is not
 the local shard of the orthogonalised matrix, and the learning-rate adjustment reads the matrix's
 shape. So for a sharded parameter the momentum-updated gradient is gathered to the whole matrix
-(one all-gather), orthogonalised whole on every rank of its shard group, and each rank applies its
-own shard of the result. torch's ``Muon`` given DTensors gets the same mathematics through DTensor's
-sharded matmuls, but with 11 to 16 collectives per matrix and step at ``ns_steps=5`` (a partial
-bfloat16 sum at each of them); a local shard under DDP + tensor parallel it would orthogonalise on
-its own, which is wrong.
+(one all-gather per mesh dim it is split over), orthogonalised whole on every rank of its shard
+group, and each rank applies its own shard of the result. torch's ``Muon`` given DTensors gets the
+same mathematics through DTensor's sharded matmuls, but with 11 to 16 collectives per matrix and
+step at ``ns_steps=5`` on 2 ranks (all-reduces of bfloat16 partial products among them); a local
+shard under DDP + tensor parallel it would orthogonalise on its own, which is wrong.
 """
 
 from __future__ import annotations
