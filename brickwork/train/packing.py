@@ -1,6 +1,7 @@
 """The checks of ``data.pack`` against the rest of a run, made before anything is written: the task,
-the layout (no context parallel), and every attention layer of the model (built on the meta device,
-which allocates nothing). The data's own check is :func:`brickwork.data.sources.check_packable`."""
+the layout (not context parallel and a pipeline together), and every attention layer of the model
+(built on the meta device, which allocates nothing). The data's own check is
+:func:`brickwork.data.sources.check_packable`. ``brickwork eval`` makes the same checks."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ def check_packing(
     if task != "causal_lm":
         raise ConfigError(f"packs documents for causal_lm; this run's task is {task}", KEY)
     check_packable(run.data, tokenizer)
-    if layout.context_parallel_size > 1:
+    if layout.context_parallel_size > 1 and layout.pipeline_parallel_size > 1:
         raise ConfigError(
-            f"context_parallel_size={layout.context_parallel_size} gathers the keys of other ranks' "
-            "slices, which a document mask built from this rank's document ids cannot cover; pack "
-            "without context parallel",
+            f"context_parallel_size={layout.context_parallel_size} gathers the document ids in the "
+            "decoder's forward, which pipeline stages do not run; pack with context parallel or a "
+            "pipeline, not both",
             KEY,
         )
     with torch.device("meta"):

@@ -1,5 +1,5 @@
 """``brickwork train`` with ``data.pack``: a jsonl source trains packed; what cannot pack stops the run
-in one line before anything is written."""
+in one line before anything is written, and ``brickwork eval`` makes the same checks."""
 
 from __future__ import annotations
 
@@ -7,17 +7,15 @@ import json
 import math
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-import torch
 from cli_runs import read_metrics
 
 from brickwork.cli import main
 from brickwork.data.tokenizer import ByteTokenizer
 from brickwork.errors import ConfigError
+from brickwork.factory import build_model, save_pretrained
 from brickwork.parallel import ParallelConfig
-from brickwork.train.batch import shard_sequence
 from brickwork.train.packing import check_packing
 from brickwork.train.run_config import resolve_run
 from brickwork.train.task_spec import task_spec
@@ -65,19 +63,29 @@ def test_what_cannot_pack_stops_before_the_run_folder(capsys, tmp_path: Path, mo
         assert main(["train", *TINY, *overrides, "data.pack=true", f"train.out_dir=runs/{name}"]) == 2
         assert message in capsys.readouterr().err
         assert not (tmp_path / "runs").exists()
-    # Context parallel (reached under torchrun) is refused with the reason; a pipeline packs.
+    # A pipeline or context parallel packs (reached under torchrun); the two together are refused.
     run = resolve_run(None, [*TINY, "data.path=docs.jsonl", "data.pack=true"])
     spec = task_spec(run, "causal_lm", ByteTokenizer(), quiet=True)
-    with pytest.raises(ConfigError, match=r"^data.pack: context_parallel_size=2 gathers the keys of other"):
-        check_packing(run, "causal_lm", ByteTokenizer(), spec, ParallelConfig(context_parallel_size=2))
-    check_packing(run, "causal_lm", ByteTokenizer(), spec, ParallelConfig(pipeline_parallel_size=2))
+    for layout in ({"pipeline_parallel_size": 2}, {"context_parallel_size": 2}):
+        check_packing(run, "causal_lm", ByteTokenizer(), spec, ParallelConfig(**layout))
+    both = ParallelConfig(context_parallel_size=2, pipeline_parallel_size=2)
+    with pytest.raises(ConfigError, match=r"^data.pack: context_parallel_size=2 gathers the document ids"):
+        check_packing(run, "causal_lm", ByteTokenizer(), spec, both)
     with pytest.raises(ConfigError, match=r"^data.pack: packs documents for causal_lm; this run's task"):
         check_packing(run, "masked_lm", ByteTokenizer(), spec, ParallelConfig())
-    # TrainStep, given packed rows under context parallel in Python, refuses them as it splits the batch.
-    cp2 = SimpleNamespace(config=ParallelConfig(context_parallel_size=2))
-    batch = {
-        "input_ids": torch.zeros(1, 4, dtype=torch.long),
-        "document_ids": torch.zeros(1, 4, dtype=torch.long),
-    }
-    with pytest.raises(ValueError, match=r"^context parallel takes no document_ids: each rank attends"):
-        shard_sequence(batch, cp2)
+
+
+def test_eval_refuses_packing_for_a_mechanism_without_full_masks(capsys, tmp_path: Path, monkeypatch) -> None:
+    # The start-time check, made before any data is read or any batch evaluated.
+    monkeypatch.chdir(tmp_path)
+    documents(tmp_path / "docs.jsonl")
+    run = resolve_run(None, [*TINY, "decoder.block.attention.mechanism.name=favor"])
+    save_pretrained(build_model(task_spec(run, "causal_lm", ByteTokenizer(), quiet=True)), "saved")
+
+    def unreachable(*args: object) -> None:
+        raise AssertionError("reached after the check")
+
+    monkeypatch.setattr("brickwork.train.evaluation.open_text_data", unreachable)
+    assert main(["eval", "saved", "data.path=docs.jsonl", "data.pack=true"]) == 2
+    message = "data.pack: attention 'favor' at layers.0.attention cannot keep packed documents apart"
+    assert message in capsys.readouterr().err
