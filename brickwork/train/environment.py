@@ -23,7 +23,7 @@ REGISTRIES = (
 
 
 # The distributions whose versions decide what the suite last passed with (see constraints.txt).
-VERSIONED = ("torch", "triton", "transformers", "safetensors", "numpy", "tokenizers")
+VERSIONED = ("torch", "triton", "transformers", "safetensors", "numpy", "tokenizers", "torchao")
 
 
 def installed_versions() -> list[tuple[str, str]]:
