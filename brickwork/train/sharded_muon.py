@@ -59,6 +59,7 @@ class ShardedMuon(torch.optim.Muon):
                     update, shape = orthogonalise(update, coefficients, steps, eps), param.shape
                 else:
                     whole = orthogonalise(whole_matrix(update, layout), coefficients, steps, eps)
+                    # The mesh's device; FSDP2's cpu_offload keeps the shard itself on the CPU.
                     update, shape = local_shard(whole, layout).to(local.device), layout.shape
                 local.mul_(1 - lr * group["weight_decay"])
                 local.add_(update, alpha=-_muon._adjust_lr(lr, group["adjust_lr_fn"], shape))
