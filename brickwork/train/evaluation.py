@@ -22,7 +22,6 @@ from brickwork.data.packing import packed_rows
 from brickwork.data.sources import TextData, open_text_data
 from brickwork.data.task_batches import image_batches, text_batches
 from brickwork.errors import ConfigError
-from brickwork.parallel import ParallelConfig
 from brickwork.train.packing import check_packing
 from brickwork.train.preflight import check_device
 from brickwork.train.run_config import RunConfig, parse_overrides, resolve_run
@@ -92,7 +91,7 @@ def evaluate_saved(source: str, overrides: list[str]) -> Evaluation:
                 f"{model.vocab_size:,}",
                 "data.tokenizer",
             )
-        check_packing(run, task, tokenizer, model.spec, ParallelConfig())  # evaluation is one process
+        check_packing(run, task, tokenizer, model.spec)
         with tempfile.TemporaryDirectory(prefix="brickwork-eval-") as cache:
             text = open_text_data(run.data, tokenizer, Path(cache), run.train.seq_len)
     batches = validation_batches(run, task, text)

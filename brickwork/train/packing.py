@@ -21,15 +21,16 @@ KEY = "data.pack"
 
 
 def check_packing(
-    run: RunConfig, task: str, tokenizer: Tokenizer, spec: dict, layout: ParallelConfig
+    run: RunConfig, task: str, tokenizer: Tokenizer, spec: dict, layout: ParallelConfig | None = None
 ) -> None:
-    """ConfigError at ``data.pack`` where packed documents cannot train as ``run`` says."""
+    """ConfigError at ``data.pack`` where packed documents cannot train as ``run`` says (``layout``
+    None: one process, as ``brickwork eval`` runs)."""
     if not run.data.pack:
         return
     if task != "causal_lm":
         raise ConfigError(f"packs documents for causal_lm; this run's task is {task}", KEY)
     check_packable(run.data, tokenizer)
-    if layout.context_parallel_size > 1 and layout.pipeline_parallel_size > 1:
+    if layout is not None and layout.context_parallel_size > 1 and layout.pipeline_parallel_size > 1:
         raise ConfigError(
             f"context_parallel_size={layout.context_parallel_size} gathers the document ids in the "
             "decoder's forward, which pipeline stages do not run; pack with context parallel or a "
