@@ -115,8 +115,8 @@ def test_bad_arguments_raise_naming_the_value() -> None:
         TrainStep(model, opt, "causal_lm", grad_accum_steps=0)
     with pytest.raises(ValueError, match="grad_clip must be a positive number or None, got -1"):
         TrainStep(model, opt, "causal_lm", grad_clip=-1)
-    with pytest.raises(ValueError, match=r"precision must be one of .*'fp8'"):
-        TrainStep(model, opt, "causal_lm", precision="fp8")
+    with pytest.raises(ValueError, match=r"precision must be one of .*'fp8'.*got 'fp4'"):
+        TrainStep(model, opt, "causal_lm", precision="fp4")
     step = TrainStep(model, opt, "causal_lm", grad_accum_steps=3)
     with pytest.raises(ValueError, match="a batch of 4 rows does not split into grad_accum_steps=3"):
         step(batch)
