@@ -32,9 +32,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed import ProcessGroup
-from torch.distributed._functional_collectives import all_gather_single, all_gather_single_autograd
+from torch.distributed._functional_collectives import all_gather_single_autograd
 from torch.distributed.device_mesh import DeviceMesh
 
 from brickwork.blocks.decoder_lm import DecoderLM
@@ -170,7 +171,11 @@ def _slice_documents(rank: int, group: ProcessGroup) -> Any:
         local = kwargs.get("document_ids")
         if not isinstance(local, torch.Tensor):
             return None
-        ids = all_gather_single(local.contiguous(), 1, group)  # (B, T): integers, no gradient
+        # Integers without a gradient: c10d's all-gather, which returns plain tensors (the functional
+        # one's may be an asynchronous wrapper, which the mask's compiled rule would capture on CUDA).
+        parts = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, local.contiguous(), group=group)
+        ids = torch.cat(parts, dim=1)  # (B, T)
         queries = local.shape[1]
         documents = SliceDocumentMask(ids[:, : (rank + 1) * queries], queries, group)
         return args, {**kwargs, "document_ids": documents}
