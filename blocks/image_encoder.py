@@ -180,6 +180,4 @@ def check_trainable(spec: Mapping[str, Any]) -> None:
         )
 
 
-IMAGE_ENCODER = ModelKind(
-    ImageEncoderSpec, build_image_encoder, "image_classification", check_trainable, "images"
-)
+IMAGE_ENCODER = ModelKind(ImageEncoderSpec, build_image_encoder, "image_classification", check_trainable)

@@ -3,8 +3,8 @@
 Each kind (``decoder_lm``, ``encoder``, ...) is declared once, beside its container class, as a
 :class:`ModelKind`; ``brickwork.blocks.MODELS`` maps the names to them. The factory reads a kind's
 top-level keys and stacks from it and calls its ``build``; ``brickwork train`` asks it for the
-default task (which fixes the data made for it), whether a spec can train on it, and what one sample
-is.
+default task (which fixes the data made for it and what one sample is) and whether a spec can train
+on it.
 """
 
 from __future__ import annotations
@@ -129,17 +129,15 @@ class ModelKind:
       another stack comes first).
     - ``build(spec, position, **stacks)``: the model from the checked keys, the additive position
       module (or None) and each built :class:`Stack` by its key.
-    - ``task``: the loss ``brickwork train`` uses by default (a ``brickwork.train`` task name);
-      ``check_trainable(spec)`` raises ConfigError when a spec of the kind cannot train on it.
-    - ``inputs``: what one sample is, ``"tokens"`` (a sequence: rates count its tokens) or
-      ``"images"`` (rates count whole images); the data made for the task follows from it.
+    - ``task``: the loss ``brickwork train`` uses by default (a registered ``brickwork.train`` task
+      name; the task says what one sample is and makes the data); ``check_trainable(spec)`` raises
+      ConfigError when a spec of the kind cannot train on it.
     """
 
     spec: type[ModelSpec]
     build: Callable[..., nn.Module]
     task: str
     check_trainable: Callable[[Mapping[str, Any]], None] = lambda spec: None
-    inputs: str = "tokens"
 
     @property
     def stacks(self) -> tuple[str, ...]:

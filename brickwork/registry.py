@@ -1,4 +1,5 @@
-"""One helper that makes every component registry (attention, feedforward, positional, residual, norm)."""
+"""One helper that makes every registry: the component families' (attention, feedforward, positional,
+residual, norm) and the training tasks'."""
 
 from __future__ import annotations
 

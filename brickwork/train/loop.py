@@ -29,6 +29,7 @@ from brickwork.train.mfu import run_utilization
 from brickwork.train.optim import learning_rate, set_learning_rate
 from brickwork.train.preemption import Preempted, StopSignals
 from brickwork.train.step import TrainStep, evaluate
+from brickwork.train.tasks import Task
 from brickwork.train.trackers import open_trackers
 
 logger = logging.getLogger(__name__)
@@ -69,19 +70,18 @@ class DivergedError(ValueError):
 def run_loop(
     model: nn.Module,
     step: TrainStep,
-    task: str,
+    task: Task,
     optimizer: torch.optim.Optimizer,
     cfg: TrainConfig,
     state: LoopState,
     run_dir: Path,
     title: str,
     is_main: bool,
-    inputs: str = "tokens",
 ) -> float:
     """Train from ``state.step`` to ``cfg.steps``; returns the final validation loss.
 
-    ``inputs`` is what one sample is (the model kind's, ``MODELS[kind].inputs``): the rate counts
-    tokens, or whole images. ``model`` carries its ``.spec`` (``build_model`` attaches it), from which
+    The rate counts what one sample of the task is (its ``sample_unit``): tokens, or whole images.
+    ``model`` carries its ``.spec`` (``build_model`` attaches it), from which
     the MFU of each step is counted (brickwork/train/mfu.py).
 
     Every rank runs it. Only the main process writes files and prints. Evaluation and checkpointing
@@ -132,6 +132,7 @@ def run_loop(
             if is_main:
                 width = len(str(cfg.steps))
                 logger.info(f"step {0:>{width}}/{cfg.steps}  val loss {val_loss:.4f} before training")
+        inputs = task.sample_unit
         items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
         # The FLOPs per token and the peak, once: a step's record then costs a multiplication.
         devices = layout.mesh.size()

@@ -16,19 +16,21 @@ from brickwork.errors import ConfigError
 from brickwork.factory import build_model
 from brickwork.parallel import ParallelConfig
 from brickwork.train.run_config import RunConfig
+from brickwork.train.tasks import TASKS, Task
 
 KEY = "data.pack"
 
 
 def check_packing(
-    run: RunConfig, task: str, tokenizer: Tokenizer, spec: dict, layout: ParallelConfig | None = None
+    run: RunConfig, task: Task, tokenizer: Tokenizer, spec: dict, layout: ParallelConfig | None = None
 ) -> None:
     """ConfigError at ``data.pack`` where packed documents cannot train as ``run`` says (``layout``
     None: one process, as ``brickwork eval`` runs)."""
     if not run.data.pack:
         return
-    if task != "causal_lm":
-        raise ConfigError(f"packs documents for causal_lm; this run's task is {task}", KEY)
+    if not task.packs:
+        packing = ", ".join(n for n, t in TASKS.items() if t.packs)
+        raise ConfigError(f"packs documents for {packing}; this run's task is {task.name}", KEY)
     check_packable(run.data, tokenizer)
     if layout is not None and layout.context_parallel_size > 1 and layout.pipeline_parallel_size > 1:
         raise ConfigError(

@@ -17,7 +17,6 @@ from typing import Any
 from brickwork.blocks import MODELS
 from brickwork.data.config import DataConfig
 from brickwork.data.sources import declared_tokenizer
-from brickwork.data.task_batches import task_vocab_size
 from brickwork.errors import ConfigError
 from brickwork.factory import apply_overrides, get_preset, list_presets, load_spec
 from brickwork.factory.convert import config_to_dict, to_config
@@ -26,6 +25,7 @@ from brickwork.launch_env import is_first_rank
 from brickwork.train.config import TrainConfig
 from brickwork.train.dropout_override import KEY as DROPOUT_KEY
 from brickwork.train.dropout_override import say_spread, spread_dropout
+from brickwork.train.tasks import kind_task
 
 logger = logging.getLogger(__name__)
 DEFAULT_PRESET = "gpt-tiny"
@@ -139,11 +139,11 @@ def _vocab_from_data(spec: dict[str, Any], data: DataConfig) -> dict[str, Any]:
     """``spec`` with the ``vocab_size`` it leaves out taken from the data's tokenizer (``data.tokenizer``,
     a data folder's tokenizer.json or nanoGPT meta.pkl, else bytes), saying where it came from. A
     model that reads images has no vocabulary to fill."""
-    kind = MODELS[spec["model"]]
-    if kind.inputs == "images":
+    task = kind_task(spec["model"])
+    if not task.uses_tokenizer:
         return spec
     tokenizer = declared_tokenizer(data.path, data.tokenizer, None)
-    size = task_vocab_size(kind.task, tokenizer.vocab_size)
+    size = task.vocab_size(tokenizer.vocab_size)
     if is_first_rank():
         logger.info(f"vocab_size {size}: left out of the spec, so the tokenizer {tokenizer.name} sets it")
     return {**spec, "vocab_size": size}

@@ -20,6 +20,7 @@ from brickwork.parallel import build_mesh
 from brickwork.train.data_identity import DataIdentity, check_data_identity, current_record
 from brickwork.train.distributed import check_world
 from brickwork.train.run_config import RunConfig
+from brickwork.train.tasks import Task
 
 
 def run_tokenizer(run: RunConfig) -> Tokenizer:
@@ -28,12 +29,12 @@ def run_tokenizer(run: RunConfig) -> Tokenizer:
 
 
 def run_data(
-    run: RunConfig, task: str, run_dir: Path, resumed_at: int | None, accept_change: bool
+    run: RunConfig, task: Task, run_dir: Path, resumed_at: int | None, accept_change: bool
 ) -> tuple[TextData | None, DataIdentity]:
-    """The text data of ``run`` (None for the generated images of ``image_classification``) and what
+    """The text data of ``run`` (None for a task that reads no text, the generated images) and what
     it is. A run resumed at step ``resumed_at`` has it checked against its data record first, before
     anything is written, the token cache included (brickwork/train/data_identity.py)."""
-    tokenizer = None if task == "image_classification" else run_tokenizer(run)
+    tokenizer = run_tokenizer(run) if task.uses_tokenizer else None
     current = current_record(run.data, tokenizer)
     identity = check_data_identity(run_dir, current, tokenizer, resumed_at, accept_change)
     return (None if tokenizer is None else run_text_data(run, run_dir, tokenizer)), identity

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from brickwork.blocks import MODELS
 from brickwork.errors import ConfigError
 from brickwork.memory import available_bytes, format_bytes
 from brickwork.parallel import ParallelConfig
 from brickwork.train.run_config import RunConfig
+from brickwork.train.tasks import kind_task
 
 FLOAT32 = 4
 
@@ -25,7 +25,7 @@ def activation_floor_bytes(run: RunConfig, layout: ParallelConfig) -> int:
     spec, cfg = run.spec, run.train
     rows = -(-cfg.batch_size // (layout.data_parallel_size * cfg.grad_accum_steps))
     dim = spec.get("dim_model") or 1
-    if MODELS[spec["model"]].inputs == "images":
+    if kind_task(spec["model"]).sample_unit == "images":
         patch, size = spec.get("patch_size") or 1, spec.get("image_size") or 1
         pixels = (spec.get("channels") or 3) * size * size
         return rows * (pixels + (size // patch) ** 2 * dim) * FLOAT32

@@ -4,26 +4,24 @@ from __future__ import annotations
 
 import logging
 
-from brickwork.data.task_batches import task_vocab_size
 from brickwork.data.tokenizer import Tokenizer
 from brickwork.errors import ConfigError
 from brickwork.launch_env import is_first_rank
 from brickwork.train.run_config import RunConfig
+from brickwork.train.tasks import TextTask
 
 logger = logging.getLogger(__name__)
-# What a task adds to the tokenizer's ids (brickwork/data/task_batches.py task_vocab_size).
-EXTRA_IDS = {"masked_lm": " and the mask id", "seq2seq": " and 16 sentinels"}
 
 
-def task_spec(run: RunConfig, task: str, tokenizer: Tokenizer | None, quiet: bool = False) -> dict:
+def task_spec(run: RunConfig, task: TextTask, tokenizer: Tokenizer | None, quiet: bool = False) -> dict:
     """The spec with ``vocab_size`` set to the tokenizer's (plus the mask id or the T5 sentinels),
     saying so if it changes (unless ``quiet``). A vocab_size the user chose is kept when larger
     (padding), and is an error when smaller: the data holds ids it has no row for."""
     spec = dict(run.spec)
     if tokenizer is None:
         return spec
-    want, vocab = task_vocab_size(task, tokenizer.vocab_size), spec.get("vocab_size")
-    extra = EXTRA_IDS.get(task, "")
+    want, vocab = task.vocab_size(tokenizer.vocab_size), spec.get("vocab_size")
+    extra = task.extra_ids_note
     if run.vocab_chosen and vocab is not None and vocab > want:
         return spec
     if run.vocab_chosen and vocab is not None and vocab < want:

@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from brickwork.blocks import MODELS
 from brickwork.data.sources import TextData, open_text_data
 from brickwork.data.tokenizer import ByteTokenizer, HFTokenizer, TokenIds, Tokenizer, load_tokenizer
 from brickwork.errors import ConfigError
@@ -27,6 +26,7 @@ from brickwork.factory import load_spec
 from brickwork.factory.pretrained import read_pretrained
 from brickwork.sampling import check_options, check_window, sample_ids
 from brickwork.train.run_config import resolve_run
+from brickwork.train.tasks import kind_task
 
 OPTION = "RUN_OR_FOLDER"
 TOKENIZER_FILE = "tokenizer.json"  # a run keeps a copy of any tokenizer other than bytes
@@ -46,10 +46,10 @@ class Trained:
 
 
 def load_trained(
-    path: str, tokenizer: str | None = None, device: str = "cpu", task: str | None = "causal_lm"
+    path: str, tokenizer: str | None = None, device: str = "cpu", generating: bool = True
 ) -> Trained:
     """The model saved at ``path``; ``tokenizer`` (``bytes`` or a tokenizer.json) replaces the one the
-    run kept. A model whose kind does not train on ``task`` is refused (None: any kind)."""
+    run kept. While ``generating``, a model whose kind's task generates no text is refused."""
     source = Path(path).expanduser()
     try:
         model, saved = read_pretrained(source, OPTION)
@@ -58,7 +58,7 @@ def load_trained(
             raise
         raise ConfigError(str(err), OPTION) from None
     kind = model.spec["model"]  # a built model's kind is one of MODELS
-    if task is not None and MODELS[kind].task != task:
+    if generating and not kind_task(kind).samples_text:
         raise ConfigError(f"{path!r} holds a model of kind {kind!r}; only decoder LMs generate text", OPTION)
     # A checkpoint's run keeps its tokenizer and window; a saved or HF folder may keep a tokenizer.json.
     checkpoint, step = (saved.checkpoint, saved.step) if saved else (None, None)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from brickwork.blocks import MODELS
 from brickwork.checkpoint import complete_checkpoints, latest_checkpoint
 from brickwork.data.sources import TextData
-from brickwork.data.task_batches import TaskBatches, image_batches, text_batches
+from brickwork.data.task_batches import TaskBatches
 from brickwork.errors import ConfigError
 from brickwork.extras import missing_package
 from brickwork.factory import build_model, dump_spec, load_spec
@@ -35,7 +35,6 @@ from brickwork.train.atomic_file import replacing
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import load_run_checkpoint
 from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
-from brickwork.train.evaluation import validation_batches
 from brickwork.train.fp8 import convert_for_layout
 from brickwork.train.heap import keep_freed_memory
 from brickwork.train.init_weights import load_initial_weights, pretrained_base
@@ -57,6 +56,7 @@ from brickwork.train.run_data import run_data, run_tokenizer
 from brickwork.train.run_lock import RunLock
 from brickwork.train.step import TrainStep
 from brickwork.train.task_spec import task_spec
+from brickwork.train.tasks import Task, kind_task
 from brickwork.train.threads import apply_cpu_threads
 from brickwork.train.trained_model import held_out_prompt
 from brickwork.train.triton_backends import check_triton_backends
@@ -151,7 +151,7 @@ def _resolve_auto(run: RunConfig) -> None:
     """``dist: auto``: the planner's layout for the launched world, recorded in config.yaml."""
     if wants_auto(run.dist):
         task = _task(run)
-        tokenizer = None if task == "image_classification" else run_tokenizer(run)
+        tokenizer = run_tokenizer(run) if task.uses_tokenizer else None
         run.dist = choose_layout(task_spec(run, task, tokenizer, quiet=True), run.dist, run.train)
 
 
@@ -244,7 +244,7 @@ def _train(
             if changes:
                 _record(run_dir, 0, changes, say)
         say(f"run folder {run_dir}")
-    say(f"model {run.name}: {params:,} parameters, task {task}; data: {source}")
+    say(f"model {run.name}: {params:,} parameters, task {task.name}; data: {source}")
     cpu = f", {threads.threads} CPU threads per process" if layout.device.type == "cpu" else ""
     say(f"{cfg.steps} steps of {_step_size(run, task)} on {_describe(layout, cfg.precision)}{cpu}")
     if fp8:
@@ -264,9 +264,8 @@ def _train(
             run_dir,
             title,
             is_main,
-            MODELS[run.spec["model"]].inputs,
         )
-    sample_model = _sample_model(run, model) if task == "causal_lm" else None
+    sample_model = _sample_model(run, model) if task.samples_text else None
     dist.barrier()
     dist.destroy_process_group()
     if not is_main:
@@ -296,13 +295,13 @@ def _record(run_dir: Path, step: int, changes: dict[str, list], say) -> None:
     say(f"config.yaml changed from step {step}: {listed} (recorded in {CHANGES_FILE})")
 
 
-def _task(run: RunConfig) -> str:
+def _task(run: RunConfig) -> Task:
     """The task the spec's model kind trains on (``MODELS[kind].task``), with the data made for it."""
     kind = run.spec.get("model")
     if kind not in MODELS:
         raise ConfigError(f"brickwork train has no task for model {kind!r}", "model", choices=MODELS)
     MODELS[kind].check_trainable(run.spec)
-    return MODELS[kind].task
+    return kind_task(kind)
 
 
 def _layout_config(run: RunConfig) -> ParallelConfig:
@@ -332,23 +331,15 @@ def _compiles(choice: str | bool, model: torch.nn.Module, config: ParallelConfig
     return True
 
 
-def _data(run: RunConfig, task: str, text: TextData | None) -> tuple[TaskBatches, list[dict], str]:
+def _data(run: RunConfig, task: Task, text: TextData | None) -> tuple[TaskBatches, list[dict], str]:
     """(training batches, validation batches, where the data comes from) for ``task``."""
-    cfg = run.train
-    val = validation_batches(run, task, text)
-    if task == "image_classification":
-        patch = run.spec["patch_size"]
-        size, channels = run.spec["image_size"], run.spec.get("channels", 3)
-        train = image_batches(size, channels, run.spec["num_classes"], cfg.batch_size, cfg.seed)
-        return train, val, f"generated {size}x{size} images ({patch}x{patch} patches), 10 classes"
-    base = text.tokenizer.vocab_size
-    train = text_batches(task, text.train, cfg.batch_size, cfg.seq_len, cfg.seed, base, text.end_id)
-    return train, val, text.description
+    val = task.validation_batches(run, text)
+    return task.train_batches(run, text), val, task.describe_data(run, text)
 
 
-def _step_size(run: RunConfig, task: str) -> str:
+def _step_size(run: RunConfig, task: Task) -> str:
     cfg = run.train
-    unit = "images" if task == "image_classification" else f"x {cfg.seq_len} tokens"
+    unit = f"x {cfg.seq_len} tokens" if task.sample_unit == "tokens" else task.sample_unit
     accum = f" ({cfg.grad_accum_steps} accumulated micro-batches)" if cfg.grad_accum_steps > 1 else ""
     return f"{cfg.batch_size} {unit}{accum}"
 

@@ -5,22 +5,17 @@ from __future__ import annotations
 import torch
 
 from brickwork.data import ByteTokenizer, read_corpus
-from brickwork.data.task_batches import (
-    BYTES,
-    DECODER_START_ID,
-    MASK_ID,
-    SPAN_LENGTH,
-    image_batches,
-    span_count,
-    task_vocab_size,
-    text_batches,
-)
+from brickwork.train.tasks import TASKS
+from brickwork.train.tasks.image_classification import image_batches
+from brickwork.train.tasks.masked_lm import MASK_ID
+from brickwork.train.tasks.seq2seq import DECODER_START_ID, SPAN_LENGTH, span_count
+from brickwork.train.tasks.text import BYTES
 
 TOKENS = ByteTokenizer().encode(read_corpus()[0][:20000])
 
 
 def test_masked_lm_scores_fifteen_percent_mostly_masked() -> None:
-    batch = text_batches("masked_lm", TOKENS, 64, 64, seed=0).next_batch()
+    batch = TASKS["masked_lm"].text_batches(TOKENS, 64, 64, seed=0).next_batch()
     scored = batch["labels"] != -100
     assert 0.12 < scored.float().mean() < 0.18
     assert scored.any(dim=1).all()
@@ -32,7 +27,7 @@ def test_masked_lm_scores_fifteen_percent_mostly_masked() -> None:
 
 def test_span_corruption_puts_back_the_original_window() -> None:
     seq_len = 40
-    batch = text_batches("seq2seq", TOKENS, 8, seq_len, seed=1).next_batch()
+    batch = TASKS["seq2seq"].text_batches(TOKENS, 8, seq_len, seed=1).next_batch()
     spans = span_count(seq_len)
     assert batch["input_ids"].shape == (8, seq_len - spans * (SPAN_LENGTH - 1))
     assert batch["labels"].shape == (8, spans * (SPAN_LENGTH + 1))
@@ -63,7 +58,7 @@ def test_generated_images_are_learnable_classes_and_resume_exactly() -> None:
 
 
 def test_causal_lm_labels_are_the_input_ids_as_in_hf() -> None:
-    batch = text_batches("causal_lm", TOKENS, 4, 16, seed=0).next_batch()
+    batch = TASKS["causal_lm"].text_batches(TOKENS, 4, 16, seed=0).next_batch()
     assert batch["input_ids"].shape == (4, 16)
     assert torch.equal(batch["input_ids"], batch["labels"])  # the model shifts them
 
@@ -71,9 +66,9 @@ def test_causal_lm_labels_are_the_input_ids_as_in_hf() -> None:
 def test_a_larger_vocabulary_puts_the_mask_and_the_sentinels_past_it() -> None:
     base = 1000
     ids = (torch.arange(5000) * 7919) % base  # every id of a 1000-token vocabulary, mapped like a file
-    assert task_vocab_size("causal_lm", base) == 1000
-    assert task_vocab_size("masked_lm", base) == 1001 and task_vocab_size("seq2seq", base) == 1016
-    batch = text_batches("masked_lm", ids.to(torch.uint16), 64, 64, seed=0, base=base).next_batch()
+    assert TASKS["causal_lm"].vocab_size(base) == 1000
+    assert TASKS["masked_lm"].vocab_size(base) == 1001 and TASKS["seq2seq"].vocab_size(base) == 1016
+    batch = TASKS["masked_lm"].text_batches(ids.to(torch.uint16), 64, 64, seed=0, base=base).next_batch()
     scored = batch["labels"] != -100
     assert batch["input_ids"].dtype == torch.long
     assert 0.7 < (batch["input_ids"][scored] == base).float().mean() < 0.9
@@ -81,6 +76,6 @@ def test_a_larger_vocabulary_puts_the_mask_and_the_sentinels_past_it() -> None:
     # Random replacements are drawn from the whole vocabulary, not just the bytes.
     replaced = scored & (batch["input_ids"] != base) & (batch["input_ids"] != batch["labels"])
     assert replaced.sum() > 20 and (batch["input_ids"][replaced] >= BYTES).float().mean() > 0.5
-    batch = text_batches("seq2seq", ids, 8, 40, seed=1, base=base).next_batch()
+    batch = TASKS["seq2seq"].text_batches(ids, 8, 40, seed=1, base=base).next_batch()
     sentinels = batch["labels"][:, :: SPAN_LENGTH + 1]
     assert torch.equal(sentinels, torch.arange(base, base + span_count(40)).expand_as(sentinels))

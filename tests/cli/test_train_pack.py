@@ -19,6 +19,7 @@ from brickwork.parallel import ParallelConfig
 from brickwork.train.packing import check_packing
 from brickwork.train.run_config import resolve_run
 from brickwork.train.task_spec import task_spec
+from brickwork.train.tasks import TASKS
 
 TINY = [
     "decoder.num_layers=1",
@@ -65,14 +66,14 @@ def test_what_cannot_pack_stops_before_the_run_folder(capsys, tmp_path: Path, mo
         assert not (tmp_path / "runs").exists()
     # A pipeline or context parallel packs (reached under torchrun); the two together are refused.
     run = resolve_run(None, [*TINY, "data.path=docs.jsonl", "data.pack=true"])
-    spec = task_spec(run, "causal_lm", ByteTokenizer(), quiet=True)
+    spec = task_spec(run, TASKS["causal_lm"], ByteTokenizer(), quiet=True)
     for layout in ({"pipeline_parallel_size": 2}, {"context_parallel_size": 2}):
-        check_packing(run, "causal_lm", ByteTokenizer(), spec, ParallelConfig(**layout))
+        check_packing(run, TASKS["causal_lm"], ByteTokenizer(), spec, ParallelConfig(**layout))
     both = ParallelConfig(context_parallel_size=2, pipeline_parallel_size=2)
     with pytest.raises(ConfigError, match=r"^data.pack: context_parallel_size=2 gathers the document ids"):
-        check_packing(run, "causal_lm", ByteTokenizer(), spec, both)
+        check_packing(run, TASKS["causal_lm"], ByteTokenizer(), spec, both)
     with pytest.raises(ConfigError, match=r"^data.pack: packs documents for causal_lm; this run's task"):
-        check_packing(run, "masked_lm", ByteTokenizer(), spec, ParallelConfig())
+        check_packing(run, TASKS["masked_lm"], ByteTokenizer(), spec, ParallelConfig())
 
 
 def test_eval_refuses_packing_for_a_mechanism_without_full_masks(capsys, tmp_path: Path, monkeypatch) -> None:
@@ -80,7 +81,7 @@ def test_eval_refuses_packing_for_a_mechanism_without_full_masks(capsys, tmp_pat
     monkeypatch.chdir(tmp_path)
     documents(tmp_path / "docs.jsonl")
     run = resolve_run(None, [*TINY, "decoder.block.attention.mechanism.name=favor"])
-    save_pretrained(build_model(task_spec(run, "causal_lm", ByteTokenizer(), quiet=True)), "saved")
+    save_pretrained(build_model(task_spec(run, TASKS["causal_lm"], ByteTokenizer(), quiet=True)), "saved")
 
     def unreachable(*args: object) -> None:
         raise AssertionError("reached after the check")

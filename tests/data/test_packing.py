@@ -13,9 +13,9 @@ from brickwork.blocks import IGNORE_INDEX
 from brickwork.data.config import DataConfig
 from brickwork.data.packing import BYTE_END_OF_DOCUMENT, document_ids_of, end_of_document
 from brickwork.data.sources import check_packable, open_text_data
-from brickwork.data.task_batches import text_batches
 from brickwork.data.tokenizer import ByteTokenizer, HFTokenizer, TokenIds
 from brickwork.errors import ConfigError
+from brickwork.train.tasks import TASKS
 
 DOCS = ["Ada went to the mill.", "Bram stayed home all day long.", "Hi.", "Cora took the boat out at dusk."]
 
@@ -48,7 +48,8 @@ def test_bytes_end_documents_with_nul_and_batches_restart_positions(tmp_path: Pa
     stream = torch.cat([text.train, text.val]).long()
     assert bytes(stream.tolist()) == b"".join(d.encode() + b"\0" for d in DOCS)
 
-    batch = text_batches("causal_lm", stream, rows=8, seq_len=16, seed=0, base=256, end_id=0).next_batch()
+    source = TASKS["causal_lm"].text_batches(stream, rows=8, seq_len=16, seed=0, base=256, end_id=0)
+    batch = source.next_batch()
     ids, docs, labels = batch["input_ids"], batch["document_ids"], batch["labels"]
     assert ids.shape == docs.shape == labels.shape == (8, 16)  # full windows, no padding
     for row, row_docs, row_labels in zip(ids.tolist(), docs.tolist(), labels.tolist()):

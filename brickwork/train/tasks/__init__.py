@@ -1,0 +1,26 @@
+"""The tasks a model trains on, one registered module each (docs/architecture.md says how to add one)."""
+
+from .base import TASK_REGISTRY, TASKS, Batch, LossAndCount, Task, TaskFn, get_task, kind_task, register_task
+from .causal_lm import CausalLM, fuses_head_loss
+from .image_classification import ImageClassification
+from .masked_lm import MaskedLM
+from .seq2seq import Seq2Seq
+from .text import TextTask
+
+__all__ = [
+    "TASKS",
+    "TASK_REGISTRY",
+    "Batch",
+    "CausalLM",
+    "ImageClassification",
+    "LossAndCount",
+    "MaskedLM",
+    "Seq2Seq",
+    "Task",
+    "TaskFn",
+    "TextTask",
+    "fuses_head_loss",
+    "get_task",
+    "kind_task",
+    "register_task",
+]
