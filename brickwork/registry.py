@@ -1,5 +1,4 @@
-"""One helper that makes every registry: the component families' (attention, feedforward, positional,
-residual, norm) and the training tasks'."""
+"""One helper that makes every registry: the component families' (attention, feedforward, ...), the tasks'."""
 
 from __future__ import annotations
 

@@ -3,13 +3,15 @@ its rules; each model kind's task answers what the run makes and reports for it.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 from brickwork.blocks import MODELS
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
-from brickwork.train import TASKS, Task, TrainStep, evaluate
+from brickwork.train import TASKS, Task, TrainStep, evaluate, tasks
 from brickwork.train.losses import vocab_parallel_cross_entropy
 from brickwork.train.tasks import TASK_REGISTRY, TextTask, get_task, kind_task, register_task
 
@@ -91,3 +93,20 @@ def test_each_model_kind_names_a_registered_task_that_says_what_a_run_makes() ->
     assert [n for n, t in TASKS.items() if t.perplexity] == ["causal_lm", "masked_lm"]
     assert [n for n, t in TASKS.items() if t.samples_text] == [n for n, t in TASKS.items() if t.packs]
     assert [n for n, t in TASKS.items() if t.packs] == ["causal_lm"]
+
+
+def test_a_module_in_the_task_folder_registers_its_task(tmp_path, monkeypatch) -> None:
+    (tmp_path / "word_lm.py").write_text(
+        "from brickwork.train.tasks import register_task\n"
+        "from brickwork.train.tasks.masked_lm import MaskedLM\n\n\n"
+        "@register_task('word_lm')\n"
+        "class WordLM(MaskedLM):\n"
+        "    pass\n"
+    )
+    monkeypatch.setattr(tasks, "__path__", [*tasks.__path__, str(tmp_path)])
+    try:
+        tasks.import_task_modules()
+        assert TASKS["word_lm"].name == "word_lm" and TASKS["word_lm"].vocab_size(256) == 257
+    finally:
+        TASK_REGISTRY.unregister("word_lm")
+        sys.modules.pop("brickwork.train.tasks.word_lm", None)
