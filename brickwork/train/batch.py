@@ -21,8 +21,8 @@ from brickwork.parallel.context_parallel import sequence_shard
 
 Batch = dict[str, torch.Tensor]
 # The batch keys holding one entry per position of the sequence, which context parallel splits (a
-# causal LM's labels are shifted into shift_labels first: brickwork/train/tasks.py; packed documents'
-# ids are gathered back whole inside the model: parallel/context_parallel.py).
+# causal LM's labels are shifted into shift_labels first: brickwork/train/tasks/causal_lm.py; packed
+# documents' ids are gathered back whole inside the model: parallel/context_parallel.py).
 SEQUENCE_KEYS = ("input_ids", "labels", "shift_labels", "attention_mask", "token_type_ids", "document_ids")
 
 
