@@ -70,7 +70,9 @@ def toy(tmp_path_factory) -> structure.Figures:
             "components/attention/sparse.py": "def _flex():\n    pass\n",
             "components/attention/user.py": "from .sparse import _flex\n",
             "parallel/__init__.py": "",
-            "parallel/state.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .experts import E\n",
+            "parallel/state.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .experts import E\n"
+            ),
             "parallel/experts.py": "from brickwork.parallel.state import layout\n",
             "parallel/tensor/__init__.py": "",
             "parallel/tensor/apply.py": (
