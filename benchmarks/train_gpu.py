@@ -6,6 +6,8 @@ Per shape (benchmarks/train_gpu_shapes.py), eager and compiled (benchmarks/train
 - ``plain``: nanoGPT's structure, no brickwork import; the bar brickwork is judged by;
 - ``brickwork``: brickwork's model of the same spec in the same bare loop: the model's speed alone;
 - ``fp8``: the same with the layers' large linears in float8 (torchao, tensorwise): fp8 against bf16;
+- ``packed``: the same on packed documents (``data.pack``: document-causal attention, positions
+  restarting per document): the cost of the document mask;
 - ``cli``: ``brickwork train`` itself, its rate read from the run's metrics.jsonl.
 
 Each row gives tokens/s, step ms, MFU, peak memory (CUDA), the first step's loss (every row trains

@@ -5,7 +5,8 @@ Ratios are of tokens/s: each brickwork row (``brickwork``, ``cli``) over the ``p
 shape and mode (``x_plain``), each compiled row over the eager row of the same shape and
 implementation (``compiled_x_eager``), and on CUDA each brickwork row's peak memory over that of the
 shape's plain compiled row (``memory_x_plain_compiled``); each ``fp8`` row over the bf16
-``brickwork`` row of the same shape and mode (``x_bf16``).
+``brickwork`` row of the same shape and mode (``x_bf16``); each ``packed`` row over that row too
+(``x_unpacked``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ def add_ratios(rows: list[dict]) -> None:
         if implementation != "plain" and plain is not None:
             row["x_plain"] = row["tokens_per_s"] / plain["tokens_per_s"]
         bf16 = index.get((shape, "brickwork", mode))
-        if implementation == "fp8" and bf16 is not None:
-            row["x_bf16"] = row["tokens_per_s"] / bf16["tokens_per_s"]
+        if implementation in ("fp8", "packed") and bf16 is not None:
+            key = "x_bf16" if implementation == "fp8" else "x_unpacked"
+            row[key] = row["tokens_per_s"] / bf16["tokens_per_s"]
         eager = index.get((shape, implementation, "eager"))
         if mode == "compiled" and eager is not None:
             row["compiled_x_eager"] = row["tokens_per_s"] / eager["tokens_per_s"]
@@ -90,8 +92,8 @@ def _cell(value: float | None, form: str) -> str:
 
 def markdown(metadata: dict, rows: list[dict], lines: list[dict]) -> str:
     """The rows and the targets as Markdown tables, with the run's settings above them."""
-    head = ["row", "tokens/s", "step ms", "MFU", "peak GiB", "x plain", "x bf16", "compiled / eager",
-            "first loss", "warm-up s", "wall s"]  # fmt: skip
+    head = ["row", "tokens/s", "step ms", "MFU", "peak GiB", "x plain", "x bf16", "x unpacked",
+            "compiled / eager", "first loss", "warm-up s", "wall s"]  # fmt: skip
     out = [
         f"# Training step on {metadata['device']}: brickwork against plain loops",
         "",
@@ -109,7 +111,8 @@ def markdown(metadata: dict, rows: list[dict], lines: list[dict]) -> str:
             continue
         cells = [r["row"], _cell(r["tokens_per_s"], ",.0f"), _cell(r["step_ms"], ".1f"),
                  _cell(r.get("mfu"), ".1%"), _cell(r.get("peak_gib"), ".2f"), _cell(r.get("x_plain"), ".2f"),
-                 _cell(r.get("x_bf16"), ".2f"), _cell(r.get("compiled_x_eager"), ".2f"),
+                 _cell(r.get("x_bf16"), ".2f"), _cell(r.get("x_unpacked"), ".2f"),
+                 _cell(r.get("compiled_x_eager"), ".2f"),
                  _cell(r["first_loss"], ".3f"), _cell(r.get("warmup_s"), ".1f"),
                  _cell(r["wall_s"], ".1f")]  # fmt: skip
         out.append("| " + " | ".join(cells) + " |")

@@ -8,6 +8,10 @@
   (parallel/compile.py): model speed apart from what the CLI adds.
 - ``fp8``: the ``brickwork`` row with its layers' linears in float8 first (``train.precision=fp8``,
   tensorwise, brickwork/train/fp8.py), over bf16 autocast as the other rows: fp8 against bf16.
+- ``packed``: the ``brickwork`` row on packed documents (``data.pack``): each window holds documents
+  of random lengths (a new one starts at a token with probability ``PACKED_STARTS / seq_len``), its
+  ``document_ids`` make attention document-causal (one FlexAttention block mask a step on CUDA) and
+  restart the positions, and no label crosses a boundary: the cost of the document mask.
 - ``cli``: the function behind ``brickwork train`` with dotted overrides, on a nanoGPT-format token
   folder, compiled by ``train.compile``; its rate is read from the run's metrics.jsonl.
 
@@ -41,7 +45,9 @@ from brickwork.train.trainer import train_new
 
 from .train_gpu_shapes import Shape
 
-IMPLEMENTATIONS = ("plain", "brickwork", "fp8", "cli")
+IMPLEMENTATIONS = ("plain", "brickwork", "fp8", "packed", "cli")
+# Documents a packed window holds on average (a GPT-2 window of 1024 tokens: 256-token documents).
+PACKED_STARTS = 4
 MODES = ("eager", "compiled")
 # brickwork/train/loop.py logs each step's rate as the mean over its last 20 steps: only records whose
 # window holds no warm-up step (compilation, first allocations) are read.
@@ -111,6 +117,24 @@ def brickwork_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor
     return model(inputs, labels=inputs).loss
 
 
+def packed_loss(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, document_ids: torch.Tensor
+) -> torch.Tensor:
+    # A document's first token is predicted from nothing of its own: no label there (data.pack's rule).
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    return model(inputs, labels=inputs.masked_fill(starts, -100), document_ids=document_ids).loss
+
+
+def random_documents(shape: Shape, device: torch.device, generator: torch.Generator) -> torch.Tensor:
+    """[batch, seq_len] document ids: a document starts at each token with probability
+    ``PACKED_STARTS / seq_len``, and at every row's first token."""
+    starts = torch.rand(shape.batch, shape.seq_len, device=device, generator=generator)
+    starts = starts < PACKED_STARTS / shape.seq_len
+    starts[:, 0] = True
+    return starts.long().cumsum(1) - 1
+
+
 def adamw(model: nn.Module) -> torch.optim.AdamW:
     """nanoGPT's AdamW: weight decay on matrices and embeddings only, torch's fused update."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -125,12 +149,12 @@ def run_bare(row: Row, settings: Settings) -> dict:
     """``settings.warmup + settings.steps`` steps of the bare loop on random token windows."""
     shape = row.shape
     torch.manual_seed(0)
-    plain = row.implementation == "plain"
+    plain, packed = row.implementation == "plain", row.implementation == "packed"
     model = (shape.plain_model() if plain else build_model(shape.spec())).to(settings.device).train()
     if row.implementation == "fp8":
         # Before compiling, as train.precision=fp8 converts before parallelize compiles.
         convert_to_fp8(model, "tensorwise", min_features=shape.fp8_min_features, device=settings.device)
-    loss_of: Callable[..., torch.Tensor] = plain_loss if plain else brickwork_loss
+    loss_of: Callable[..., torch.Tensor] = plain_loss if plain else packed_loss if packed else brickwork_loss
     forward = model
     if row.mode == "compiled":
         # nanoGPT compiles its whole model; brickwork's own switch compiles its regions in place.
@@ -143,9 +167,10 @@ def run_bare(row: Row, settings: Settings) -> dict:
             shape.vocab, (shape.batch, shape.seq_len + 1), device=settings.device, generator=generator
         )
         inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()
+        documents = (random_documents(shape, settings.device, generator),) if packed else ()
         start = time.perf_counter()
         with settings.autocast():
-            loss = loss_of(forward, inputs, targets)
+            loss = loss_of(forward, inputs, targets, *documents)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
         optimizer.step()

@@ -12,7 +12,7 @@ import torch
 
 from brickwork.benchmarks import train_gpu
 from brickwork.benchmarks.train_gpu_report import add_ratios, markdown, verdicts
-from brickwork.benchmarks.train_gpu_rows import Row, Settings, cli_overrides
+from brickwork.benchmarks.train_gpu_rows import IMPLEMENTATIONS, Row, Settings, cli_overrides
 from brickwork.benchmarks.train_gpu_shapes import GPT2_TINY, TINY_SHAPES
 from brickwork.factory import build_model
 
@@ -34,9 +34,7 @@ def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_every_row_is_measured_and_written(cpu_run: dict) -> None:
-    names = [
-        f"{s.name}/{i}/{m}" for s in TINY_SHAPES for i in ("plain", "brickwork", "fp8", "cli") for m in MODES
-    ]
+    names = [f"{s.name}/{i}/{m}" for s in TINY_SHAPES for i in IMPLEMENTATIONS for m in MODES]
     rows = cpu_run["rows"]
     assert [r["row"] for r in rows] == names
     assert cpu_run["scale"] == "tiny" and (cpu_run["steps"], cpu_run["warmup"]) == (2, 1)
@@ -74,11 +72,13 @@ def test_ratios_are_the_rows_own(cpu_run: dict) -> None:
     for shape in TINY_SHAPES:
         plain = rows[f"{shape.name}/plain/eager"]
         assert "x_plain" not in plain
-        for implementation in ("brickwork", "fp8", "cli"):
+        for implementation in ("brickwork", "fp8", "packed", "cli"):
             row = rows[f"{shape.name}/{implementation}/eager"]
             assert row["x_plain"] == pytest.approx(row["tokens_per_s"] / plain["tokens_per_s"])
         fp8, bf16 = rows[f"{shape.name}/fp8/eager"], rows[f"{shape.name}/brickwork/eager"]
         assert fp8["x_bf16"] == pytest.approx(fp8["tokens_per_s"] / bf16["tokens_per_s"])
+        packed = rows[f"{shape.name}/packed/eager"]
+        assert packed["x_unpacked"] == pytest.approx(packed["tokens_per_s"] / bf16["tokens_per_s"])
     # Judged on CUDA at the full shapes only; a CPU run lists the targets without a verdict.
     assert cpu_run["targets"] and all(line["met"] is None for line in cpu_run["targets"])
 
@@ -139,9 +139,9 @@ def test_cli_rows_set_train_compile_both_ways(tmp_path: Path) -> None:
 
 def test_rows_are_selected_by_pattern() -> None:
     every = train_gpu.select_rows(TINY_SHAPES, ["*"], compiled=True)
-    assert len(every) == 16 and every[0] == Row(TINY_SHAPES[0], "plain", "eager")
+    assert len(every) == 20 and every[0] == Row(TINY_SHAPES[0], "plain", "eager")
     eager = train_gpu.select_rows(TINY_SHAPES, ["llama*"], compiled=False)
-    assert [r.name for r in eager] == [f"llama-tiny/{i}/eager" for i in ("plain", "brickwork", "fp8", "cli")]
+    assert [r.name for r in eager] == [f"llama-tiny/{i}/eager" for i in IMPLEMENTATIONS]
 
 
 @pytest.mark.slow
