@@ -123,3 +123,34 @@ def test_the_benchmark_times_both_providers_on_the_same_rows() -> None:
     rows = run(tokens=64, dim=32, hidden=64, experts=4, top_k=2, expert="swiglu", warmup=0, repeats=1)
     assert [row["provider"] for row in rows] == ["grouped", "loop"]
     assert all(row["ms"] > 0 for row in rows) and max(row["max_abs_diff"] for row in rows) < 1e-5
+
+
+# Where grouped_mm's fast kernel runs, and so the bank's automatic choice groups: NVIDIA 9.x and 10.x.
+FAST_KERNEL_GPU = torch.cuda.is_available() and torch.version.hip is None
+FAST_KERNEL_GPU = FAST_KERNEL_GPU and torch.cuda.get_device_capability()[0] in (9, 10)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not FAST_KERNEL_GPU, reason="needs an NVIDIA GPU of capability 9.x or 10.x")
+def test_on_a_gpu_the_automatic_grouped_path_runs_and_equals_the_loop() -> None:
+    """bf16 on CUDA, where ``grouped=None`` takes grouped_mm: outputs and gradients within bf16's
+    rounding of the loop's, at widths the fast kernel takes (multiples of 16 bytes)."""
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(256, num_experts=4, hidden_dim=512, expert="swiglu").cuda()
+    loop = copy.deepcopy(moe.experts)
+    loop.grouped = False
+    counts = torch.tensor([300, 0, 125, 87], device="cuda")
+    rows = torch.randn(int(counts.sum()), 256, device="cuda")
+    assert use_grouped_mm(list(moe.experts), rows.bfloat16(), moe.experts.grouped)
+    results = []
+    for bank in (moe.experts, loop):
+        x = rows.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = bank(x, counts)
+        out.float().square().mean().backward()
+        results.append((out.float(), x.grad, [p.grad for p in bank.parameters()]))
+    (out_g, grad_g, params_g), (out, grad, params) = results
+    torch.testing.assert_close(out_g, out, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(grad_g, grad, rtol=2e-2, atol=2e-3)
+    for expected, got in zip(params, params_g, strict=True):
+        torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-3)
