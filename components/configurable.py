@@ -19,6 +19,8 @@ from typing import Annotated, Any, ClassVar, Self, Union
 
 from torch import nn
 
+from brickwork.option_types import check_value, type_hints
+
 
 class _DerivedConfig:
     """``cls.Config``: the options dataclass of the class it is read from."""
@@ -81,10 +83,7 @@ def options_dataclass(cls: type) -> type:
     if isinstance(declared, type) and dataclasses.is_dataclass(declared):
         return declared
     init = inspect.unwrap(cls.__init__)
-    try:
-        hints = typing.get_type_hints(init, include_extras=True)
-    except (NameError, TypeError):
-        hints = {}
+    hints, plain = type_hints(init, extras=True), type_hints(init)  # plain: without Annotated's checks
     fields, checks = [], {}
     for param in list(inspect.signature(init).parameters.values())[1:]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -102,6 +101,8 @@ def options_dataclass(cls: type) -> type:
                 for check in field_checks:
                     check(value, name)
         cross(self)
+        for name in checks:  # each type last (checked, not converted): the checks above say more
+            check_value(getattr(self, name), plain.get(name, Any), name)
 
     config = dataclasses.make_dataclass(
         f"{cls.__name__}Config", fields, namespace={"__post_init__": __post_init__}, kw_only=True

@@ -31,13 +31,13 @@ from brickwork.components.configurable import options_dataclass
 from brickwork.components.positional import POSITIONAL_REGISTRY
 from brickwork.errors import ConfigError
 from brickwork.factory.choice import build_choice, configure
-from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
 from brickwork.factory.overrides import with_overrides
 from brickwork.factory.positions import positions_spec, split_positions
 from brickwork.factory.presets import get_preset
 from brickwork.factory.spec_io import load_spec
 from brickwork.factory.stacks import Scope, scope_sizes, walk_block, walk_stack
 from brickwork.memory import check_fits
+from brickwork.option_types import config_fields, config_to_dict, construct, to_config
 
 DEEPNORM_DEPTHS = ("num_encoder_layers", "num_decoder_layers")
 SpecSource = Mapping[str, Any] | str | os.PathLike[str]

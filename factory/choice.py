@@ -12,7 +12,7 @@ from typing import Any
 
 from brickwork.components.configurable import options_dataclass
 from brickwork.errors import ConfigError, join_path
-from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
+from brickwork.option_types import config_fields, config_to_dict, construct, to_config
 from brickwork.registry import Registry
 
 

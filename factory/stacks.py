@@ -25,9 +25,9 @@ from brickwork.components.feedforward import FEEDFORWARD_REGISTRY
 from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY
 from brickwork.errors import ConfigError, join_path
 from brickwork.factory.choice import build_choice, configure, diff_spec, lookup, merge_spec
-from brickwork.factory.convert import config_fields, config_to_dict, construct, to_config
 from brickwork.factory.positions import Position
 from brickwork.memory import check_fits
+from brickwork.option_types import config_fields, config_to_dict, construct, to_config
 
 # A stack deeper than this is checked against free memory from its first layer before the others
 # are built; a shallower one is checked whole, with the model.

@@ -41,7 +41,12 @@ KIND_DECLARATIONS = ("MODEL_KINDS", "MODELS")
 # Files that may name every kind: the HF and xformers adapters and the presets.
 KIND_EXEMPT = ("factory/hf/", "factory/xformers", "brickwork/xformers/", "preset")
 SPEC_EXEMPT = ("factory/hf/", "factory/xformers", "factory/preset")
-SPEC_EXTRA = ("components/configurable.py", "brickwork/registry.py", "brickwork/checks.py")
+SPEC_EXTRA = (
+    "components/configurable.py",
+    "brickwork/registry.py",
+    "brickwork/checks.py",
+    "brickwork/option_types.py",
+)
 LAUNCH_ENV_MODULE = "brickwork/launch_env.py"
 LAUNCH_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK"}
 TASK_FOLDER = "brickwork/train/tasks/"

@@ -20,7 +20,7 @@ from torch import nn
 from tqdm import tqdm
 
 from brickwork.data.task_batches import TaskBatches
-from brickwork.factory.convert import config_to_dict
+from brickwork.option_types import config_to_dict
 from brickwork.parallel import parallel_state, split_rows
 from brickwork.train.checkpoint_writer import CheckpointWriter
 from brickwork.train.config import TrainConfig

@@ -19,9 +19,9 @@ from brickwork.data.config import DataConfig
 from brickwork.data.sources import declared_tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import apply_overrides, get_preset, list_presets, load_spec
-from brickwork.factory.convert import config_to_dict, to_config
 from brickwork.factory.overrides import parse_override, set_dotted, with_overrides
 from brickwork.launch_env import is_first_rank
+from brickwork.option_types import config_to_dict, to_config
 from brickwork.train.config import TrainConfig
 from brickwork.train.dropout_override import KEY as DROPOUT_KEY
 from brickwork.train.dropout_override import say_spread, spread_dropout

@@ -25,8 +25,8 @@ from brickwork.data.task_batches import TaskBatches
 from brickwork.errors import ConfigError
 from brickwork.extras import missing_package
 from brickwork.factory import build_model, dump_spec, load_spec
-from brickwork.factory.convert import config_to_dict
 from brickwork.launch_env import is_first_rank
+from brickwork.option_types import config_to_dict
 from brickwork.parallel import ParallelConfig, full_state_dict, parallel_state, parallelize
 from brickwork.parallel.compile import check_compilable
 from brickwork.parallel.mesh import mesh_device_type

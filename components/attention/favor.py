@@ -82,9 +82,6 @@ class FavorAttention(AttentionMechanism):
 
     @staticmethod
     def check_options(options: Any) -> None:
-        seed = options.seed
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ConfigError(f"must be an integer or null, got {seed!r}", "seed")
         features = options.dim_features
         if options.feature_map_type == "sm_hyp" and features is not None and features % 2:
             raise ConfigError(f"must be even for sm_hyp, got {features}", "dim_features")

@@ -9,12 +9,13 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import nn
 
-from brickwork.checks import check_bool, check_positive_int, check_probability
+from brickwork.checks import Flag, Probability, check_bool, check_positive_int
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
 from brickwork.components.attention.document_mask import DocumentMask, PositionBiasHook
 from brickwork.components.attention.kv_cache import KVCache
 from brickwork.components.attention.masks import add_bias
 from brickwork.components.attention.qkv_layout import QKVLayout
+from brickwork.components.configurable import Configurable
 from brickwork.components.residual.norms import NORM_REGISTRY
 from brickwork.errors import ConfigError
 
@@ -29,7 +30,7 @@ class RotaryHook(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(Configurable):
     """``forward(x, memory=None, attn_mask=None, cache=None)``: x ``[B, T, d]`` -> ``[B, T, d]``.
 
     Projects x (and ``memory`` for cross-attention) to ``num_heads`` query heads and ``num_kv_heads``
@@ -69,11 +70,11 @@ class MultiHeadAttention(nn.Module):
         dim_model: int,
         num_heads: int,
         attention: str | type | functools.partial | AttentionMechanism = "scaled_dot_product",
-        causal: bool = False,
+        causal: Flag = False,
         num_kv_heads: int | None = None,
         bias: bool | Literal["qkv"] = True,
         fused_qkv: bool = False,
-        dropout: float = 0.0,
+        dropout: Probability = 0.0,
         rotary: RotaryHook | None = None,
         position_bias: PositionBiasHook | None = None,
         attention_options: Mapping[str, Any] | None = None,
@@ -82,10 +83,6 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         """The projections and the mechanism, from the options the class's docstring describes."""
         super().__init__()
-        check_probability(dropout, "dropout")
-        check_bool(causal, "causal")
-        if bias != "qkv":
-            check_bool(bias, "bias")
         num_kv_heads, dim_head = check_geometry(dim_model, num_heads, num_kv_heads, dim_head)
         self.dim_model, self.dim_head = dim_model, dim_head
         # Read in forward, never cached in derived sizes: the parallel layer divides both per rank.

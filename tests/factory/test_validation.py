@@ -274,7 +274,7 @@ def test_a_spec_must_be_a_mapping() -> None:
 def test_dataclasses_may_have_fields_named_like_the_converter_arguments() -> None:
     from dataclasses import dataclass
 
-    from brickwork.factory.convert import to_config
+    from brickwork.option_types import to_config
 
     @dataclass
     class Section:

@@ -33,7 +33,7 @@ from brickwork.checkpoint import (
 from brickwork.cli import main
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model
-from brickwork.factory.convert import to_config
+from brickwork.option_types import to_config
 from brickwork.parallel import spawn
 from brickwork.parallel.launch import free_port
 from brickwork.train import TrainStep

@@ -1,9 +1,4 @@
-"""Strict dict -> dataclass conversion, and back.
-
-Every spec sub-dict becomes a typed config dataclass: unknown keys, missing keys and wrong types
-raise :class:`ConfigError` naming the dotted key path; the dataclass's own ``__post_init__`` checks
-value ranges and its errors are re-raised under the same path.
-"""
+"""The one type checker, ``check_value``; ``to_config``: a spec mapping into a typed dataclass; and back."""
 
 from __future__ import annotations
 
@@ -18,19 +13,21 @@ from brickwork.errors import ConfigError, join_path
 
 C = TypeVar("C")
 
-_NoneType = type(None)
-
 
 @functools.cache
 def config_fields(cls: type) -> dict[str, Any]:
     """The settable fields of dataclass ``cls``, each with its resolved annotation."""
-    try:
-        hints = typing.get_type_hints(cls)
-    except (NameError, TypeError):
-        # An annotation naming something only imported for type checkers: accept any value there.
-        hints = {}
+    hints = type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
     return {f.name: hints.get(f.name, Any) for f in fields}
+
+
+def type_hints(obj: Any, extras: bool = False) -> dict[str, Any]:
+    """``obj``'s resolved annotations, or none if one names a type-checking-only import (any value passes)."""
+    try:
+        return typing.get_type_hints(obj, include_extras=extras)
+    except (NameError, TypeError):
+        return {}
 
 
 def to_config(cls: type[C], data: Any, path: str = "", /, **fixed: Any) -> C:
@@ -79,6 +76,8 @@ def construct(
 
 def check_value(value: Any, annotation: Any, path: str) -> Any:
     """``value`` if it fits ``annotation`` (converted: int -> float, list -> tuple, dict -> dataclass)."""
+    if typing.get_origin(annotation) is Callable or getattr(annotation, "_is_protocol", False):
+        annotation = Callable  # a hook, typed by its call (a Protocol): any callable will do
     if annotation is Any or annotation is object:
         return value
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -88,7 +87,7 @@ def check_value(value: Any, annotation: Any, path: str) -> Any:
         if value in args and all(type(value) is type(a) for a in args if a == value):
             return value
         raise ConfigError(f"invalid value {value!r}", path, choices=[str(a) for a in args], got=value)
-    if annotation is None or annotation is _NoneType:
+    if annotation is None or annotation is types.NoneType:
         if value is None:
             return None
         raise ConfigError(f"expected null, got {_show(value)}", path)
@@ -97,9 +96,9 @@ def check_value(value: Any, annotation: Any, path: str) -> Any:
     if origin in (dict, typing.Mapping, Mapping):
         return _check_mapping(value, args, path)
     if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
-        return to_config(annotation, value, path)
-    if not isinstance(annotation, type):
-        return value
+        return value if isinstance(value, annotation) else to_config(annotation, value, path)
+    if origin is not None or not isinstance(annotation, type):
+        return value  # a form no spec uses (type[X], a TypeVar): not checked
     accepted = (int, float) if annotation is float else annotation  # an int is a valid float
     # Python's bool is an int, but a spec's true is no number.
     if isinstance(value, accepted) and not (isinstance(value, bool) and annotation is not bool):
@@ -119,8 +118,7 @@ def _check_union(value: Any, args: tuple[Any, ...], path: str) -> Any:
     deeper = [e for e in errors if e.path != path]
     if len(deeper) == 1:
         raise deeper[0]
-    names = " | ".join(type_name(a) for a in args)
-    raise ConfigError(f"expected {names}, got {_show(value)}", path)
+    raise ConfigError(f"expected {' | '.join(map(type_name, args))}, got {_show(value)}", path)
 
 
 def _check_sequence(value: Any, origin: Any, args: tuple[Any, ...], path: str) -> Any:
@@ -139,16 +137,15 @@ def _check_mapping(value: Any, args: tuple[Any, ...], path: str) -> dict[Any, An
     if not isinstance(value, Mapping):
         raise ConfigError(f"expected a mapping, got {_show(value)}", path)
     key_type, value_type = args if args else (Any, Any)
-    out = {}
-    for k, v in value.items():
-        key = check_value(k, key_type, join_path(path, str(k)))
-        out[key] = check_value(v, value_type, join_path(path, str(k)))
-    return out
+    return {
+        check_value(k, key_type, join_path(path, str(k))): check_value(v, value_type, join_path(path, str(k)))
+        for k, v in value.items()
+    }
 
 
 def type_name(annotation: Any) -> str:
     """A short readable name for an annotation: ``int``, ``float | null``, ``list[int]``."""
-    if annotation is None or annotation is _NoneType:
+    if annotation is None or annotation is types.NoneType:
         return "null"
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Union or origin is types.UnionType:
