@@ -38,20 +38,15 @@ def check_world(dist_dict: dict | ParallelConfig) -> ParallelConfig:
     )
 
 
-def resolve_dist(dist_dict: dict) -> dict:
-    """The dist dict with every key (defaults filled, LiBai spellings translated), for config.yaml."""
-    return check_world(dist_dict).to_dict()
-
-
-def agree_on_rank0(value: str, dist_dict: dict) -> str:
+def agree_on_rank0(value: str, layout: ParallelConfig) -> str:
     """Rank 0's ``value`` on every rank (a default run folder named by the clock, say).
 
-    Builds the dist dict's device mesh, which starts the process group that ``parallelize`` reuses.
+    Builds the run's device mesh, which starts the process group that ``parallelize`` reuses.
     """
     if world_size() == 1:
         return value
     if not dist.is_initialized():
-        build_mesh(check_world(dist_dict))
+        build_mesh(layout)
     shared = [value]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]

@@ -1,9 +1,10 @@
 """Every check a run's config can fail, made before the run touches the disk.
 
 A start that fails leaves the disk as it was: no ``runs/``, no run folder, no token cache. So the
-layout against the processes launched, the device, how the batch splits, the data paths, the
-tokenizer and the vocabulary, the training length and the batch's memory are all checked here,
-from the config alone, before the run folder is locked or created.
+device, how the batch splits, the data paths, the tokenizer and the vocabulary, the training length
+and the batch's memory are all checked here, from the config and its layout alone (the dist dict
+already checked against the processes launched, once, by the trainer), before the run folder is
+locked or created.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from brickwork.factory.build import build_model, resolve_spec
 from brickwork.parallel import ParallelConfig
 from brickwork.parallel.balance import split_rows
 from brickwork.parallel.mesh import mesh_device_type
-from brickwork.train.distributed import check_world
 from brickwork.train.fp8 import check_fp8_run
 from brickwork.train.packing import check_packing
 from brickwork.train.run_config import RunConfig
@@ -27,12 +27,11 @@ from brickwork.train.task_spec import task_spec
 from brickwork.train.tasks import Task
 
 
-def check_before_writing(run: RunConfig, task: Task, resumed: bool = False) -> ParallelConfig:
-    """Raise ConfigError naming the option of the first check ``run`` fails; returns its layout (the
-    dist dict checked against the processes launched). A ``resumed`` run's vocabulary is its
+def check_before_writing(run: RunConfig, task: Task, layout: ParallelConfig, resumed: bool = False) -> None:
+    """Raise ConfigError naming the option of the first check ``run`` fails under ``layout`` (its
+    dist dict, already checked against the processes launched). A ``resumed`` run's vocabulary is its
     config.yaml's: a tokenizer that no longer fits it is the data-identity check's to explain
     (brickwork/train/data_identity.py), which also runs before anything is written."""
-    layout = check_world(run.dist)
     check_device(run.train.device)
     check_batch_split(run, layout)
     check_run_sizes(run, layout)
@@ -51,7 +50,6 @@ def check_before_writing(run: RunConfig, task: Task, resumed: bool = False) -> P
         check_packing(run, task, tokenizer, spec, layout)
     if run.train.precision == "fp8":
         check_fp8(run, spec, layout)
-    return layout
 
 
 def check_device(device: str) -> None:

@@ -16,9 +16,8 @@ import torch.distributed as dist
 from brickwork.data.sources import TextData, declared_tokenizer, open_text_data
 from brickwork.data.tokenizer import Tokenizer
 from brickwork.launch_env import world_size
-from brickwork.parallel import build_mesh
+from brickwork.parallel import ParallelConfig, build_mesh
 from brickwork.train.data_identity import DataIdentity, check_data_identity, current_record
-from brickwork.train.distributed import check_world
 from brickwork.train.run_config import RunConfig
 from brickwork.train.tasks import Task
 
@@ -29,30 +28,37 @@ def run_tokenizer(run: RunConfig) -> Tokenizer:
 
 
 def run_data(
-    run: RunConfig, task: Task, run_dir: Path, resumed_at: int | None, accept_change: bool
+    run: RunConfig,
+    task: Task,
+    layout: ParallelConfig,
+    run_dir: Path,
+    resumed_at: int | None,
+    accept_change: bool,
 ) -> tuple[TextData | None, DataIdentity]:
     """The text data of ``run`` (None for a task that reads no text, the generated images) and what
-    it is. A run resumed at step ``resumed_at`` has it checked against its data record first, before
-    anything is written, the token cache included (brickwork/train/data_identity.py)."""
+    it is; under torchrun the process group starts from the run's ``layout``. A run resumed at step
+    ``resumed_at`` has it checked against its data record first, before anything is written, the
+    token cache included (brickwork/train/data_identity.py)."""
     tokenizer = run_tokenizer(run) if task.uses_tokenizer else None
     current = current_record(run.data, tokenizer)
     identity = check_data_identity(run_dir, current, tokenizer, resumed_at, accept_change)
-    return (None if tokenizer is None else run_text_data(run, run_dir, tokenizer)), identity
+    text = None if tokenizer is None else run_text_data(run, layout, run_dir, tokenizer)
+    return text, identity
 
 
-def run_text_data(run: RunConfig, run_dir: Path, tokenizer: Tokenizer) -> TextData:
+def run_text_data(run: RunConfig, layout: ParallelConfig, run_dir: Path, tokenizer: Tokenizer) -> TextData:
     """The text data of ``run``, read with ``tokenizer``; token files are cached in ``run_dir / "cache"``."""
     cache = run_dir / "cache"
-    return on_rank0_first(run.dist, lambda: open_text_data(run.data, tokenizer, cache, run.train.seq_len))
+    return on_rank0_first(layout, lambda: open_text_data(run.data, tokenizer, cache, run.train.seq_len))
 
 
-def on_rank0_first(dist_dict: dict, prepare: Callable[[], TextData]) -> TextData:
+def on_rank0_first(layout: ParallelConfig, prepare: Callable[[], TextData]) -> TextData:
     """``prepare()`` on rank 0 (which writes the token cache), then on the others (which find it). An
     error on rank 0 reaches every rank, so none waits for a rank that has stopped."""
     if world_size() == 1:
         return prepare()
     if not dist.is_initialized():
-        build_mesh(check_world(dist_dict))  # starts the process group that parallelize reuses
+        build_mesh(layout)  # starts the process group that parallelize reuses
     failure: list[str | None] = [None]
     if dist.get_rank() == 0:
         try:

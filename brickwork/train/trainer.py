@@ -34,7 +34,7 @@ from brickwork.sampling import sample_ids
 from brickwork.train.atomic_file import replacing
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.checkpoint import load_run_checkpoint
-from brickwork.train.distributed import agree_on_rank0, check_world, resolve_dist
+from brickwork.train.distributed import agree_on_rank0, check_world
 from brickwork.train.fp8 import convert_for_layout
 from brickwork.train.heap import keep_freed_memory
 from brickwork.train.init_weights import load_initial_weights, pretrained_base
@@ -84,15 +84,17 @@ def train_new(spec_arg: str | None, overrides: list[str], init_from: str | None 
         overrides = [*overrides, f"train.init_from={init_from}"]
     run = resolve_run(base, overrides)
     _resolve_auto(run)
-    timeout = check_before_writing(run, _task(run)).timeout_s
+    task = _task(run)
+    layout = _run_layout(run)
+    check_before_writing(run, task, layout)
     check_triton_backends(run)
-    with peers_watched(timeout):
-        run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), run.dist))
+    with peers_watched(layout.timeout_s):
+        run_dir = Path(run.train.out_dir or agree_on_rank0(default_out_dir(run.name), layout))
     made = _missing_parents(run_dir)
     try:
-        with RunLock(run_dir, "train.out_dir") as lock, peers_watched(timeout, run_dir):
+        with RunLock(run_dir, "train.out_dir") as lock, peers_watched(layout.timeout_s, run_dir):
             try:
-                return _train(run, run_dir, resume=False)
+                return _train(run, layout, run_dir, resume=False)
             except BaseException:
                 # A run stopped before it wrote config.yaml (data that reads badly, say) leaves no
                 # folder behind. Only the lock's holder may touch the folder: a refused process may
@@ -134,17 +136,19 @@ def train_resume(
         )
     changes = config_changes(load_spec(config), run.to_dict())
     try:
-        timeout = check_world(run.dist).timeout_s
+        layout = _run_layout(run)
     except ConfigError as err:
         raise ConfigError(
             f"{err.reason}; or continue under another layout with dist.* overrides after --resume "
             f"{run_dir}, e.g. dist.data_parallel_size=1",
             err.path,
         ) from None
-    check_before_writing(run, _task(run), resumed=True)
+    check_before_writing(run, _task(run), layout, resumed=True)
     check_triton_backends(run)
-    with RunLock(folder), peers_watched(timeout, folder):
-        return _train(run, folder, resume=True, changes=changes, accept_data_change=accept_data_change)
+    with RunLock(folder), peers_watched(layout.timeout_s, folder):
+        return _train(
+            run, layout, folder, resume=True, changes=changes, accept_data_change=accept_data_change
+        )
 
 
 def _resolve_auto(run: RunConfig) -> None:
@@ -161,6 +165,7 @@ def default_out_dir(name: str) -> str:
 
 def _train(
     run: RunConfig,
+    config: ParallelConfig,
     run_dir: Path,
     resume: bool,
     changes: dict[str, list] | None = None,
@@ -176,16 +181,14 @@ def _train(
     if not resume:
         _check_unclaimed(run_dir)
     resumed_at = None if checkpoint is None else checkpoint[0]
-    text, data_identity = run_data(run, task, run_dir, resumed_at, accept_data_change)
+    text, data_identity = run_data(run, task, config, run_dir, resumed_at, accept_data_change)
     tokenizer = text.tokenizer if text is not None else None
     torch.manual_seed(cfg.seed)
     model = build_model(task_spec(run, task, tokenizer))
     if cfg.init_from is not None and checkpoint is None:
         load_initial_weights(model, cfg.init_from)
     run.spec = model.spec
-    run.dist = resolve_dist(run.dist)  # checks the world again: train_resume may have changed the dist dict
     params = sum(p.numel() for p in model.parameters())
-    config = _layout_config(run)
     fp8 = []
     if cfg.precision == "fp8":
         # torchao swaps the linears before tensor parallel, compilation and FSDP wrap them.
@@ -304,15 +307,20 @@ def _task(run: RunConfig) -> Task:
     return kind_task(kind)
 
 
-def _layout_config(run: RunConfig) -> ParallelConfig:
-    """The run's layout for ``parallelize``: the device from ``train.device``, and FSDP's bf16 policy
-    for ``train.precision=bf16-mixed`` (and fp8) under ZeRO-2/3."""
+def _run_layout(run: RunConfig) -> ParallelConfig:
+    """The run's one layout, resolved once the world and ``dist: auto`` are known and handed to every
+    later step (the checks, the data, the process group, ``parallelize``): the dist dict checked
+    against the processes launched, with the device from ``train.device`` and FSDP's bf16 policy for
+    ``train.precision=bf16-mixed`` (and fp8) under ZeRO-2/3. ``run.dist`` becomes the dist dict
+    config.yaml records, written from the checked layout before those two train settings join it."""
     config = check_world(run.dist)
+    run.dist = config.to_dict()
+    train_settings: dict[str, str] = {}
     if run.train.device != "auto":
-        config = replace(config, device_type=run.train.device)
+        train_settings["device_type"] = run.train.device
     if run.train.precision in ("bf16-mixed", "fp8") and config.zero_stage >= 2:
-        config = replace(config, mixed_precision="bf16")
-    return config
+        train_settings["mixed_precision"] = "bf16"
+    return replace(config, **train_settings) if train_settings else config
 
 
 def _compiles(choice: str | bool, model: torch.nn.Module, config: ParallelConfig) -> bool:
