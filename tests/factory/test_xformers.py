@@ -178,7 +178,7 @@ def test_several_stacks_of_one_kind_become_per_layer_overrides() -> None:
         (lambda c: c[0].update(dim_modle=EMB), "0.dim_modle", "did you mean 'dim_model'"),
         (lambda c: c[0].update(block_type="decodr"), "0.block_type", "unknown block_type 'decodr'"),
         (
-            lambda c: c[0]["multi_head_config"]["attention"].update(name="lambda"),
+            lambda c: c[0]["multi_head_config"]["attention"].update(name="lamda"),
             "0.multi_head_config.attention.name",
             "has no brickwork equivalent",
         ),
@@ -447,10 +447,16 @@ def test_vit_converts_and_trains_a_step() -> None:
 @pytest.mark.parametrize(
     ("attention", "check"),
     [
-        ({"name": "random", "r": 0.5, "constant_masking": True, "force_sparsity": False}, {"r": 0.5}),
         (
-            {"name": "global", "attention_query_mask": [[True], [True]] + [[False]] * (SEQ - 2)},
-            {"num_global_tokens": 2},
+            {"name": "random", "r": 0.5, "constant_masking": True, "force_sparsity": False},
+            {"name": "random", "r": 0.5},
+        ),
+        (
+            {
+                "name": "global",
+                "attention_query_mask": [[False], [True], [False], [True]] + [[False]] * (SEQ - 4),
+            },
+            {"name": "global", "global_positions": [1, 3], "num_global_tokens": None},
         ),
         (
             {
@@ -458,38 +464,49 @@ def test_vit_converts_and_trains_a_step() -> None:
                 "block_size": 4,
                 "layout": [[[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]] * HEADS,
             },
-            {"block_size": 4},
+            {"name": "blocksparse", "block_size": 4},
         ),
         (
             {
-                "name": "ortho",
+                "name": "orthoformer",
                 "num_landmarks": 4,
                 "subsample_fraction": 0.5,
-                "landmark_selection": "orthogonal",
+                "landmark_selection": "kmeans",
             },
-            {"num_landmarks": 4},
+            {"name": "ortho", "num_landmarks": 4, "landmark_selection": "kmeans"},
         ),
-        ({"name": "lambda_layer", "seq_len": SEQ, "dim_head": EMB // HEADS}, {"seq_len": SEQ}),
-        ({"name": "compositional", "num_rules": 2, "dim_model": EMB, "num_heads": HEADS}, {"num_rules": 2}),
-        ({"name": "visual", "dim_model": EMB}, {}),
+        (
+            {"name": "lambda", "seq_len": SEQ, "dim_head": EMB // HEADS},
+            {"name": "lambda_layer", "seq_len": SEQ},
+        ),
+        (
+            {"name": "compositional", "num_rules": 2, "dim_model": EMB, "num_heads": HEADS},
+            {"name": "compositional", "num_rules": 2},
+        ),
+        ({"name": "visual", "dim_model": EMB}, {"name": "visual"}),
+        ({"name": "pooling", "pool_size": 3, "stride": 1, "padding": 1}, {"name": "pooling", "grid": True}),
+        ({"name": "favor", "normalize_inputs": True}, {"name": "favor", "dim_features": EMB // HEADS}),
     ],
 )
 def test_the_new_mechanisms_convert_from_xformers_keys(
     attention: dict[str, Any], check: dict[str, Any]
 ) -> None:
+    """xformers' names and keys give brickwork's mechanism and options, as xformers' classes had them:
+    orthoformer and lambda renamed, favor's features the head size (xformers' factory filled them in),
+    global positions anywhere, pooling over the token grid, normalize_inputs accepted."""
     cfg = encoder_config()
     cfg[0]["multi_head_config"]["attention"] = {**attention, "dropout": 0.0, "seq_len": SEQ}
     spec = from_xformers_config(cfg)
     mechanism = spec["encoder"]["block"]["attention"]["mechanism"]
-    assert mechanism["name"] == attention["name"] and check.items() <= mechanism.items()
+    assert check == {key: mechanism.get(key) for key in check}
     model = build_model(spec)
     assert model(torch.randint(0, VOCAB, (2, SEQ))).shape == (2, SEQ, EMB)
 
 
-def test_a_global_query_mask_must_mark_leading_tokens() -> None:
+def test_a_global_query_mask_must_flag_a_position() -> None:
     cfg = encoder_config()
-    cfg[0]["multi_head_config"]["attention"] = {"name": "global", "attention_query_mask": [False, True]}
-    with pytest.raises(ConfigError, match="leading positions") as info:
+    cfg[0]["multi_head_config"]["attention"] = {"name": "global", "attention_query_mask": [False, False]}
+    with pytest.raises(ConfigError, match="marks no global position") as info:
         from_xformers_config(cfg)
     assert info.value.path == "0.multi_head_config.attention.attention_query_mask"
 

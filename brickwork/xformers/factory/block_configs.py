@@ -7,6 +7,7 @@ import dataclasses
 from enum import Enum, IntFlag
 from typing import Any
 
+from brickwork.factory.xformers.stack import RENAMED_BLOCK_KEYS, read_stack
 from brickwork.xformers._compat import require
 from brickwork.xformers.components import NormalizationType, ResidualNormStyle
 from brickwork.xformers.components.feedforward import FEEDFORWARD_REGISTRY
@@ -44,15 +45,12 @@ class BlockType(str, Enum):
     Decoder = "decoder"
 
 
-def _with_dim(cfg: dict[str, Any] | None, key: str, value: Any) -> dict[str, Any] | None:
-    """A copy of ``cfg`` with ``key`` filled in when absent (the caller's dict is left alone)."""
-    if cfg is None or not isinstance(cfg, dict):
-        return cfg
-    return {key: value, **cfg}
-
-
 @dataclasses.dataclass(init=False)
 class xFormerBlockConfig:
+    """One stack's config, read by brickwork's one reading of xformers configs
+    (``brickwork.factory.xformers.stack.read_stack``): a left-out or None key takes xformers' default
+    (post-norm, layernorm, one layer, not reversible) and each sub-config the block's ``dim_model``."""
+
     dim_model: int
     feedforward_config: Any
     position_encoding_config: Any
@@ -69,24 +67,34 @@ class xFormerBlockConfig:
         dim_model: int,
         feedforward_config: dict[str, Any],
         position_encoding_config: dict[str, Any] | None,
-        block_type: BlockType,
-        residual_norm_style: ResidualNormStyle = ResidualNormStyle.Post,
-        normalization: NormalizationType = NormalizationType.LayerNorm,
-        reversible: bool = False,
-        num_layers: int = 1,
+        block_type: BlockType | str,
+        residual_norm_style: ResidualNormStyle | str | None = None,
+        normalization: NormalizationType | str | None = None,
+        reversible: bool | None = None,
+        num_layers: int | None = None,
         layer_position: LayerPosition | None = None,
+        **options: Any,
     ) -> None:
-        self.dim_model, self.block_type = dim_model, block_type
-        self.residual_norm_style = ResidualNormStyle(residual_norm_style)
-        self.normalization = NormalizationType(normalization)
-        self.reversible, self.num_layers = reversible, num_layers
+        """``options``: a subclass's own keys (its ``multi_head_config``, ...) and older key names."""
+        unknown = set(options) - {f.name for f in dataclasses.fields(self)} - set(RENAMED_BLOCK_KEYS)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unexpected keyword arguments {sorted(unknown)}")
+        given = dict(
+            dim_model=dim_model, feedforward_config=feedforward_config, block_type=block_type,
+            position_encoding_config=position_encoding_config, residual_norm_style=residual_norm_style,
+            normalization=normalization, reversible=reversible, num_layers=num_layers, **options,
+        )  # fmt: skip
+        vars(self).update(read_stack(given, ""))
+        self.block_type = BlockType(self.block_type)
+        self.residual_norm_style = ResidualNormStyle(self.residual_norm_style)
+        self.normalization = NormalizationType(self.normalization)
         self.feedforward_config = generate_matching_config(
-            feedforward_config, FEEDFORWARD_REGISTRY[feedforward_config["name"]].config
+            self.feedforward_config, FEEDFORWARD_REGISTRY[self.feedforward_config["name"]].config
         )
-        self.position_encoding_config = None
-        if position_encoding_config is not None:
+        if self.position_encoding_config is not None:
             self.position_encoding_config = generate_matching_config(
-                position_encoding_config, POSITION_EMBEDDING_REGISTRY[position_encoding_config["name"]].config
+                self.position_encoding_config,
+                POSITION_EMBEDDING_REGISTRY[self.position_encoding_config["name"]].config,
             )
         self.layer_position = layer_position or LayerPosition()
 
@@ -104,29 +112,21 @@ class xFormerEncoderConfig(xFormerBlockConfig):
         feedforward_config: dict[str, Any],
         multi_head_config: dict[str, Any],
         position_encoding_config: dict[str, Any] | None = None,
-        residual_norm_style: str = "post",
-        normalization: NormalizationType | str = NormalizationType.LayerNorm,
+        residual_norm_style: ResidualNormStyle | str | None = None,
+        normalization: NormalizationType | str | None = None,
         use_triton: bool = True,
         simplicial_embeddings: dict[str, Any] | None = None,
         patch_embedding_config: dict[str, Any] | None = None,
+        block_type: BlockType | str = BlockType.Encoder,
         **kwargs: Any,
     ) -> None:
-        require(
-            kwargs.pop("block_type", "encoder") == "encoder", "an encoder config has block_type 'encoder'"
-        )
+        require(BlockType(block_type) == BlockType.Encoder, "an encoder config has block_type 'encoder'")
         super().__init__(
-            dim_model=dim_model,
-            feedforward_config=_with_dim(feedforward_config, "dim_model", dim_model),
-            position_encoding_config=_with_dim(position_encoding_config, "dim_model", dim_model),
-            block_type=BlockType.Encoder,
-            residual_norm_style=residual_norm_style,
-            normalization=normalization,
+            dim_model, feedforward_config, position_encoding_config, block_type,
+            residual_norm_style, normalization, multi_head_config=multi_head_config, use_triton=use_triton,
+            simplicial_embeddings=simplicial_embeddings, patch_embedding_config=patch_embedding_config,
             **kwargs,
-        )
-        self.multi_head_config = _with_dim(multi_head_config, "dim_model", dim_model)
-        self.use_triton = use_triton
-        self.simplicial_embeddings = simplicial_embeddings
-        self.patch_embedding_config = _with_dim(patch_embedding_config, "out_channels", dim_model)
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(init=False)
@@ -141,21 +141,15 @@ class xFormerDecoderConfig(xFormerBlockConfig):
         multi_head_config_masked: dict[str, Any],
         multi_head_config_cross: dict[str, Any],
         position_encoding_config: dict[str, Any] | None = None,
-        residual_norm_style: str = "post",
-        normalization: NormalizationType | str = NormalizationType.LayerNorm,
+        residual_norm_style: ResidualNormStyle | str | None = None,
+        normalization: NormalizationType | str | None = None,
         use_triton: bool = True,
+        block_type: BlockType | str = BlockType.Decoder,
         **kwargs: Any,
     ) -> None:
-        require(kwargs.pop("block_type", "decoder") == "decoder", "a decoder config has block_type 'decoder'")
+        require(BlockType(block_type) == BlockType.Decoder, "a decoder config has block_type 'decoder'")
         super().__init__(
-            dim_model=dim_model,
-            feedforward_config=_with_dim(feedforward_config, "dim_model", dim_model),
-            position_encoding_config=_with_dim(position_encoding_config, "dim_model", dim_model),
-            block_type=BlockType.Decoder,
-            residual_norm_style=residual_norm_style,
-            normalization=normalization,
-            **kwargs,
-        )
-        self.multi_head_config_masked = _with_dim(multi_head_config_masked, "dim_model", dim_model)
-        self.multi_head_config_cross = _with_dim(multi_head_config_cross, "dim_model", dim_model)
-        self.use_triton = use_triton
+            dim_model, feedforward_config, position_encoding_config, block_type,
+            residual_norm_style, normalization, multi_head_config_masked=multi_head_config_masked,
+            multi_head_config_cross=multi_head_config_cross, use_triton=use_triton, **kwargs,
+        )  # fmt: skip

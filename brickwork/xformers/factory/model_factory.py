@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from brickwork.errors import join_path
-from brickwork.factory.xformers_blocks import canonical_stack
+from brickwork.factory.xformers.stack import read_stack, stack_kind
 from brickwork.xformers._compat import require
 from brickwork.xformers.components import ResidualNormStyle
 from brickwork.xformers.components.residual import get_deepnorm_coefficients
@@ -28,7 +28,7 @@ logger = logging.getLogger("brickwork.xformers")
 
 
 def _typed(config: dict[str, Any]) -> xFormerBlockConfig:
-    kind = xFormerEncoderConfig if config["block_type"] == "encoder" else xFormerDecoderConfig
+    kind = xFormerEncoderConfig if stack_kind(config, "") == "encoder" else xFormerDecoderConfig
     return kind(**config)
 
 
@@ -46,17 +46,13 @@ class xFormerConfig:
         tie_embedding_weights: bool = False,
         weight_init: xFormerWeightInit | str = xFormerWeightInit.ViT,
     ) -> None:
-        # Read under the names from_xformers_config reads too (layer_norm_style, FusedMLP, ...).
-        if isinstance(stack_configs, dict):
-            self._given: Any = {
-                k: canonical_stack(c, join_path("stack_configs", k)) for k, c in stack_configs.items()
-            }
-            self.stack_configs = {k: _typed(c) for k, c in self._given.items()}
-        else:
-            self._given = [
-                canonical_stack(c, join_path("stack_configs", i)) for i, c in enumerate(stack_configs)
-            ]
-            self.stack_configs = [_typed(c) for c in self._given]
+        # Read as from_xformers_config reads them (older names, defaults, dims filled in).
+        named = stack_configs.items() if isinstance(stack_configs, dict) else enumerate(stack_configs)
+        given = {k: read_stack(c, join_path("stack_configs", k)) for k, c in named}
+        typed = {k: _typed(c) for k, c in given.items()}
+        as_dict = isinstance(stack_configs, dict)
+        self._given: Any = given if as_dict else list(given.values())
+        self.stack_configs = typed if as_dict else list(typed.values())
         self.tie_embedding_weights = tie_embedding_weights
         self.weight_init = xFormerWeightInit(weight_init)
 

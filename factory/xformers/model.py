@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from brickwork.errors import ConfigError, join_path
 from brickwork.factory.build import resolve_spec
-from brickwork.factory.xformers_blocks import (
+from brickwork.factory.xformers.stack import (
     BLOCK_KEYS,
     POSITIONS,
     WEIGHT_INIT,

@@ -1,7 +1,10 @@
-"""Translating one xformers stack config (block, attention, mechanism, feedforward) to brickwork keys.
+"""One xformers stack config: read under xformers' keys, names and defaults, and translated to brickwork.
 
-Each function refuses keys it does not know, accepts "feature off" values of features brickwork lacks,
-drops keys documented as inert, and raises ConfigError at the xformers key path otherwise.
+:func:`read_stack` (and :func:`read_head` for one ``multi_head_config``) is the one reading of a stack
+config, lenient as xformers was: both ``from_xformers_config`` and ``brickwork.xformers``' config
+classes go through it. The ``translate_*`` functions then turn what it read into brickwork's block
+spec strictly: each refuses keys it does not know, accepts "feature off" values of features brickwork
+lacks, drops keys documented as inert, and raises ConfigError at the xformers key path otherwise.
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ INERT_BLOCK_KEYS = {"use_triton"}
 # Keys accepted only with the value that means "feature off".
 OFF_ONLY_BLOCK = {"simplicial_embeddings": None}
 OFF_ONLY_HEAD = {"in_proj_container": None, "out_proj": None, "use_separate_proj_weight": True}
+# xformers' defaults for the block keys a config leaves out (or sets to None).
+BLOCK_DEFAULTS = {
+    "residual_norm_style": "post", "normalization": "layernorm", "num_layers": 1, "reversible": False
+}  # fmt: skip
 RESIDUAL = {"pre": "pre", "post": "post", "deepnorm": "deepnorm"}
-NORMALIZATION = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
+# xformers' other normalization, "skip", has no brickwork block form.
+NORMALIZATION = {"layernorm": "layernorm"}
 FEEDFORWARD = {"MLP": "mlp", "MixtureOfExperts": "moe"}
 # xformers names whose component is another one's here: FusedMLP was the MLP with Triton kernels, and
 # brickwork's MLP picks its fused kernels per call (on CUDA).
@@ -31,10 +39,13 @@ FEEDFORWARD_ALIASES = {"FusedMLP": "MLP"}
 # xformers' earlier name of a block key, still found in configs written for it.
 RENAMED_BLOCK_KEYS = {"layer_norm_style": "residual_norm_style"}
 ACTIVATION = {"relu": "relu", "gelu": "gelu", "squared_relu": "squared_relu"}
-MOE_GATES = {"top_1": 1, "top_2": 2}
+# xformers' other gate, "round_robin", has no brickwork router.
+MOE_GATES = {"top_2": 2}
+# xformers' mechanism names where brickwork's registry names the same mechanism otherwise.
+MECHANISM_NAMES = {"orthoformer": "ortho", "lambda": "lambda_layer"}
 POSITIONS = ("vocab", "sine", "learnable")
 WEIGHT_INIT = {
-    "vit": {"name": "normal", "std": 0.02},
+    "vit": {"name": "xavier"},
     "timm": {"name": "normal", "std": 0.02},
     "moco": {"name": "xavier"},
     "small": {"name": "small_init"},
@@ -49,6 +60,7 @@ XFORMERS_ATTENTION_KEYS = frozenset({
     "dim_head", "window_size", "force_sparsity", "k", "num_landmarks", "landmark_pooling",
     "use_razavi_pinverse", "pinverse_original_init", "inv_iterations", "v_skip_connection",
     "conv_kernel_size", "iter_before_redraw", "feature_map_type", "normalize_inputs", "pool_size", "r",
+    "stride", "padding",
     "constant_masking", "attention_query_mask", "layout", "block_size", "subsample_fraction",
     "landmark_selection", "num_rules", "dim_attn", "dim_key", "dim_value", "dim_selection", "qk_rule",
     "nonlinear", "q_compose", "bias", "in_proj_container", "use_separate_proj_weight",
@@ -57,13 +69,15 @@ XFORMERS_ATTENTION_KEYS = frozenset({
 # the "feature off" value converts.
 OFF_ONLY_ATTENTION = {
     "nystrom": {"landmark_pooling": None, "v_skip_connection": None, "conv_kernel_size": None},
-    "favor": {"normalize_inputs": False},
     "random": {"constant_masking": True},
-    "ortho": {"landmark_selection": "orthogonal"},
+    "pooling": {"stride": 1},
     "compositional": {"qk_rule": False, "nonlinear": False, "q_compose": False, "dim_attn": None,
                       "dim_key": None, "dim_value": None, "in_proj_container": None,
                       "use_separate_proj_weight": True, "bias": True},
 }  # fmt: skip
+# What xformers' mechanism had built in: its pooling mixed over the square grid of tokens, and its
+# global tokens are the positions its query mask flags (not a leading count).
+FIXED_OPTIONS = {"pooling": {"grid": True}, "global": {"num_global_tokens": None}}
 # xformers' linformer swallowed ``causal`` and ran bidirectionally: a causal mask cannot pass through
 # the projection along the sequence. brickwork converts it the same way, with a warning.
 IGNORED_CAUSAL = {"linformer"}
@@ -85,31 +99,68 @@ def off_only(cfg: Mapping[str, Any], path: str, rules: Mapping[str, Any]) -> Non
             raise ConfigError(f"brickwork has no equivalent; only {off!r} is supported", join_path(path, key))
 
 
-def canonical_stack(cfg: Mapping[str, Any], path: str) -> dict[str, Any]:
-    """A copy of one stack config under xformers' last key and component names: ``layer_norm_style``
-    becomes ``residual_norm_style`` and a ``FusedMLP`` feedforward the ``MLP``. Both
-    ``from_xformers_config`` and ``brickwork.xformers``' ``xFormerConfig`` read configs through it, so
-    the two accept the same keys."""
+def stack_kind(cfg: Mapping[str, Any], path: str) -> str:
+    """A stack config's ``block_type`` (a name or a ``BlockType`` member) as ``encoder``/``decoder``."""
+    kind = cfg.get("block_type")
+    kind = getattr(kind, "value", kind)
+    if kind not in BLOCK_KEYS:
+        reason = "missing required key" if "block_type" not in cfg else f"unknown block_type {kind!r}"
+        raise ConfigError(reason, join_path(path, "block_type"), BLOCK_KEYS, kind)
+    return kind
+
+
+def read_stack(cfg: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A copy of one stack config as xformers read it: its older key and component names replaced
+    (``layer_norm_style``, ``FusedMLP``), enum members as their values, xformers' defaults where a block
+    key is left out or None, and each sub-config given the block's ``dim_model`` (a patch embedding its
+    ``out_channels``) where it leaves it out. Keys it does not know are kept: the caller decides."""
     out = dict(cfg)
     for old, new in RENAMED_BLOCK_KEYS.items():
         if old in out:
-            if new in out:
+            if out.get(new) is not None:
                 raise ConfigError(f"give {new} or its old name {old}, not both", join_path(path, old))
             out[new] = out.pop(old)
+    kind = stack_kind(out, path)
+    for key, default in BLOCK_DEFAULTS.items():
+        value = out.get(key)
+        out[key] = default if value is None else getattr(value, "value", value)
+    out["block_type"] = kind
+    dim = out.get("dim_model")
+    for key in ("feedforward_config", "position_encoding_config", *BLOCK_KEYS[kind]):
+        if isinstance(out.get(key), Mapping):
+            out[key] = {"dim_model": dim, **out[key]}
+    if isinstance(out.get("patch_embedding_config"), Mapping):
+        out["patch_embedding_config"] = {"out_channels": dim, **out["patch_embedding_config"]}
     feedforward = out.get("feedforward_config")
     if isinstance(feedforward, Mapping) and feedforward.get("name") in FEEDFORWARD_ALIASES:
         out["feedforward_config"] = {**feedforward, "name": FEEDFORWARD_ALIASES[feedforward["name"]]}
+    for key in BLOCK_KEYS[kind]:
+        if isinstance(out.get(key), Mapping):
+            out[key] = read_head(out[key])
+    return out
+
+
+def read_head(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a ``multi_head_config`` whose ``attention`` config takes the layer's ``num_heads`` and
+    ``dim_model``, and the head size as ``dim_features``, where it leaves them out (xformers' factory
+    filled them in the same way: a FAVOR layer draws as many features as its head has channels)."""
+    out = dict(cfg)
+    attention, heads, dim = out.get("attention"), out.get("num_heads"), out.get("dim_model")
+    if not isinstance(attention, Mapping):
+        return out
+    attention = {"num_heads": heads, "dim_model": dim, **attention}
+    whole = all(isinstance(n, int) and not isinstance(n, bool) for n in (heads, dim))
+    if attention.get("dim_features") is None and whole and heads > 0:
+        attention["dim_features"] = dim // heads
+    out["attention"] = attention
     return out
 
 
 def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"a stack config must be a mapping, got {cfg!r}", path)
-    kind = cfg.get("block_type")
-    kind = getattr(kind, "value", kind)  # a BlockType enum member
-    if kind not in BLOCK_KEYS:
-        reason = "missing required key" if "block_type" not in cfg else f"unknown block_type {kind!r}"
-        raise ConfigError(reason, join_path(path, "block_type"), BLOCK_KEYS, kind)
+    c = read_stack(cfg, path)
+    kind = c["block_type"]
     known = {
         "block_type", "num_layers", "dim_model", "residual_norm_style", "normalization",
         "position_encoding_config", "feedforward_config", "patch_embedding_config", "reversible",
@@ -117,19 +168,20 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
         *INERT_BLOCK_KEYS,
         *OFF_ONLY_BLOCK,
     }  # fmt: skip
-    c = take(canonical_stack(cfg, path), path, known)
+    take(c, path, known)
     off_only(c, path, OFF_ONLY_BLOCK)
     for key in ("dim_model", "feedforward_config", *BLOCK_KEYS[kind]):
         if key not in c:
             raise ConfigError("missing required key", join_path(path, key))
-    style = c.get("residual_norm_style", "post")
-    style = getattr(style, "value", style)
+    if kind == "decoder" and c["reversible"]:
+        raise ConfigError("xformers makes encoder stacks reversible, never decoder stacks",
+                          join_path(path, "reversible"))  # fmt: skip
+    style = c["residual_norm_style"]
     if style not in RESIDUAL:
         raise ConfigError(
             f"unknown residual style {style!r}", join_path(path, "residual_norm_style"), RESIDUAL, style
         )
-    norm = c.get("normalization", "layernorm")
-    norm = getattr(norm, "value", norm)
+    norm = c["normalization"]
     if norm not in NORMALIZATION:
         raise ConfigError(
             f"unsupported normalization {norm!r}", join_path(path, "normalization"), NORMALIZATION, norm
@@ -159,10 +211,10 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     block["norm"] = {"name": NORMALIZATION[norm]}
     block["residual"] = {"name": RESIDUAL[style]}
     return {
-        "path": path, "kind": kind, "block": block, "num_layers": c.get("num_layers", 1), "dim_model": dim,
+        "path": path, "kind": kind, "block": block, "num_layers": c["num_layers"], "dim_model": dim,
         "rotary": rotary, "causal": causal, "residual": RESIDUAL[style],
         "position": c.get("position_encoding_config"), "patches": c.get("patch_embedding_config"),
-        "reversible": c.get("reversible", False),
+        "reversible": c["reversible"],
     }  # fmt: skip
 
 
@@ -205,7 +257,7 @@ def translate_attention(
 def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, Any], bool]:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"expected a mapping with a 'name' key, got {cfg!r}", path)
-    name = cfg.get("name")
+    name = MECHANISM_NAMES.get(cfg.get("name"), cfg.get("name"))
     if name not in ATTENTION_REGISTRY:
         reason = (
             "missing required key"
@@ -213,9 +265,9 @@ def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, 
             else f"xformers attention {name!r} has no brickwork equivalent"
         )
         raise ConfigError(reason, join_path(path, "name"), ATTENTION_REGISTRY.names(), name)
-    off_only(cfg, path, OFF_ONLY_ATTENTION.get(name, {}))
+    check_mechanism(name, cfg, path)
     options = ATTENTION_REGISTRY.get(name).option_names()
-    out = {"name": name}
+    out = {"name": name, **FIXED_OPTIONS.get(name, {})}
     causal = cfg.get("causal", False) is True
     if causal and name in IGNORED_CAUSAL:
         warnings.warn(
@@ -247,14 +299,21 @@ def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, 
     return out, causal
 
 
-def _global_tokens(mask: Any, path: str) -> int:
-    """xformers' ``attention_query_mask`` (a bool per position) as brickwork's leading global tokens."""
+def check_mechanism(name: str, cfg: Mapping[str, Any], path: str) -> None:
+    """Refuse the options of xformers' mechanism ``name`` (brickwork's name) that brickwork lacks."""
+    off_only(cfg, path, OFF_ONLY_ATTENTION.get(name, {}))
+    if name == "pooling" and cfg.get("padding") not in (None, cfg.get("pool_size", 3) // 2):
+        raise ConfigError("the window is centred on each token: padding must be pool_size // 2",
+                          join_path(path, "padding"))  # fmt: skip
+
+
+def global_positions(mask: Any, path: str) -> list[int]:
+    """xformers' ``attention_query_mask`` (a bool per position, ``[T, 1]``) as the global positions."""
     flags = mask.flatten().tolist() if hasattr(mask, "flatten") else list(mask)
     flags = [bool(f[0] if isinstance(f, list | tuple) else f) for f in flags]
-    count = sum(flags)
-    if count == 0 or flags[:count] != [True] * count:
-        raise ConfigError("brickwork's global tokens are the leading positions; mark a prefix", path)
-    return count
+    if not any(flags):
+        raise ConfigError("marks no global position", path)
+    return [i for i, flag in enumerate(flags) if flag]
 
 
 def _shared_layout(layout: Any, path: str) -> list[list[bool]]:
@@ -269,7 +328,7 @@ def _shared_layout(layout: Any, path: str) -> list[list[bool]]:
 
 # xformers options whose value brickwork reads in another form: (brickwork option, translation).
 RESHAPED_ATTENTION = {
-    "global": {"attention_query_mask": ("num_global_tokens", _global_tokens)},
+    "global": {"attention_query_mask": ("global_positions", global_positions)},
     "blocksparse": {"layout": ("layout", _shared_layout)},
 }
 
@@ -308,7 +367,9 @@ def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
     out = {"name": FEEDFORWARD[name], "hidden_dim": int(hidden), "activation": ACTIVATION[activation],
            "dropout": c.get("dropout", 0.0), "bias": c.get("bias", True)}  # fmt: skip
     if out["name"] == "moe":
-        out["num_experts"] = c.get("number_of_experts", 8)
+        if "number_of_experts" not in c:
+            raise ConfigError("missing required key", join_path(path, "number_of_experts"))
+        out["num_experts"] = c["number_of_experts"]
         gate = c.get("gate", "top_2")
         gate = getattr(gate, "value", gate)
         if gate not in MOE_GATES:
