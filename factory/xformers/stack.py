@@ -50,21 +50,35 @@ WEIGHT_INIT = {
     "moco": {"name": "xavier"},
     "small": {"name": "small_init"},
 }
-# Every key some xformers mechanism config declared. xformers' factory filled in the layer's sizes
-# (dim_model, num_heads, dim_features) and its example configs set seq_len for every mechanism; each
-# mechanism's constructor swallowed the keys it did not use. A key from this set that a brickwork
-# mechanism has no option for is dropped the same way (docs/spec.md lists them); any other key is an
-# error.
-XFORMERS_ATTENTION_KEYS = frozenset({
-    "name", "dropout", "causal", "seq_len", "to_seq_len", "dim_model", "num_heads", "dim_features",
-    "dim_head", "window_size", "force_sparsity", "k", "num_landmarks", "landmark_pooling",
-    "use_razavi_pinverse", "pinverse_original_init", "inv_iterations", "v_skip_connection",
-    "conv_kernel_size", "iter_before_redraw", "feature_map_type", "normalize_inputs", "pool_size", "r",
-    "stride", "padding",
-    "constant_masking", "attention_query_mask", "layout", "block_size", "subsample_fraction",
-    "landmark_selection", "num_rules", "dim_attn", "dim_key", "dim_value", "dim_selection", "qk_rule",
-    "nonlinear", "q_compose", "bias", "in_proj_container", "use_separate_proj_weight",
-})  # fmt: skip
+# Each xformers mechanism (by xformers' name) and the keys its config class declared beside ``name``
+# and ``dropout``; ``brickwork.xformers`` builds its config classes from this table.
+XFORMERS_MECHANISMS = {
+    "scaled_dot_product": ("causal", "seq_len", "to_seq_len"),
+    "favor": ("causal", "dim_features", "dim_head", "iter_before_redraw", "feature_map_type",
+              "normalize_inputs"),
+    "global": ("attention_query_mask", "causal", "force_sparsity"),
+    "local": ("causal", "window_size", "force_sparsity"),
+    "random": ("causal", "r", "constant_masking", "force_sparsity"),
+    "linformer": ("seq_len", "k"),
+    "nystrom": ("num_heads", "num_landmarks", "landmark_pooling", "causal", "pinverse_original_init",
+                "inv_iterations", "v_skip_connection", "conv_kernel_size", "use_razavi_pinverse"),
+    "orthoformer": ("num_landmarks", "subsample_fraction", "landmark_selection"),
+    "lambda": ("seq_len", "dim_head"),
+    "pooling": ("pool_size", "stride", "padding"),
+    "visual": ("dim_model",),
+    "fourier_mix": (),
+    "compositional": ("dim_model", "num_heads", "dim_attn", "num_rules", "dim_key", "dim_value",
+                      "dim_selection", "qk_rule", "nonlinear", "q_compose", "bias", "causal",
+                      "in_proj_container", "use_separate_proj_weight"),
+    "blocksparse": ("layout", "block_size", "num_heads"),
+}  # fmt: skip
+# xformers' factory filled in the layer's sizes (dim_model, num_heads, dim_features) and its example
+# configs set seq_len for every mechanism; each mechanism's constructor swallowed the keys it did not
+# use. A key from these that a brickwork mechanism has no option for is dropped the same way
+# (docs/spec.md lists them); any other key is an error.
+XFORMERS_ATTENTION_KEYS = frozenset(
+    {"name", "dropout", "seq_len", "dim_model", "num_heads", "dim_features"}
+).union(*XFORMERS_MECHANISMS.values())
 # Keys that changed what an xformers mechanism computed and that brickwork has no option for: only
 # the "feature off" value converts.
 OFF_ONLY_ATTENTION = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from brickwork.factory.xformers.stack import read_head
 from brickwork.xformers.components.activations import Activation, build_activation
 from brickwork.xformers.components.attention import Attention, build_attention
 from brickwork.xformers.components.input_projection import InputProjection, InputProjectionConfig
@@ -24,17 +25,13 @@ def build_multi_head_attention(
     multi_head_config: MultiHeadDispatchConfig | dict[str, Any],
 ) -> MultiHeadDispatch:
     """A :class:`MultiHeadDispatch` from its config. As in xformers, a dict config gains the missing
-    fields (None) and its ``attention`` sub-config inherits ``num_heads``, ``dim_model`` and
-    ``dim_features`` (the head size) before the mechanism is built; the caller's dict is not changed."""
+    fields (None) and its ``attention`` sub-config inherits the layer's sizes (``read_head``, the one
+    reading of xformers configs) before the mechanism is built; the caller's dict is not changed."""
     if not isinstance(multi_head_config, MultiHeadDispatchConfig):
-        cfg = {f.name: multi_head_config.get(f.name) for f in dataclasses.fields(MultiHeadDispatchConfig)}
+        given = read_head(multi_head_config)
+        cfg = {f.name: given.get(f.name) for f in dataclasses.fields(MultiHeadDispatchConfig)}
         if not isinstance(cfg["attention"], Attention):
-            attention = dict(cfg["attention"])
-            attention.setdefault("num_heads", cfg["num_heads"])
-            attention.setdefault("dim_model", cfg["dim_model"])
-            if attention.get("dim_features") is None:
-                attention["dim_features"] = cfg["dim_model"] // cfg["num_heads"]
-            cfg["attention"] = build_attention(attention)
+            cfg["attention"] = build_attention(cfg["attention"])
         multi_head_config = MultiHeadDispatchConfig(**cfg)
     return MultiHeadDispatch.from_config(multi_head_config)
 

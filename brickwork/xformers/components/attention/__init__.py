@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from brickwork.factory.xformers.stack import XFORMERS_MECHANISMS
 from brickwork.xformers.components.attention._sputnik_sparse import SparseCS
 from brickwork.xformers.components.attention.attention_mask import AttentionMask
 from brickwork.xformers.components.attention.base import Attention, AttentionConfig
@@ -51,12 +52,6 @@ def maybe_sparsify(matrix: torch.Tensor) -> Any:
     return sparsify(matrix)
 
 
-def _config(name: str, **fields: Any) -> type:
-    """A config dataclass named like xformers' for mechanism ``name``."""
-    spec = [(key, kind, dataclasses.field(default=None)) for key, kind in fields.items()]
-    return dataclasses.make_dataclass(name, spec, bases=(AttentionConfig,))
-
-
 from brickwork.xformers.components.attention.compositional import CompositionalAttention  # noqa: E402
 from brickwork.xformers.components.attention.mechanisms import (  # noqa: E402
     FavorAttention,
@@ -73,52 +68,19 @@ from brickwork.xformers.components.attention.mechanisms import (  # noqa: E402
     VisualAttention,
 )
 
-ScaledDotProductConfig = _config("ScaledDotProductConfig", causal=Any, seq_len=Any, to_seq_len=Any)
-FavorAttentionConfig = _config(
-    "FavorAttentionConfig", causal=Any, dim_features=Any, dim_head=Any, iter_before_redraw=Any,
-    feature_map_type=Any, normalize_inputs=Any,
-)  # fmt: skip
-GlobalAttentionConfig = _config(
-    "GlobalAttentionConfig", attention_query_mask=Any, causal=Any, force_sparsity=Any
-)
-LocalAttentionConfig = _config("LocalAttentionConfig", causal=Any, window_size=Any, force_sparsity=Any)
-RandomAttentionConfig = _config(
-    "RandomAttentionConfig", causal=Any, r=Any, constant_masking=Any, force_sparsity=Any
-)
-LinformerSelfAttentionConfig = _config("LinformerSelfAttentionConfig", seq_len=Any, k=Any)
-NystromSelfAttentionConfig = _config(
-    "NystromSelfAttentionConfig", num_heads=Any, num_landmarks=Any, landmark_pooling=Any, causal=Any,
-    pinverse_original_init=Any, inv_iterations=Any, v_skip_connection=Any, conv_kernel_size=Any,
-    use_razavi_pinverse=Any,
-)  # fmt: skip
-OrthoformerAttentionConfig = _config(
-    "OrthoformerAttentionConfig", num_landmarks=Any, subsample_fraction=Any, landmark_selection=Any
-)
-LambdaLayerConfig = _config("LambdaLayerConfig", seq_len=Any, dim_head=Any)
-PoolingAttentionConfig = _config("PoolingAttentionConfig", pool_size=Any, stride=Any, padding=Any)
-VisualAttentionConfig = _config("VisualAttentionConfig", dim_model=Any)
-CompositionalAttentionConfig = _config(
-    "CompositionalAttentionConfig", dim_model=Any, num_heads=Any, dim_attn=Any, num_rules=Any, dim_key=Any,
-    dim_value=Any, dim_selection=Any, qk_rule=Any, nonlinear=Any, q_compose=Any, bias=Any, causal=Any,
-    in_proj_container=Any, use_separate_proj_weight=Any,
-)  # fmt: skip
-
-for _name, _cls, _cfg in (
-    ("scaled_dot_product", ScaledDotProduct, ScaledDotProductConfig),
-    ("favor", FavorAttention, FavorAttentionConfig),
-    ("global", GlobalAttention, GlobalAttentionConfig),
-    ("local", LocalAttention, LocalAttentionConfig),
-    ("random", RandomAttention, RandomAttentionConfig),
-    ("linformer", LinformerAttention, LinformerSelfAttentionConfig),
-    ("nystrom", NystromAttention, NystromSelfAttentionConfig),
-    ("orthoformer", OrthoFormerAttention, OrthoformerAttentionConfig),
-    ("lambda", LambdaLayer, LambdaLayerConfig),
-    ("pooling", Pooling, PoolingAttentionConfig),
-    ("visual", VisualAttention, VisualAttentionConfig),
-    ("fourier_mix", FourierMix, AttentionConfig),
-    ("compositional", CompositionalAttention, CompositionalAttentionConfig),
-):
-    register_attention(_name, _cfg)(_cls)
+for _name, _cls in (
+    ("scaled_dot_product", ScaledDotProduct), ("favor", FavorAttention), ("global", GlobalAttention),
+    ("local", LocalAttention), ("random", RandomAttention), ("linformer", LinformerAttention),
+    ("nystrom", NystromAttention), ("orthoformer", OrthoFormerAttention), ("lambda", LambdaLayer),
+    ("pooling", Pooling), ("visual", VisualAttention), ("fourier_mix", FourierMix),
+    ("compositional", CompositionalAttention),
+):  # fmt: skip
+    # The config class declares the keys xformers' did (the one table of them, beside the reading of
+    # xformers configs); each is None when a config leaves it out.
+    _fields = [(key, Any, dataclasses.field(default=None)) for key in XFORMERS_MECHANISMS[_name]]
+    register_attention(
+        _name, dataclasses.make_dataclass(f"{_cls.__name__}Config", _fields, bases=(AttentionConfig,))
+    )(_cls)
 
 __all__ = [
     "ATTENTION_REGISTRY",

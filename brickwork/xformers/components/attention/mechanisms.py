@@ -4,7 +4,8 @@ xformers hands a mechanism q ``[B*H, Tq, D]`` (heads folded into the batch) and 
 :class:`BrickworkAttention` unfolds that to brickwork's ``[B*H, 1, Tq, D]``, turns the masks into
 brickwork's (boolean True = attend, or additive), and runs ``self.mechanism``. Options xformers
 accepted but that change nothing here are swallowed as xformers did (``*_, **__``); options that
-would change the result and that brickwork does not implement are refused.
+would change the result and that brickwork does not implement are refused (``ConfigError``) by
+``check_mechanism``, as ``from_xformers_config`` refuses them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from torch import nn
 
 from brickwork.components import attention as bw
 from brickwork.components.attention.scaled_dot_product import dense_attention
-from brickwork.xformers._compat import XformersCompatError, as_int, require
+from brickwork.factory.xformers.stack import check_mechanism
+from brickwork.xformers._compat import as_int, require
 from brickwork.xformers.components.attention.attention_mask import AttentionMask
 from brickwork.xformers.components.attention.base import Attention
 from brickwork.xformers.components.attention.core import MaskLike, dense_mask, fit_mask
@@ -26,10 +28,6 @@ from brickwork.xformers.components.attention.feature_maps import FeatureMapType,
 from brickwork.xformers.components.attention.utils import reshape_key_padding_mask
 
 logger = logging.getLogger("brickwork.xformers")
-
-
-def _refuse(option: str, value: Any, why: str) -> None:
-    raise XformersCompatError(f"{option}={value!r} is not supported by brickwork.xformers: {why}")
 
 
 class BrickworkAttention(Attention):
@@ -246,8 +244,7 @@ class RandomAttention(BrickworkAttention):
         **__: Any,
     ) -> None:
         super().__init__()
-        if not constant_masking:
-            _refuse("constant_masking", constant_masking, "brickwork's random pattern is drawn once")
+        check_mechanism("random", {"constant_masking": constant_masking}, "")
         self.causal, self.r = causal, r
         self.mechanism = bw.RandomAttention(r=float(r), causal=causal, dropout=float(dropout))
         self.requires_same_k_q_dimensions = True
@@ -289,13 +286,9 @@ class NystromAttention(BrickworkAttention):
         **__: Any,
     ) -> None:
         super().__init__()
-        for option, value in (
-            ("landmark_pooling", landmark_pooling),
-            ("v_skip_connection", v_skip_connection),
-            ("conv_kernel_size", conv_kernel_size),
-        ):
-            if value is not None:
-                _refuse(option, value, "brickwork's Nyström uses segment means and no skip connection")
+        refused = {"landmark_pooling": landmark_pooling, "v_skip_connection": v_skip_connection,
+                   "conv_kernel_size": conv_kernel_size}  # fmt: skip
+        check_mechanism("nystrom", refused, "")
         self.causal, self.num_heads = causal, num_heads
         self.mechanism = bw.NystromAttention(
             num_landmarks=as_int(num_landmarks),
@@ -427,12 +420,7 @@ class Pooling(_SquareGridMixer):
         self, pool_size: int = 3, stride: int = 1, padding: int | None = None, *_: Any, **__: Any
     ) -> None:
         super().__init__()
-        if stride not in (None, 1):
-            _refuse("stride", stride, "pooling keeps the sequence length")
-        if padding not in (None, pool_size // 2):
-            _refuse(
-                "padding", padding, f"the window is centred (padding = pool_size // 2 = {pool_size // 2})"
-            )
+        check_mechanism("pooling", {"pool_size": pool_size, "stride": stride, "padding": padding}, "")
         self.mechanism = bw.Pooling(pool_size=as_int(pool_size), grid=True)
 
 
