@@ -18,7 +18,9 @@ from brickwork.factory.xformers.stack import (
     BLOCK_KEYS,
     POSITIONS,
     WEIGHT_INIT,
+    check_stacks,
     off_only,
+    read_stack,
     take,
     translate_stack,
 )
@@ -46,6 +48,8 @@ class _Converter:
 
     def model(self, entries: list[tuple[str, Any]], top: Mapping[str, Any]) -> dict[str, Any]:
         stacks = [translate_stack(path, cfg) for path, cfg in entries]
+        check_stacks([(path, read_stack(cfg, path)) for path, cfg in entries],
+                     top.get("tie_embedding_weights", False) is True)  # fmt: skip
         encoders = [st for st in stacks if st["kind"] == "encoder"]
         decoders = [st for st in stacks if st["kind"] == "decoder"]
         if not encoders:
@@ -190,11 +194,7 @@ class _Converter:
             out["layers"] = layers
         self.map(join_path(name, "num_layers"), join_path(stacks[0]["path"], "num_layers"))
         self.map(join_path(name, "reversible"), join_path(stacks[0]["path"], "reversible"))
-        reversible = {st["reversible"] for st in stacks}
-        if len(reversible) > 1:
-            raise ConfigError("brickwork makes a whole stack reversible or none of it; these stacks differ",
-                              join_path(stacks[-1]["path"], "reversible"))  # fmt: skip
-        if reversible == {True}:
+        if stacks[0]["reversible"]:  # then all of them (check_stacks)
             out["reversible"] = True
         return out
 

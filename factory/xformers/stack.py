@@ -38,7 +38,6 @@ FEEDFORWARD = {"MLP": "mlp", "MixtureOfExperts": "moe"}
 FEEDFORWARD_ALIASES = {"FusedMLP": "MLP"}
 # xformers' earlier name of a block key, still found in configs written for it.
 RENAMED_BLOCK_KEYS = {"layer_norm_style": "residual_norm_style"}
-ACTIVATION = {"relu": "relu", "gelu": "gelu", "squared_relu": "squared_relu"}
 # xformers' other gate, "round_robin", has no brickwork router.
 MOE_GATES = {"top_2": 2}
 # xformers' mechanism names where brickwork's registry names the same mechanism otherwise.
@@ -170,6 +169,27 @@ def read_head(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def check_stacks(stacks: list[tuple[str, Mapping[str, Any]]], tied: bool) -> None:
+    """xformers' rules across one model's stacks, each ``(key path, what read_stack read)``: only
+    encoder stacks are reversible, all of them or none; deepnorm is every stack's style or none's;
+    reversible stacks take neither tied embeddings nor deepnorm."""
+    encoders = [(path, st) for path, st in stacks if st["block_type"] == "encoder"]
+    for path, st in stacks:
+        if st["block_type"] == "decoder" and st["reversible"]:
+            raise ConfigError("only encoder stacks can be reversible", join_path(path, "reversible"))
+    reversible = {st["reversible"] for _, st in encoders}
+    if len(reversible) > 1:
+        raise ConfigError("all encoder stacks are reversible or none is; these differ",
+                          join_path(encoders[-1][0], "reversible"))  # fmt: skip
+    deepnorm = {st["residual_norm_style"] == "deepnorm" for _, st in stacks}
+    if len(deepnorm) > 1:
+        raise ConfigError("all stacks use deepnorm or none does; these differ",
+                          join_path(stacks[-1][0], "residual_norm_style"))  # fmt: skip
+    if reversible == {True} and (tied or deepnorm == {True}):
+        raise ConfigError("reversible stacks take neither tied embeddings nor deepnorm",
+                          join_path(encoders[0][0], "reversible"))  # fmt: skip
+
+
 def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"a stack config must be a mapping, got {cfg!r}", path)
@@ -187,9 +207,6 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     for key in ("dim_model", "feedforward_config", *BLOCK_KEYS[kind]):
         if key not in c:
             raise ConfigError("missing required key", join_path(path, key))
-    if kind == "decoder" and c["reversible"]:
-        raise ConfigError("xformers makes encoder stacks reversible, never decoder stacks",
-                          join_path(path, "reversible"))  # fmt: skip
     style = c["residual_norm_style"]
     if style not in RESIDUAL:
         raise ConfigError(
@@ -363,14 +380,6 @@ def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
     for key in ("activation", "hidden_layer_multiplier"):
         if key not in c:
             raise ConfigError("missing required key", join_path(path, key))
-    activation = getattr(c["activation"], "value", c["activation"])
-    if activation not in ACTIVATION:
-        raise ConfigError(
-            f"unsupported activation {activation!r}",
-            join_path(path, "activation"),
-            ACTIVATION,
-            activation,
-        )
     multiplier = c["hidden_layer_multiplier"]
     hidden = multiplier * dim if isinstance(multiplier, (int, float)) and isinstance(dim, int) else None
     if hidden is None or isinstance(multiplier, bool) or hidden != int(hidden) or hidden <= 0:
@@ -378,7 +387,9 @@ def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
             f"must make a positive whole hidden size with dim_model={dim}, got {multiplier!r}",
             join_path(path, "hidden_layer_multiplier"),
         )
-    out = {"name": FEEDFORWARD[name], "hidden_dim": int(hidden), "activation": ACTIVATION[activation],
+    # xformers' activation names (an Activation member or its value) are brickwork's, which checks them.
+    out = {"name": FEEDFORWARD[name], "hidden_dim": int(hidden),
+           "activation": getattr(c["activation"], "value", c["activation"]),
            "dropout": c.get("dropout", 0.0), "bias": c.get("bias", True)}  # fmt: skip
     if out["name"] == "moe":
         if "number_of_experts" not in c:

@@ -208,9 +208,9 @@ def test_several_stacks_of_one_kind_become_per_layer_overrides() -> None:
             "unsupported feedforward",
         ),
         (
-            lambda c: c[0]["feedforward_config"].update(activation="smelu"),
+            lambda c: c[0]["feedforward_config"].update(activation="swish"),
             "0.feedforward_config.activation",
-            "unsupported activation",
+            "unknown activation",
         ),
         (
             lambda c: c[0]["feedforward_config"].update(hidden_layer_multiplier=0.3),

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from brickwork.errors import join_path
-from brickwork.factory.xformers.stack import read_stack, stack_kind
-from brickwork.xformers._compat import require
+from brickwork.errors import ConfigError, join_path
+from brickwork.factory.xformers.stack import check_stacks, read_stack, stack_kind
+from brickwork.xformers._compat import XformersCompatError
 from brickwork.xformers.components import ResidualNormStyle
 from brickwork.xformers.components.residual import get_deepnorm_coefficients
 from brickwork.xformers.components.reversible import ReversibleSequence
@@ -80,15 +80,10 @@ class xFormer(nn.Module):
             stack_configs = list(stack_configs.values())
         if not isinstance(stack_configs, list):
             stack_configs = [stack_configs]
-        reversible = [c.reversible for c in stack_configs if c.block_type == "encoder"]
-        require(
-            all(reversible) or not any(reversible),
-            f"All layers need the same reversibility setting, got {reversible}",
-        )
-        deepnorm = [c.residual_norm_style == ResidualNormStyle.DeepNorm for c in stack_configs]
-        require(
-            all(deepnorm) or not any(deepnorm), f"All layers need the same deepnorm setting, got {deepnorm}"
-        )
+        try:  # a config's attributes are what read_stack read
+            check_stacks([(str(i), vars(c)) for i, c in enumerate(stack_configs)], tie_embedding_weights)
+        except ConfigError as err:
+            raise XformersCompatError(str(err)) from None
         encoders: list[nn.Module] = []
         decoders: list[nn.Module] = []
         self.reversible_encoder = False
@@ -104,17 +99,12 @@ class xFormer(nn.Module):
                     config.layer_position.mark_not_last()
                 block = builder(config)
                 if config.reversible:
-                    require(encoder, "only encoder stacks can be reversible")
                     if block.pose_encoding is not None:
                         self.rev_enc_pose_encoding = block.pose_encoding
                     self.reversible_encoder = True
                     recipient.append(nn.ModuleList(xFormerEncoderBlock.get_reversible_layer(config)))
                 else:
                     recipient.append(block)
-        require(
-            not tie_embedding_weights or not self.reversible_encoder,
-            "Reversible layers and tied embeddings are not supported together",
-        )
         if (
             tie_embedding_weights
             and encoders
@@ -130,10 +120,6 @@ class xFormer(nn.Module):
         )
         self.decoders = nn.ModuleList(decoders)
         use_deepnorm = stack_configs[0].residual_norm_style == ResidualNormStyle.DeepNorm
-        require(
-            not use_deepnorm or not self.reversible_encoder,
-            "Reversible layers and deepnorm are not supported together",
-        )
         self.init_weights(xFormerWeightInit(weight_init), use_deepnorm)
 
     @classmethod
