@@ -84,8 +84,7 @@ OFF_ONLY_ATTENTION = {
     "nystrom": {"landmark_pooling": None, "v_skip_connection": None, "conv_kernel_size": None},
     "random": {"constant_masking": True},
     "pooling": {"stride": 1},
-    "compositional": {"qk_rule": False, "nonlinear": False, "q_compose": False, "dim_attn": None,
-                      "dim_key": None, "dim_value": None, "in_proj_container": None,
+    "compositional": {"dim_attn": None, "dim_key": None, "dim_value": None, "in_proj_container": None,
                       "use_separate_proj_weight": True, "bias": True},
 }  # fmt: skip
 # What xformers' mechanism had built in: its pooling mixed over the square grid of tokens, and its
@@ -325,9 +324,18 @@ def translate_mechanism(cfg: Any, path: str, num_heads: Any) -> tuple[dict[str, 
                 f"unknown key {key!r} for xformers attention {name!r}", join_path(path, str(key)),
                 sorted(set(options) | XFORMERS_ATTENTION_KEYS), key,
             )  # fmt: skip
+    if name == "compositional":
+        out.setdefault("selection", compositional_selection(cfg.get("qk_rule"), cfg.get("nonlinear")))
     if causal:
         out["causal"] = True  # a mechanism without a causal form is refused when the spec is checked
     return out, causal
+
+
+def compositional_selection(qk_rule: Any, nonlinear: Any) -> str:
+    """xformers' rule scoring as compositional attention's ``selection``: ``qk_rule`` a dot product,
+    else a score network, of two layers when ``nonlinear``. (``q_compose`` changes nothing here: the
+    selection query is always the head's projected query.)"""
+    return "dot" if qk_rule else ("mlp" if nonlinear else "linear")
 
 
 def check_mechanism(name: str, cfg: Mapping[str, Any], path: str) -> None:

@@ -480,8 +480,8 @@ def test_vit_converts_and_trains_a_step() -> None:
             {"name": "lambda_layer", "seq_len": SEQ},
         ),
         (
-            {"name": "compositional", "num_rules": 2, "dim_model": EMB, "num_heads": HEADS},
-            {"name": "compositional", "num_rules": 2},
+            {"name": "compositional", "num_rules": 2, "dim_model": EMB, "num_heads": HEADS, "qk_rule": True},
+            {"name": "compositional", "num_rules": 2, "selection": "dot"},
         ),
         ({"name": "visual", "dim_model": EMB}, {"name": "visual"}),
         ({"name": "pooling", "pool_size": 3, "stride": 1, "padding": 1}, {"name": "pooling", "grid": True}),
@@ -493,7 +493,8 @@ def test_the_new_mechanisms_convert_from_xformers_keys(
 ) -> None:
     """xformers' names and keys give brickwork's mechanism and options, as xformers' classes had them:
     orthoformer and lambda renamed, favor's features the head size (xformers' factory filled them in),
-    global positions anywhere, pooling over the token grid, normalize_inputs accepted."""
+    global positions anywhere, pooling over the token grid, normalize_inputs accepted, qk_rule a dot
+    product selection."""
     cfg = encoder_config()
     cfg[0]["multi_head_config"]["attention"] = {**attention, "dropout": 0.0, "seq_len": SEQ}
     spec = from_xformers_config(cfg)

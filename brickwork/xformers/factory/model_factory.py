@@ -81,7 +81,8 @@ class xFormer(nn.Module):
         if not isinstance(stack_configs, list):
             stack_configs = [stack_configs]
         try:  # a config's attributes are what read_stack read
-            check_stacks([(str(i), vars(c)) for i, c in enumerate(stack_configs)], tie_embedding_weights)
+            check_stacks([(join_path("stack_configs", i), vars(c)) for i, c in enumerate(stack_configs)],
+                         tie_embedding_weights)  # fmt: skip
         except ConfigError as err:
             raise XformersCompatError(str(err)) from None
         encoders: list[nn.Module] = []

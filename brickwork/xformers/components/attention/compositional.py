@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from brickwork.components.attention import CompositionalAttention as BrickworkCompositional
+from brickwork.factory.xformers.stack import compositional_selection
 from brickwork.xformers._compat import as_int, require
 from brickwork.xformers.components.attention.core import MaskLike, dense_mask, fit_mask
 from brickwork.xformers.components.attention.mechanisms import BrickworkAttention
@@ -62,7 +63,7 @@ class CompositionalAttention(BrickworkAttention):
         self.mechanism = BrickworkCompositional(
             num_heads=num_heads, dim_head=dim_model // num_heads, num_rules=as_int(num_rules),
             dim_selection=as_int(dim_selection), causal=causal, dropout=float(dropout),
-            selection="dot" if qk_rule else ("mlp" if nonlinear else "linear"),
+            selection=compositional_selection(qk_rule, nonlinear),
         )  # fmt: skip
         self.out_proj = nn.Linear(dim_model, dim_model, bias=bias)
         self.requires_skip_multi_head = True
