@@ -19,6 +19,7 @@ from brickwork.factory.xformers.stack import (
     POSITIONS,
     WEIGHT_INIT,
     check_stacks,
+    choose,
     off_only,
     read_stack,
     take,
@@ -61,47 +62,37 @@ class _Converter:
         first = stacks[0]
         for st in stacks[1:]:
             if st["dim_model"] != first["dim_model"]:
-                raise ConfigError(
-                    f"all stacks need the same dim_model; {first['path']} has {first['dim_model']}",
-                    join_path(st["path"], "dim_model"),
-                )
+                reason = f"all stacks need the same dim_model; {first['path']} has {first['dim_model']}"
+                raise ConfigError(reason, join_path(st["path"], "dim_model"))
             if st["rotary"] != first["rotary"]:
-                raise ConfigError(
-                    "brickwork applies rotary embeddings to every self-attention or to none",
-                    join_path(st["path"], BLOCK_KEYS[st["kind"]][0], "use_rotary_embeddings"),
-                )
+                head = join_path(st["path"], BLOCK_KEYS[st["kind"]][0])
+                raise ConfigError("brickwork applies rotary embeddings to every self-attention or to none",
+                                  join_path(head, "use_rotary_embeddings"))  # fmt: skip
         causal = {st["causal"] for st in encoders}
+        causal_key = ("multi_head_config", "attention", "causal")
         if len(causal) > 1:
-            raise ConfigError(
-                "encoder stacks mix causal and bidirectional attention",
-                join_path(encoders[-1]["path"], "multi_head_config", "attention", "causal"),
-            )
+            raise ConfigError("encoder stacks mix causal and bidirectional attention",
+                              join_path(encoders[-1]["path"], *causal_key))  # fmt: skip
         share_embeddings = True
         if decoders:
             kind = "encoder_decoder"
             if causal == {True}:
-                raise ConfigError(
-                    "the encoder of an encoder-decoder must not be causal",
-                    join_path(encoders[0]["path"], "multi_head_config", "attention", "causal"),
-                )
+                raise ConfigError("the encoder of an encoder-decoder must not be causal",
+                                  join_path(encoders[0]["path"], *causal_key))  # fmt: skip
             share_embeddings = top.get("tie_embedding_weights", False)
             if not isinstance(share_embeddings, bool):
                 raise ConfigError(f"must be true or false, got {share_embeddings!r}", "tie_embedding_weights")
         elif first["patches"] is not None:
             if causal == {True}:
-                raise ConfigError(
-                    "an image encoder attends both ways; set causal: false",
-                    join_path(first["path"], "multi_head_config", "attention", "causal"),
-                )
+                raise ConfigError("an image encoder attends both ways; set causal: false",
+                                  join_path(first["path"], *causal_key))  # fmt: skip
             return self.image_model(first, stacks, top)
         else:
             kind = "decoder_lm" if causal == {True} else "encoder"
         for st in stacks[1:]:
             if st["patches"] is not None:
-                raise ConfigError(
-                    "only the first stack of an image encoder embeds patches",
-                    join_path(st["path"], "patch_embedding_config"),
-                )
+                raise ConfigError("only the first stack of an image encoder embeds patches",
+                                  join_path(st["path"], "patch_embedding_config"))  # fmt: skip
         embedding = self.embedding(stacks, first["dim_model"])
         spec: dict[str, Any] = {"model": kind, "vocab_size": embedding.pop("vocab_size")}
         spec["dim_model"] = first["dim_model"]
@@ -119,17 +110,14 @@ class _Converter:
                 spec["share_embeddings"] = False
                 self.map("share_embeddings", "tie_embedding_weights")
         else:
-            spec["decoder" if kind == "decoder_lm" else "encoder"] = self.stack_spec(
-                encoders, "decoder" if kind == "decoder_lm" else "encoder"
-            )
+            name = "decoder" if kind == "decoder_lm" else "encoder"
+            spec[name] = self.stack_spec(encoders, name)
         return spec
 
     def init(self, top: Mapping[str, Any]) -> dict[str, Any]:
         init = top.get("weight_init", "vit")
         init = getattr(init, "value", init)  # an xFormerWeightInit enum member
-        if init not in WEIGHT_INIT:
-            raise ConfigError(f"unknown weight_init {init!r}", "weight_init", WEIGHT_INIT, init)
-        return dict(WEIGHT_INIT[init])
+        return dict(WEIGHT_INIT[choose(init, WEIGHT_INIT, "weight_init", "unknown weight_init")])
 
     def image_model(
         self, first: Mapping[str, Any], stacks: list[dict[str, Any]], top: Mapping[str, Any]
@@ -153,10 +141,8 @@ class _Converter:
         position_path = join_path(first["path"], "position_encoding_config")
         position = take(first["position"] or {"name": "none"}, position_path,
                         {"name", "dim_model", "seq_len", "add_class_token"})  # fmt: skip
-        names = {"learnable": "learned", "sine": "sine", "none": "none"}
-        if position["name"] not in names:
-            raise ConfigError(f"unsupported position encoding {position['name']!r} for images",
-                              join_path(position_path, "name"), names, position["name"])  # fmt: skip
+        choose(position["name"], ("learnable", "sine", "none"), join_path(position_path, "name"),
+               "unsupported position encoding for images:")  # fmt: skip
         class_token = position.get("add_class_token", False) is True
         image_size = self.image_size
         if image_size is None:
@@ -168,8 +154,8 @@ class _Converter:
         spec: dict[str, Any] = {
             "model": "image_encoder", "dim_model": dim, "image_size": image_size, "patch_size": size,
             "channels": patches["in_channels"], "num_classes": 0, "class_token": class_token,
-            "pool": "cls" if class_token else "mean", "position": {"name": names[position["name"]]},
-            "final_norm": stacks[-1]["residual"] == "pre", "init": self.init(top),
+            "pool": "cls" if class_token else "mean", "final_norm": stacks[-1]["residual"] == "pre",
+            "position": {"name": POSITIONS.get(position["name"], "none")}, "init": self.init(top),
         }  # fmt: skip
         self.map("dim_model", join_path(first["path"], "dim_model"))
         self.map("patch_size", join_path(path, "kernel_size"))
@@ -211,32 +197,26 @@ class _Converter:
         ):  # fmt: skip
             self.map(join_path(prefix, brickwork), join_path(path, xformers))
         if len(heads) > 1:
-            self.map(join_path(prefix, "cross_attention"), join_path(path, heads[1]))
-            self.map(
-                join_path(prefix, "cross_attention.dropout"), join_path(path, heads[1], "residual_dropout")
-            )
-            self.map(join_path(prefix, "cross_attention.mechanism"), join_path(path, heads[1], "attention"))
+            cross = join_path(path, heads[1])
+            self.map(join_path(prefix, "cross_attention"), cross)
+            self.map(join_path(prefix, "cross_attention.dropout"), join_path(cross, "residual_dropout"))
+            self.map(join_path(prefix, "cross_attention.mechanism"), join_path(cross, "attention"))
 
     def embedding(self, stacks: list[dict[str, Any]], dim: Any) -> dict[str, Any]:
         """vocab_size, max_seq_len, position and dropout from the first stack's position encoding."""
         first = stacks[0]
         for st in stacks[1:]:
             if st["position"] is not None and st["position"] != first["position"]:
-                raise ConfigError(
-                    f"brickwork embeds positions once, as {first['path']}.position_encoding_config says; "
-                    "this one differs",
-                    join_path(st["path"], "position_encoding_config"),
-                )
+                reason = f"brickwork embeds positions once, as {first['path']}.position_encoding_config says"
+                raise ConfigError(f"{reason}; this one differs",
+                                  join_path(st["path"], "position_encoding_config"))  # fmt: skip
         path = join_path(first["path"], "position_encoding_config")
         cfg = first["position"]
         out: dict[str, Any] = {"vocab_size": self.vocab_size, "max_seq_len": self.max_seq_len, "dropout": 0.0}
         positions: list[dict[str, Any]] = []
         if cfg is not None:
             name = cfg.get("name") if isinstance(cfg, Mapping) else None
-            if name not in POSITIONS:
-                raise ConfigError(
-                    f"unsupported position encoding {name!r}", join_path(path, "name"), POSITIONS, name
-                )
+            choose(name, POSITIONS, join_path(path, "name"), "unsupported position encoding")
             known = {"name", "dim_model", "seq_len", "vocab_size", "dropout", "add_class_token"}
             c = take(cfg, path, known)
             off_only(c, path, {"add_class_token": False})
@@ -255,16 +235,13 @@ class _Converter:
                 self.map("max_seq_len", join_path(path, "seq_len"))
             out["dropout"] = c.get("dropout", 0.0)
             self.map("dropout", join_path(path, "dropout"))
-            positions.append({"name": "sine" if name == "sine" else "learned"})
+            positions.append({"name": POSITIONS[name]})
             self.map("position", path)
         if first["rotary"]:
             positions.append({"name": "rotary"})
         if out["vocab_size"] is None:
-            raise ConfigError(
-                "no 'vocab' position encoding gives the vocabulary size; pass vocab_size= (brickwork models "
-                "embed token ids themselves)",
-                path,
-            )
+            raise ConfigError("no 'vocab' position encoding gives the vocabulary size; pass vocab_size= "
+                              "(brickwork models embed token ids themselves)", path)  # fmt: skip
         out["position"] = positions[0] if len(positions) == 1 else positions or {"name": "none"}
         if out["max_seq_len"] is None:
             del out["max_seq_len"]

@@ -29,9 +29,10 @@ OFF_ONLY_HEAD = {"in_proj_container": None, "out_proj": None, "use_separate_proj
 BLOCK_DEFAULTS = {
     "residual_norm_style": "post", "normalization": "layernorm", "num_layers": 1, "reversible": False
 }  # fmt: skip
-RESIDUAL = {"pre": "pre", "post": "post", "deepnorm": "deepnorm"}
-# xformers' other normalization, "skip", has no brickwork block form.
-NORMALIZATION = {"layernorm": "layernorm"}
+# xformers' residual styles and normalizations, under the same names in brickwork; xformers' other
+# normalization, "skip", has no brickwork block form.
+RESIDUAL = ("pre", "post", "deepnorm")
+NORMALIZATION = ("layernorm",)
 FEEDFORWARD = {"MLP": "mlp", "MixtureOfExperts": "moe"}
 # xformers names whose component is another one's here: FusedMLP was the MLP with Triton kernels, and
 # brickwork's MLP picks its fused kernels per call (on CUDA).
@@ -42,7 +43,8 @@ RENAMED_BLOCK_KEYS = {"layer_norm_style": "residual_norm_style"}
 MOE_GATES = {"top_2": 2}
 # xformers' mechanism names where brickwork's registry names the same mechanism otherwise.
 MECHANISM_NAMES = {"orthoformer": "ortho", "lambda": "lambda_layer"}
-POSITIONS = ("vocab", "sine", "learnable")
+# xformers' position encodings as brickwork's (a vocab encoding is a learned table beside the tokens').
+POSITIONS = {"vocab": "learned", "sine": "sine", "learnable": "learned"}
 WEIGHT_INIT = {
     "vit": {"name": "xavier"},
     "timm": {"name": "normal", "std": 0.02},
@@ -103,6 +105,13 @@ def take(cfg: Mapping[str, Any], path: str, known: set[str]) -> dict[str, Any]:
         if key not in known:
             raise ConfigError("unknown or unsupported xformers key", join_path(path, str(key)), known, key)
     return dict(cfg)
+
+
+def choose(value: Any, choices: Any, path: str, what: str) -> Any:
+    """``value`` when it is one of ``choices``, else a ConfigError at ``path`` naming ``what``."""
+    if value not in choices:
+        raise ConfigError(f"{what} {value!r}", path, choices, value)
+    return value
 
 
 def off_only(cfg: Mapping[str, Any], path: str, rules: Mapping[str, Any]) -> None:
@@ -206,16 +215,11 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     for key in ("dim_model", "feedforward_config", *BLOCK_KEYS[kind]):
         if key not in c:
             raise ConfigError("missing required key", join_path(path, key))
-    style = c["residual_norm_style"]
-    if style not in RESIDUAL:
-        raise ConfigError(
-            f"unknown residual style {style!r}", join_path(path, "residual_norm_style"), RESIDUAL, style
-        )
-    norm = c["normalization"]
-    if norm not in NORMALIZATION:
-        raise ConfigError(
-            f"unsupported normalization {norm!r}", join_path(path, "normalization"), NORMALIZATION, norm
-        )
+    style = choose(c["residual_norm_style"], RESIDUAL, join_path(path, "residual_norm_style"),
+                   "unknown residual style")  # fmt: skip
+    norm = choose(
+        c["normalization"], NORMALIZATION, join_path(path, "normalization"), "unsupported normalization"
+    )
     dim = c["dim_model"]
     self_attention, rotary, causal = translate_attention(
         c[BLOCK_KEYS[kind][0]], join_path(path, BLOCK_KEYS[kind][0]), dim, self_attention=True
@@ -223,26 +227,19 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     block: dict[str, Any] = {"attention": self_attention}
     if kind == "decoder":
         if not causal:
-            raise ConfigError(
-                "brickwork's decoder self-attention is always causal; set causal: true",
-                join_path(path, "multi_head_config_masked", "attention", "causal"),
-            )
+            raise ConfigError("brickwork's decoder self-attention is always causal; set causal: true",
+                              join_path(path, "multi_head_config_masked", "attention", "causal"))  # fmt: skip
         # A causal cross-attention (xformers' README uses one) keeps ``causal`` among its mechanism's
         # options: query i sees the first i + S - T memory positions (bottom-right aligned).
-        block["cross_attention"], _, _ = translate_attention(
-            c["multi_head_config_cross"],
-            join_path(path, "multi_head_config_cross"),
-            dim,
-            self_attention=False,
-        )
+        cross = "multi_head_config_cross"
+        block["cross_attention"], _, _ = translate_attention(c[cross], join_path(path, cross), dim, False)
     block["feedforward"] = translate_feedforward(
         c["feedforward_config"], join_path(path, "feedforward_config"), dim
     )
-    block["norm"] = {"name": NORMALIZATION[norm]}
-    block["residual"] = {"name": RESIDUAL[style]}
+    block["norm"], block["residual"] = {"name": norm}, {"name": style}
     return {
         "path": path, "kind": kind, "block": block, "num_layers": c["num_layers"], "dim_model": dim,
-        "rotary": rotary, "causal": causal, "residual": RESIDUAL[style],
+        "rotary": rotary, "causal": causal, "residual": style,
         "position": c.get("position_encoding_config"), "patches": c.get("patch_embedding_config"),
         "reversible": c["reversible"],
     }  # fmt: skip
@@ -258,10 +255,8 @@ def translate_attention(
     off_only(c, path, OFF_ONLY_HEAD)
     for key in ("dim_model", "dim_key", "dim_value"):
         if c.get(key) not in (None, dim):
-            raise ConfigError(
-                f"brickwork projects to dim_model={dim}; only that or null is supported",
-                join_path(path, key),
-            )
+            raise ConfigError(f"brickwork projects to dim_model={dim}; only that or null is supported",
+                              join_path(path, key))  # fmt: skip
     for key in ("num_heads", "attention"):
         if key not in c:
             raise ConfigError("missing required key", join_path(path, key))
@@ -275,9 +270,8 @@ def translate_attention(
         bias = bias[0]
     rotary = c.get("use_rotary_embeddings", False) is True
     if rotary and not self_attention:
-        raise ConfigError(
-            "rotary embeddings apply to self-attention only", join_path(path, "use_rotary_embeddings")
-        )
+        raise ConfigError("rotary embeddings apply to self-attention only",
+                          join_path(path, "use_rotary_embeddings"))  # fmt: skip
     mechanism, causal = translate_mechanism(c["attention"], join_path(path, "attention"), c["num_heads"])
     spec = {"num_heads": c["num_heads"], "dropout": c.get("residual_dropout", 0.0), "bias": bias,
             "mechanism": mechanism}  # fmt: skip
@@ -391,10 +385,8 @@ def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
     multiplier = c["hidden_layer_multiplier"]
     hidden = multiplier * dim if isinstance(multiplier, (int, float)) and isinstance(dim, int) else None
     if hidden is None or isinstance(multiplier, bool) or hidden != int(hidden) or hidden <= 0:
-        raise ConfigError(
-            f"must make a positive whole hidden size with dim_model={dim}, got {multiplier!r}",
-            join_path(path, "hidden_layer_multiplier"),
-        )
+        raise ConfigError(f"must make a positive whole hidden size with dim_model={dim}, got {multiplier!r}",
+                          join_path(path, "hidden_layer_multiplier"))  # fmt: skip
     # xformers' activation names (an Activation member or its value) are brickwork's, which checks them.
     out = {"name": FEEDFORWARD[name], "hidden_dim": int(hidden),
            "activation": getattr(c["activation"], "value", c["activation"]),
@@ -403,9 +395,6 @@ def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
         if "number_of_experts" not in c:
             raise ConfigError("missing required key", join_path(path, "number_of_experts"))
         out["num_experts"] = c["number_of_experts"]
-        gate = c.get("gate", "top_2")
-        gate = getattr(gate, "value", gate)
-        if gate not in MOE_GATES:
-            raise ConfigError(f"unsupported gate {gate!r}", join_path(path, "gate"), MOE_GATES, gate)
-        out["top_k"] = MOE_GATES[gate]
+        gate = getattr(c.get("gate", "top_2"), "value", c.get("gate", "top_2"))
+        out["top_k"] = MOE_GATES[choose(gate, MOE_GATES, join_path(path, "gate"), "unsupported gate")]
     return out

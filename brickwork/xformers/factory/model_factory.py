@@ -27,11 +27,6 @@ from brickwork.xformers.factory.weight_init import get_weight_init_fn, xFormerWe
 logger = logging.getLogger("brickwork.xformers")
 
 
-def _typed(config: dict[str, Any]) -> xFormerBlockConfig:
-    kind = xFormerEncoderConfig if stack_kind(config, "") == "encoder" else xFormerDecoderConfig
-    return kind(**config)
-
-
 @dataclasses.dataclass(init=False)
 class xFormerConfig:
     """Block configs (a list, or a name -> config dict), embedding tying and the weight init."""
@@ -49,7 +44,8 @@ class xFormerConfig:
         # Read as from_xformers_config reads them (older names, defaults, dims filled in).
         named = stack_configs.items() if isinstance(stack_configs, dict) else enumerate(stack_configs)
         given = {k: read_stack(c, join_path("stack_configs", k)) for k, c in named}
-        typed = {k: _typed(c) for k, c in given.items()}
+        kinds = {"encoder": xFormerEncoderConfig, "decoder": xFormerDecoderConfig}
+        typed = {k: kinds[stack_kind(c, "")](**c) for k, c in given.items()}
         as_dict = isinstance(stack_configs, dict)
         self._given: Any = given if as_dict else list(given.values())
         self.stack_configs = typed if as_dict else list(typed.values())
