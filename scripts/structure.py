@@ -18,6 +18,8 @@
   brickwork/train/tasks/, where each task answers for itself;
 - the spec machinery's line count (factory/ without hf/, the xformers adapters and the presets, plus
   the option and registry helpers), and the lines per top-level folder.
+- the files that read xformers config keys (``block_type``, ``multi_head_config``, ...: a subscript, a
+  get/pop/setdefault argument or an ``in`` test), which must all lie in factory/xformers/.
 
 Source files are those of the installed packages (setup.py's folder map), tests excluded.
 ``python scripts/structure.py`` prints a table; ``--json`` prints the figures for machines;
@@ -52,6 +54,12 @@ LAUNCH_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK"}
 TASK_FOLDER = "brickwork/train/tasks/"
 TASK_REGISTER = "register_task"
 SKIPPED_DIRS = {".venv", ".git", "build", "dist", "__pycache__", "node_modules"}
+# Keys only an xformers factory config has (dim_model is one too, but brickwork's own specs share it).
+# A file reads them when one is a subscript, a get/pop/setdefault argument or an ``in`` test's left
+# side; writing a config (a dict literal, keyword arguments) is not reading it.
+XFORMERS_CONFIG_KEYS = {
+    "block_type", "multi_head_config", "feedforward_config", "position_encoding_config", "residual_norm_style"
+}  # fmt: skip
 
 
 @dataclass
@@ -82,6 +90,7 @@ class Figures:
     spec_machinery_lines: int = 0
     spec_machinery_files: dict[str, int] = field(default_factory=dict)
     folder_lines: dict[str, dict[str, int]] = field(default_factory=dict)
+    xformers_config_readers: list[str] = field(default_factory=list)
 
 
 def package_folders(root: Path) -> dict[str, str]:
@@ -396,6 +405,26 @@ def spec_machinery(root: Path, sources: list[Source]) -> dict[str, int]:
     return dict(sorted(files.items()))
 
 
+def reads_xformers_keys(node: ast.AST) -> bool:
+    """Whether ``node`` reads one of :data:`XFORMERS_CONFIG_KEYS` from a config."""
+
+    def key(n: ast.AST) -> bool:
+        return isinstance(n, ast.Constant) and n.value in XFORMERS_CONFIG_KEYS
+
+    if isinstance(node, ast.Subscript):
+        return key(node.slice)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in {"get", "pop", "setdefault"} and bool(node.args) and key(node.args[0])
+    if isinstance(node, ast.Compare):
+        return isinstance(node.ops[0], ast.In | ast.NotIn) and key(node.left)
+    return False
+
+
+def xformers_config_readers(sources: list[Source]) -> list[str]:
+    """The files that read xformers config keys (the one translation of xformers configs)."""
+    return sorted(s.path for s in sources if any(reads_xformers_keys(n) for n in ast.walk(s.tree)))
+
+
 def folder_lines(root: Path) -> dict[str, dict[str, int]]:
     """Python files and lines per top-level folder (tests, scripts and benchmarks included)."""
     table = {}
@@ -429,6 +458,7 @@ def measure(root: Path) -> Figures:
         spec_machinery_lines=sum(spec.values()),
         spec_machinery_files=spec,
         folder_lines=folder_lines(root),
+        xformers_config_readers=xformers_config_readers(sources),
     )
 
 
@@ -469,6 +499,8 @@ def table(f: Figures) -> str:
     rows.append(("task-name string comparisons outside the task registry", str(len(f.task_name_comparisons))))
     rows += [("  at", site) for site in f.task_name_comparisons]
     rows.append(("spec machinery, lines", str(f.spec_machinery_lines)))
+    rows.append(("files reading xformers config keys", str(len(f.xformers_config_readers))))
+    rows += [("  in", path) for path in f.xformers_config_readers]
     rows.append(("lines per top-level folder", "files / lines"))
     rows += [(f"  {name}/", f"{c['files']} / {c['lines']}") for name, c in f.folder_lines.items()]
     width = max(len(r[0]) for r in rows)

@@ -83,6 +83,15 @@ def toy(tmp_path_factory) -> structure.Figures:
             "factory/schema.py": "MODEL_KINDS = {'decoder_lm': 1, 'encoder': 2}\n",
             "factory/presets.py": "P = {'model': 'decoder_lm'}\n",
             "factory/hf/__init__.py": "K = 'encoder'\n",
+            "factory/xformers/read.py": (
+                "def read(c):\n    return c.get('block_type'), c['multi_head_config']\n"
+            ),
+            "brickwork/xformers/write.py": (
+                "C = {'block_type': 1, 'feedforward_config': dict(residual_norm_style=1)}\n"
+            ),
+            "brickwork/xformers/build.py": (
+                "def build(c, spec):\n    a = 'residual_norm_style' in c\n    return spec['dim_model']\n"
+            ),
         },
     )
     return structure.measure(root)
@@ -138,6 +147,11 @@ def test_spec_machinery_and_folder_lines(toy):
     assert toy.folder_lines["parallel"] == {"files": 5, "lines": 79}
 
 
+def test_files_reading_xformers_config_keys_are_found(toy):
+    # A get, a subscript and an `in` test read; a dict literal, keyword arguments and dim_model do not.
+    assert toy.xformers_config_readers == ["brickwork/xformers/build.py", "factory/xformers/read.py"]
+
+
 def test_json_output_round_trips(capsys):
     structure.main(["--json", "--root", str(ROOT)])
     figures = json.loads(capsys.readouterr().out)
@@ -185,6 +199,12 @@ def test_only_the_tasks_compare_task_names(figures):
 def test_each_model_kind_is_named_in_at_most_three_files(figures):
     for kind, files in figures.model_kind_files.items():
         assert len(files) <= 3, (kind, files)
+
+
+def test_xformers_configs_are_read_in_one_folder(figures):
+    # factory/xformers/ is the one translation; brickwork.xformers' classes call it.
+    readers = figures.xformers_config_readers
+    assert readers and all(path.startswith("factory/xformers/") for path in readers), readers
 
 
 def test_the_spec_machinery_stays_under_its_line_budget(figures):
