@@ -9,8 +9,8 @@ peaks. The presets carry the vendor's peak rates. Each preset's achievable fract
 to published runs on that device (docs/parallel.md, "Against published runs"): the A100's 0.60 to
 Table 1 of Narayanan et al. 2021 (ten GPT runs on up to 3072 A100-80GB); the H100's 0.50 to
 Megatron-LM's H100 weak-scaling table (nine GPT runs on up to 6144 GPUs), torchtitan's bf16 Llama 3
-benchmarks and this project's GPT-2 runs on one H100, which it meets within 15% but for three runs
-the docs explain (Meta's Llama 3 405B at -24% and -26%, torchtitan's 8B on 128 GPUs at -20%). The
+benchmarks and this project's GPT-2 runs on one H100, which it meets within 15% but for two runs
+the docs explain (Meta's Llama 3 405B at -27% and -29%). The
 H200 is the H100's chip with more and faster memory, so it takes the H100's fraction; the one public
 H200 training benchmark found (torchtitan's, Llama 3.1 8B) trains in Float8, which the planner does
 not price.
@@ -56,6 +56,7 @@ class Device:
     memory_bandwidth: float = 2000 * GIGA
     triton_kernels: bool = True
     node: int = 0
+    multiprocessors: int = 132  # SMs; NCCL's kernels take some of them beside compute
 
     def __post_init__(self) -> None:
         for key in ("memory_bytes", "peak_flops_bf16", "peak_flops_fp32"):
@@ -85,10 +86,28 @@ RUNTIME = 1536 * MiB  # CUDA context, NCCL buffers and cuBLAS workspace on a GPU
 # Memory as nvidia-smi reports it; peaks from the vendor's data sheets (dense, no sparsity).
 DEVICE_PRESETS: dict[str, Device] = {
     "A100-40GB": Device(
-        "A100-40GB", 40960 * MiB, 312 * TERA, 19.5 * TERA, 0.6, 240 * GIGA, 23 * GIGA, RUNTIME, 1555 * GIGA
+        "A100-40GB",
+        40960 * MiB,
+        312 * TERA,
+        19.5 * TERA,
+        0.6,
+        240 * GIGA,
+        23 * GIGA,
+        RUNTIME,
+        1555 * GIGA,
+        multiprocessors=108,
     ),
     "A100-80GB": Device(
-        "A100-80GB", 81920 * MiB, 312 * TERA, 19.5 * TERA, 0.6, 240 * GIGA, 23 * GIGA, RUNTIME, 2039 * GIGA
+        "A100-80GB",
+        81920 * MiB,
+        312 * TERA,
+        19.5 * TERA,
+        0.6,
+        240 * GIGA,
+        23 * GIGA,
+        RUNTIME,
+        2039 * GIGA,
+        multiprocessors=108,
     ),
     "H100-80GB": Device(
         "H100-80GB", 81559 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA, RUNTIME, 3350 * GIGA

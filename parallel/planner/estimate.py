@@ -22,6 +22,7 @@ from brickwork.parallel.planner.layout import Layout, StagePlacement, check_layo
 from brickwork.parallel.planner.memory import MemoryBreakdown, rank_memory, stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import ModelFacts
 from brickwork.parallel.planner.step_time import (
+    COLLECTIVE_BLOCKS,
     Links,
     StageCost,
     TimeBreakdown,
@@ -123,7 +124,12 @@ def links_of(cluster: Cluster, c: ParallelConfig) -> Links:
         dp=_bandwidth(cluster, _group(0, t * cp, d)),
         pp=_bandwidth(cluster, _group(0, t * cp * d, min(p, 2))),
         ep=_bandwidth(cluster, _group(0, ep_stride, c.expert_parallel_size)),
+        contention=COLLECTIVE_BLOCKS / min(d.multiprocessors for d in _distinct(cluster)),
     )
+
+
+def _distinct(cluster: Cluster) -> tuple[Device, ...]:
+    return cluster.devices[:1] if cluster.uniform else cluster.devices
 
 
 def _slowest(devices: list[Device], precision: str) -> Device:
@@ -254,7 +260,8 @@ def _step_time(
     pipeline, bubble = pipeline_step(stage_seconds, layout.microbatches, c.virtual_pipeline_size)
     local = max(state_bytes(facts, stage_groups(facts, placement, s), layout).local_parameters for s in ranks)
     slowest = max(costs.values(), key=lambda x: x.total)
-    dp_time, gather_time = data_parallel_seconds(layout, local, slowest.compute, links)
+    units = 1 + min(len(placement.layers(s)) for s in ranks)  # FSDP's blocks, and the rest
+    dp_time, gather_time = data_parallel_seconds(layout, local, slowest.compute, links, units)
     offload = offload_seconds(layout, local)
     m = layout.microbatches
     return TimeBreakdown(

@@ -11,7 +11,8 @@ did its work, so that what is compared with it is the device and the layout, not
 - ``"deepspeed"``: Megatron-DeepSpeed as BLOOM ran it (bigscience-workshop/bigscience,
   train/tr11-176B-ml/README.md);
 - ``"torchtitan"``: torchtitan as its published Llama 3 benchmarks ran
-  (benchmarks/llama3_h100_202412_torchtitan.md);
+  (benchmarks/llama3_h100_202412_torchtitan.md), compiled; ``"torchtitan_eager"`` the same without
+  torch.compile;
 - ``"plain"``: a plain loop such as nanoGPT's.
 """
 
@@ -42,7 +43,7 @@ class Implementation:
       everything but the attention core (Korthikanti et al. 5), which with a fused attention kernel
       that keeps no scores saves next to nothing; None: there is none, only full recomputation.
     - ``overlaps_tensor_parallel``: tensor-parallel collectives run under the matmuls they feed, and
-      only what outlasts those matmuls shows.
+      only what outlasts those matmuls shows (and the SMs their kernels take from them).
     - ``fused_head_loss``: a decoder LM's loss, where its head is whole on the rank, is a chunked
       fused linear + cross-entropy that never holds the logits (brickwork's causal-LM step);
       False: the loss takes the whole logits.
@@ -50,6 +51,8 @@ class Implementation:
       each micro-batch, so both exist at the end of a backward (DeepSpeed's BF16_Optimizer).
     - ``fsdp``: ZeRO-2 and -3 exist (FSDP); without them a layout shards at most the optimizer.
     - ``sequence_parallel``: sequence parallel exists (the planner turns it on with tensor parallel).
+    - ``fused_elementwise``: chains of element-wise ops run as one kernel (torch.compile, Triton or
+      hand-fused CUDA kernels); False: eager PyTorch, one kernel per op, each through HBM.
     """
 
     master_weights: str = "parameters"
@@ -60,6 +63,7 @@ class Implementation:
     half_gradients: bool = False
     fsdp: bool = True
     sequence_parallel: bool = True
+    fused_elementwise: bool = True
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -87,6 +91,10 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     # Built from the same torch pieces as brickwork (FSDP2, DTensor tensor and sequence parallel,
     # selective checkpointing by op); its loss takes the whole logits.
     "torchtitan": Implementation(selective="alternate_matmuls", fused_head_loss=False),
+    # The same, without torch.compile: every element-wise op is a kernel of its own.
+    "torchtitan_eager": Implementation(
+        selective="alternate_matmuls", fused_head_loss=False, fused_elementwise=False
+    ),
 }
 
 

@@ -8,13 +8,14 @@ and the pipeline bubble.
   (selective recomputation is a fourth pass of it, plus the matmuls whose outputs it does not keep;
   one that recomputes only the attention core redoes its matmuls instead), the loss's pass over the
   logits on the last stage, and a fixed
-  launch cost per layer and micro-batch.
+  launch cost per layer and micro-batch. An eager implementation runs each element-wise op as a
+  kernel of its own, through HBM: ``EAGER_ELEMENTWISE`` times the traffic.
 - **Tensor parallel** (Megatron): per layer and micro-batch, 2 all-reduces of ``b·s·h`` in forward and 2
   in backward (sequence parallel turns each into an all-gather plus a reduce-scatter of the same
   time), 2 more with full recomputation; the vocab-parallel embedding and the head's input gradient
   one each; an all-gather per norm in backward where sequence parallel keeps the norm outputs split.
   Not overlapped with compute in brickwork; an implementation that overlaps them shows only what
-  outlasts the stage's matmuls.
+  outlasts the stage's matmuls, and what it slows them by.
 - **Context parallel**: per layer, an all-gather of the keys and values in forward (again when
   recomputed) and a reduce-scatter of their gradients in backward.
 - **Expert parallel**: per MoE layer, 4 all-to-alls (dispatch and combine, forward and backward) of the
@@ -25,14 +26,19 @@ and the pipeline bubble.
   all-gathers the updated parameters) or reduce-scattered (ZeRO 2 and 3, which also all-gather the
   parameters for every micro-batch: once under ZeRO-2, for forward and backward under ZeRO-3,
   prefetched under compute). DDP's reduction runs bucket by bucket under the last micro-batch's
-  backward, which hides as much of it as that backward lasts; FSDP's reduce-scatter is counted
-  whole (see ``data_parallel_seconds``). With the master weights in the
-  optimizer, ZeRO-1 reduce-scatters the gradients and all-gathers the updated 16-bit parameters
-  under the next step's first forward (Megatron-LM's ``--overlap-grad-reduce`` and
+  backward, which hides as much of it as that backward lasts; FSDP's reduce-scatters run unit by
+  unit under that backward too, sharing the link with ZeRO-3's backward gathers, and only the first
+  unit's gather and the last unit's reduce-scatter have no compute beside them. With the master
+  weights in the optimizer, ZeRO-1 reduce-scatters the gradients and all-gathers the updated 16-bit
+  parameters under the next step's first forward (Megatron-LM's ``--overlap-grad-reduce`` and
   ``--overlap-param-gather``); brickwork's ZeRO-1 all-gathers its fp32 parameters after the step.
 - **Bubble**: with stage times ``t_s`` per micro-batch and ``m`` micro-batches, GPipe and 1F1B take
   ``(m - 1)·max(t_s) + Σ t_s`` (``(m + p - 1)·t`` for equal stages, a bubble of ``(p - 1)/m`` of the
   ideal); interleaved 1F1B with ``v`` chunks shrinks the fill and drain v-fold.
+
+A collective hidden under compute is not free: while it runs, NCCL's kernels hold
+``COLLECTIVE_BLOCKS`` of the device's SMs, and the matmuls beside it run that much slower
+(``_beside``).
 
 A ring collective over ``n`` ranks moves ``2(n - 1)/n`` of the buffer per rank for an all-reduce and
 ``(n - 1)/n`` for an all-gather or reduce-scatter.
@@ -57,6 +63,14 @@ LAUNCH_SECONDS = 100 * 5e-6
 # Host <-> device copies under cpu_offload (PCIe 4 x16, what a copy engine reaches).
 OFFLOAD_BANDWIDTH = 25e9
 FP32 = 4
+# Thread blocks NCCL's kernels keep resident while a large collective runs beside compute: 24 for
+# FSDP's all-gather beside a GEMM on an H100, as Nsight Systems shows it (docs/parallel.md, "Time per
+# step"). Each holds an SM the matmuls then do without.
+COLLECTIVE_BLOCKS = 24
+# An eager step's element-wise traffic over a compiled (or hand-fused) one's: a Llama block's
+# element-wise ops move 144 bytes per token and width unit in eager forward (RMSNorm in fp32 alone
+# 36 per norm), 46 fused (docs/parallel.md, "Time per step").
+EAGER_ELEMENTWISE = 144 / 46
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,7 @@ class Links:
     dp: float
     pp: float
     ep: float
+    contention: float = 0.0  # compute seconds lost per second a collective runs beside it
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,12 @@ def _all_reduce(nbytes: float, n: int, bandwidth: float) -> float:
 
 def _gather(nbytes: float, n: int, bandwidth: float) -> float:
     return (n - 1) / n * nbytes / bandwidth if n > 1 else 0.0
+
+
+def _beside(communication: float, compute: float, contention: float) -> float:
+    """Seconds ``communication`` adds when it runs beside ``compute``: what outlasts the compute, and
+    the compute its kernels slow down while both run."""
+    return max(0.0, communication - compute) + contention * min(communication, compute)
 
 
 @dataclass(frozen=True)
@@ -180,6 +201,7 @@ def stage_cost(
     core_only = layout.implementation.selective == "attention_core"
     elementwise_passes = 3.0 if mode == "none" or (mode == "selective" and core_only) else 4.0
     flops = recompute_flops = traffic = 0.0
+    eager = 1.0 if layout.implementation.fused_elementwise else EAGER_ELEMENTWISE
     rate = device.rate(layout.precision)
     for i in placement.layers(rank):
         shape = facts.layers[i]
@@ -193,7 +215,7 @@ def stage_cost(
         elif mode == "selective" and layout.implementation.selective == "alternate_matmuls":
             recompute_flops += f.matmul / 2 * share  # the matmuls whose outputs it does not keep
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
-        traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes
+        traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes * eager
     flops += recompute_flops if mode == "selective" else 0.0
     launches = LAUNCH_SECONDS * len(placement.layers(rank))
     if placement.holds_last(rank):
@@ -204,7 +226,7 @@ def stage_cost(
     recomputed = recompute_flops / rate + (elementwise / 4 if elementwise_passes == 4.0 else 0.0)
     tensor_parallel = _all_reduce(volumes["tp all-reduce"], t, links.tp)
     if layout.implementation.overlaps_tensor_parallel:
-        tensor_parallel = max(0.0, tensor_parallel - flops / rate)
+        tensor_parallel = _beside(tensor_parallel, flops / rate, links.contention)
     return StageCost(
         flops / rate + elementwise + launches,
         recomputed,
@@ -251,9 +273,10 @@ def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
 
 
 def data_parallel_seconds(
-    layout: Layout, local_parameters: int, compute_per_microbatch: float, links: Links
+    layout: Layout, local_parameters: int, compute_per_microbatch: float, links: Links, units: int
 ) -> tuple[float, float]:
-    """(exposed data-parallel seconds per step, exposed ZeRO-2/3 gather seconds per step)."""
+    """(exposed data-parallel seconds per step, exposed ZeRO-2/3 gather seconds per step); ``units``
+    is how many pieces FSDP gathers and reduces one by one (the rank's layers and the rest)."""
     c = layout.config
     d = c.data_parallel_size
     volumes = step_volumes(layout, local_parameters)
@@ -261,17 +284,27 @@ def data_parallel_seconds(
     reduce = _all_reduce(volumes["dp all-reduce"], d, links.dp) + _gather(
         volumes["dp reduce-scatter"], d, links.dp
     )
+    k = links.contention
     if c.zero_stage <= 1:
-        exposed = max(0.0, reduce - backward)  # buckets reduce under the last micro-batch's backward
+        # Buckets reduce under the last micro-batch's backward; Megatron's distributed optimizer
+        # gathers the parameters under the next forward, brickwork's ZeRO-1 after the step.
         gather = _gather(volumes["dp all-gather"], d, links.dp)
         hidden = forward if layout.implementation.master_weights == "optimizer" else 0.0
-        return exposed + max(0.0, gather - hidden), 0.0
-    per_microbatch = _gather(volumes["dp all-gather"], d, links.dp) / layout.microbatches
-    # Prefetched: each micro-batch's gathers hide under its compute. The reduce-scatter is counted
-    # whole: a stand-in for FSDP's costs at scale the model leaves out (its per-layer collectives
-    # over many nodes, their contention with compute), without which ZeRO-3 would beat Table 1's
-    # layouts that Narayanan et al. measured ahead of it.
-    return reduce, max(0.0, per_microbatch - compute_per_microbatch) * layout.microbatches
+        return _beside(reduce, backward, k) + _beside(gather, hidden, k), 0.0
+    m = layout.microbatches
+    per_microbatch = _gather(volumes["dp all-gather"], d, links.dp) / m
+    # FSDP prefetches unit by unit: the forward's gathers run beside the forward, the backward's
+    # (ZeRO-3 gathers again) beside the backward, and the last micro-batch's reduce-scatters share
+    # the backward's link with them. The first unit's gather and the last reduce-scatter (the first
+    # unit's gradients) have no compute left to run beside.
+    in_backward = per_microbatch / 2 if c.zero_stage == 3 else 0.0
+    in_forward = per_microbatch - in_backward
+    hidden = 1 - 1 / units
+    gathers = m * (
+        in_forward / units + _beside(in_forward * hidden, forward, k) + _beside(in_backward, backward, k)
+    )
+    last = reduce / units + _beside(in_backward + reduce * hidden, backward, k)
+    return last - _beside(in_backward, backward, k), gathers
 
 
 def pipeline_step(stage_seconds: list[float], microbatches: int, virtual: int) -> tuple[float, float]:

@@ -190,6 +190,7 @@ def _titan(
     tokens: float,
     memory: float | None = None,
 ) -> Run:
+    """A torchtitan row; an eager one (its name says) is priced without torch.compile's fusion."""
     dp = gpus // tp
     dist = {
         "data_parallel_size": dp,
@@ -206,7 +207,7 @@ def _titan(
         dist,
         rows * dp,
         8192,
-        "torchtitan",
+        "torchtitan_eager" if name.endswith("eager") else "torchtitan",
         tokens_per_gpu=tokens,
         memory_gib=memory,
         step={"grad_accum_steps": 1},

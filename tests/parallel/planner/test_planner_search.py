@@ -13,7 +13,12 @@ from brickwork.parallel.planner import parse_cluster
 from brickwork.parallel.planner.flops import layer_flops
 from brickwork.parallel.planner.layout import Layout, stage_placement
 from brickwork.parallel.planner.model_facts import model_facts
-from brickwork.parallel.planner.step_time import microbatch_volumes, step_volumes
+from brickwork.parallel.planner.step_time import (
+    Links,
+    data_parallel_seconds,
+    microbatch_volumes,
+    step_volumes,
+)
 
 
 def test_cluster_strings_and_lists() -> None:
@@ -109,6 +114,25 @@ def test_the_comm_model_counts_what_the_comm_benchmark_measures(layout: str) -> 
             assert per_step["dp all-gather"] == 874_496 and per_step["dp reduce-scatter"] == 437_248
         else:
             assert per_step["dp all-reduce"] == 437_248  # every gradient, once
+
+
+def test_fsdp_shows_its_ends_and_the_sms_it_takes_beside_long_compute_and_everything_beside_none() -> None:
+    """ZeRO-3, one micro-batch of a rank with 10 units: a bf16 gather in forward, another in backward,
+    and the fp32 reduce-scatter, each a ring over 4 ranks."""
+    config = ParallelConfig.from_dict({"data_parallel_size": 4, "zero_stage": 3}, world_size=4)
+    layout = Layout(config, 1)
+    parameters, units, bandwidth, contention = 1_000_000, 10, 1e9, 0.2
+    gather = 2 * parameters * 3 / 4 / bandwidth
+    reduce = 4 * parameters * 3 / 4 / bandwidth
+    links = Links(*[bandwidth] * 5, contention=contention)
+    # Beside long compute: the first unit's gather and the last unit's reduce-scatter have nothing
+    # to run beside; the rest slows the compute by the SMs NCCL holds.
+    shown = sum(data_parallel_seconds(layout, parameters, 100.0, links, units))
+    beside = gather * (1 - 1 / units) + gather + reduce * (1 - 1 / units)
+    assert shown == pytest.approx((gather + reduce) / units + contention * beside, rel=1e-12)
+    # With no compute at all, every byte is on the critical path.
+    shown = sum(data_parallel_seconds(layout, parameters, 0.0, links, units))
+    assert shown == pytest.approx(2 * gather + reduce, rel=1e-12)
 
 
 def test_expert_parallel_traffic_is_the_benchmarks_under_balanced_routing() -> None:
