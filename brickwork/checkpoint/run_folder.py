@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from brickwork.checkpoint.folder import META_FILE, is_complete, read_meta, verify_checkpoint
 from brickwork.checkpoint.manifest import CorruptCheckpointError
@@ -18,6 +19,13 @@ from brickwork.launch_env import is_first_rank
 
 _STEP_FOLDER = re.compile(r"^step_(\d+)$")
 logger = logging.getLogger(__name__)
+
+
+class SavedCheckpoint(NamedTuple):
+    """A checkpoint of a run folder: the step it saved, and its folder."""
+
+    step: int
+    folder: Path
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -31,8 +39,8 @@ def folder_step(folder: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of every checkpoint whose save finished, oldest first; symbolic links are left out."""
+def complete_checkpoints(run_dir: Path) -> list[SavedCheckpoint]:
+    """Every checkpoint whose save finished, oldest first; symbolic links are left out."""
     root = run_dir / "checkpoints"
     if not root.is_dir() or root.is_symlink():
         return []
@@ -40,7 +48,7 @@ def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     for folder in root.iterdir():
         step = folder_step(folder)
         if step is not None and not folder.is_symlink() and is_complete(folder):
-            found.append((step, folder))
+            found.append(SavedCheckpoint(step, folder))
     return sorted(found)
 
 
@@ -58,7 +66,7 @@ def check_step_folder(folder: Path, option: str = "--resume") -> int:
     return saved
 
 
-def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool = False) -> tuple[int, Path]:
+def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool = False) -> SavedCheckpoint:
     """The newest complete checkpoint of ``run_dir``; a one-line ConfigError naming ``option`` when
     there is none. With ``intact``, checkpoints whose files fail their manifest are skipped, each
     reported in one line, and the newest intact one is returned."""
@@ -72,7 +80,8 @@ def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool =
     if not intact:
         return found[-1]
     damaged = []
-    for step, folder in reversed(found):
+    for saved in reversed(found):
+        folder = saved.folder
         try:
             verify_checkpoint(folder)
             check_step_folder(folder, option)
@@ -81,7 +90,7 @@ def latest_checkpoint(run_dir: Path, option: str = "--resume", *, intact: bool =
             continue
         for reason in damaged:
             _say(f"skipping a damaged checkpoint: {reason}; using {folder.name}, the newest intact one")
-        return step, folder
+        return saved
     raise ConfigError(
         f"every complete checkpoint of {str(run_dir)!r} is damaged: " + "; ".join(damaged), option
     )

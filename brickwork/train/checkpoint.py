@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -45,6 +45,15 @@ if TYPE_CHECKING:
 
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
 TRAINER_FORMAT = 1
+
+
+class LoadedCheckpoint(NamedTuple):
+    """What loading a run's checkpoint gives besides the weights: the checkpoint's meta dict, the
+    batch generator's state, and the validation loss at the save."""
+
+    meta: dict[str, Any]
+    data_state: dict[str, torch.Tensor]
+    val_loss: float
 
 
 class CheckpointWriteError(RunFailure):
@@ -142,10 +151,9 @@ def write_failed(err: OSError | RuntimeError | CheckpointException, step: int, f
 
 def load_run_checkpoint(
     folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: TrainStep | None = None
-) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
+) -> LoadedCheckpoint:
     """Load a checkpoint into the model and optimizer as they are laid out now (any layout may have
-    saved it), and ``step`` (its loss scaler), and restore this rank's RNG. Returns (the checkpoint's
-    meta dict, the batch generator's state, the validation loss at the save). ``folder`` is one
+    saved it), and ``step`` (its loss scaler), and restore this rank's RNG. ``folder`` is one
     ``latest_checkpoint(..., intact=True)`` returned, so its files were checked against the manifest
     there."""
     check_step_folder(folder)
@@ -168,7 +176,7 @@ def load_run_checkpoint(
         raise CorruptCheckpointError(
             f"{folder / META_FILE} is damaged: its trainer state cannot be read ({type(err).__name__}: {err})"
         ) from None
-    return meta, data, val_loss
+    return LoadedCheckpoint(meta, data, val_loss)
 
 
 def export_run(source: Path, out: Path) -> Path:
