@@ -20,19 +20,29 @@ from torch import nn
 from tqdm import tqdm
 
 from brickwork.data.task_batches import TaskBatches
+from brickwork.launch_env import is_first_rank
 from brickwork.option_types import config_to_dict
 from brickwork.parallel import parallel_state, split_rows
 from brickwork.train.checkpoint_writer import CheckpointWriter
-from brickwork.train.config import TrainConfig
 from brickwork.train.metrics import MetricsLog, plot_losses
 from brickwork.train.mfu import run_utilization
 from brickwork.train.optim import learning_rate, set_learning_rate
 from brickwork.train.preemption import Preempted, StopSignals
+from brickwork.train.run import Run
 from brickwork.train.step import TrainStep, evaluate
-from brickwork.train.tasks import Task
 from brickwork.train.trackers import open_trackers
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Training:
+    """What the loop trains: the model as ``parallelize`` left it, the optimizer built on its
+    parameters (what checkpoints save and the schedule sets), and the step that runs both."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    step: TrainStep
 
 
 @dataclass
@@ -48,13 +58,13 @@ class LoopState:
 def local_share(batch: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
     """This data-parallel rank's contiguous rows of a global batch (by ``device_weights`` when they
     weigh data-parallel ranks); tensor/pipeline-parallel peers take the same rows."""
-    layout = parallel_state(model)
-    config = layout.config
-    if config.data_parallel_size == 1:
+    parallel = parallel_state(model)
+    layout = parallel.config
+    if layout.data_parallel_size == 1:
         return batch  # one share; looking up the mesh's dp rank would cost more than the step's bookkeeping
-    weights = config.device_weights if config.pipeline_parallel_size == 1 else None
-    rows = split_rows(next(iter(batch.values())).shape[0], weights, config.data_parallel_size)
-    rank = layout.mesh["dp"].get_local_rank()
+    weights = layout.device_weights if layout.pipeline_parallel_size == 1 else None
+    rows = split_rows(next(iter(batch.values())).shape[0], weights, layout.data_parallel_size)
+    rank = parallel.mesh["dp"].get_local_rank()
     start = sum(rows[:rank])
     return {k: v[start : start + rows[rank]] for k, v in batch.items()}
 
@@ -67,40 +77,31 @@ class DivergedError(ValueError):
     """``train.max_skipped_steps`` fp16 steps in a row overflowed; raised so the CLI can name the fix."""
 
 
-def run_loop(
-    model: nn.Module,
-    step: TrainStep,
-    task: Task,
-    optimizer: torch.optim.Optimizer,
-    cfg: TrainConfig,
-    state: LoopState,
-    run_dir: Path,
-    title: str,
-    is_main: bool,
-) -> float:
-    """Train from ``state.step`` to ``cfg.steps``; returns the final validation loss.
+def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> float:
+    """Train from ``state.step`` to ``train.steps`` in ``run_dir``; returns the final validation loss.
 
     The rate counts what one sample of the task is (its ``sample_unit``): tokens, or whole images.
-    ``model`` carries its ``.spec`` (``build_model`` attaches it), from which
-    the MFU of each step is counted (brickwork/train/mfu.py).
+    The model carries its ``.spec`` (``build_model`` attaches it), from which the MFU of each step is
+    counted (brickwork/train/mfu.py).
 
-    Every rank runs it. Only the main process writes files and prints. Evaluation and checkpointing
+    Every rank runs it. Only the first rank writes files and prints. Evaluation and checkpointing
     happen after the steps that are multiples of their intervals and after the last step. SIGTERM or
     SIGUSR1 stops every rank after the same step, which is then checkpointed (unless
-    ``cfg.checkpoint_on_preempt`` is false), by raising :class:`Preempted`.
+    ``train.checkpoint_on_preempt`` is false), by raising :class:`Preempted`.
     """
+    cfg, task, title, is_main = run.config.train, run.task, run.plot_title(run_dir), is_first_rank()
+    model, optimizer, step = training.model, training.optimizer, training.step
     settings = config_to_dict(cfg)
     trackers = open_trackers(cfg.tracker_names(), run_dir, title, settings) if is_main else []
-    layout = parallel_state(model)
+    parallel = parallel_state(model)
 
     # Closed however the loop ends: the metrics file stays open between records, and a checkpoint
     # written in the background is waited for.
-    writer = CheckpointWriter(
-        run_dir, cfg.keep_checkpoints, is_main, cfg.async_checkpoint, layout.config.timeout_s
-    )
+    timeout = run.layout.timeout_s
+    writer = CheckpointWriter(run_dir, cfg.keep_checkpoints, is_main, cfg.async_checkpoint, timeout)
     with (
         closing(MetricsLog(run_dir / "metrics.jsonl", trackers)) as log,
-        StopSignals(layout.device) as stop,
+        StopSignals(parallel.device) as stop,
         writer,
     ):
 
@@ -135,8 +136,8 @@ def run_loop(
         inputs = task.sample_unit
         items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
         # The FLOPs per token and the peak, once: a step's record then costs a multiplication.
-        devices = layout.mesh.size()
-        utilization = run_utilization(model.spec, cfg.seq_len, cfg.precision, layout.device, devices)
+        devices = parallel.mesh.size()
+        utilization = run_utilization(model.spec, cfg.seq_len, cfg.precision, parallel.device, devices)
         if utilization.unknown is not None and is_main:
             logger.info(f"mfu is null in metrics.jsonl: {utilization.unknown}")
         rate_name, rate_unit = f"{inputs}_per_s", {"tokens": "tok/s", "images": "img/s"}[inputs]

@@ -1,10 +1,10 @@
 """Every check a run's config can fail, made before the run touches the disk.
 
 A start that fails leaves the disk as it was: no ``runs/``, no run folder, no token cache. So the
-device, how the batch splits, the data paths, the tokenizer and the vocabulary, the training length
-and the batch's memory are all checked here, from the config and its layout alone (the dist dict
-already checked against the processes launched, once, by the trainer), before the run folder is
-locked or created.
+device, how the batch splits, the data paths, the tokenizer, the training length and the batch's
+memory are all checked here, from the resolved run alone (its dist dict already checked against the
+processes launched and its vocabulary against the tokenizer, once, as it was resolved:
+brickwork/train/run.py), before the run folder is locked or created.
 """
 
 from __future__ import annotations
@@ -14,42 +14,38 @@ import torch
 from brickwork.data.sources import data_files
 from brickwork.data.tokenizer import Tokenizer
 from brickwork.errors import ConfigError
-from brickwork.factory.build import build_model, resolve_spec
+from brickwork.factory.build import build_model
 from brickwork.parallel import ParallelConfig
 from brickwork.parallel.balance import split_rows
 from brickwork.parallel.mesh import mesh_device_type
 from brickwork.train.fp8 import check_fp8_run
 from brickwork.train.packing import check_packing
+from brickwork.train.run import Run
 from brickwork.train.run_config import RunConfig
 from brickwork.train.run_data import run_tokenizer
 from brickwork.train.run_sizes import check_run_sizes
-from brickwork.train.task_spec import task_spec
-from brickwork.train.tasks import Task
 
 
-def check_before_writing(run: RunConfig, task: Task, layout: ParallelConfig, resumed: bool = False) -> None:
-    """Raise ConfigError naming the option of the first check ``run`` fails under ``layout`` (its
-    dist dict, already checked against the processes launched). A ``resumed`` run's vocabulary is its
-    config.yaml's: a tokenizer that no longer fits it is the data-identity check's to explain
-    (brickwork/train/data_identity.py), which also runs before anything is written."""
-    check_device(run.train.device)
-    check_batch_split(run, layout)
-    check_run_sizes(run, layout)
-    data_files(run.data)  # each path exists and is of a kind the data readers take
-    spec = run.spec
-    if task.uses_tokenizer:
-        tokenizer = run_tokenizer(run)
-        check_sample_prompt(run, tokenizer)
-        spec = run.spec if resumed else task_spec(run, task, tokenizer, quiet=True)
-        limit = resolve_spec(spec).get("max_seq_len")
-        if limit is not None and run.train.seq_len > limit:
+def check_before_writing(run: Run) -> None:
+    """Raise ConfigError naming the option of the first check ``run`` fails under its layout (its
+    dist dict, already checked against the processes launched)."""
+    config, layout, spec = run.config, run.layout, run.config.spec
+    check_device(config.train.device)
+    check_batch_split(config, layout)
+    check_run_sizes(config, layout)
+    data_files(config.data)  # each path exists and is of a kind the data readers take
+    if run.task.uses_tokenizer:
+        tokenizer = run_tokenizer(config)
+        check_sample_prompt(config, tokenizer)
+        limit = spec.get("max_seq_len")
+        if limit is not None and config.train.seq_len > limit:
             raise ConfigError(
-                f"{run.train.seq_len} is longer than max_seq_len={limit}; lower it or raise max_seq_len",
+                f"{config.train.seq_len} is longer than max_seq_len={limit}; lower it or raise max_seq_len",
                 "train.seq_len",
             )
-        check_packing(run, task, tokenizer, spec, layout)
-    if run.train.precision == "fp8":
-        check_fp8(run, spec, layout)
+        check_packing(config, run.task, tokenizer, spec, layout)
+    if config.train.precision == "fp8":
+        check_fp8(config, spec, layout)
 
 
 def check_device(device: str) -> None:

@@ -1,8 +1,8 @@
 """A run config: a model spec plus ``train:``, ``data:`` and ``dist:`` sections, from a preset or a file.
 
-``brickwork train [SPEC] [key=value ...]`` resolves into one of these. Its ``to_dict()`` is what the
-run folder's ``config.yaml`` holds, and that file is itself a valid SPEC, so ``brickwork train
-RUN/config.yaml`` repeats the run.
+``brickwork train [SPEC] [key=value ...]`` resolves into one of these, and from it into the run
+(brickwork/train/run.py). Its ``to_dict()`` is what the run folder's ``config.yaml`` holds, and that
+file is itself a valid SPEC, so ``brickwork train RUN/config.yaml`` repeats the run.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 DERIVED_TRAIN_KEYS = ("warmup_steps", "sample_tokens")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     """Everything a run needs. ``spec`` is the model spec; ``name`` labels the run folder and plot."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch.distributed as dist
 
@@ -19,7 +20,16 @@ from brickwork.launch_env import world_size
 from brickwork.parallel import ParallelConfig, build_mesh
 from brickwork.train.data_identity import DataIdentity, check_data_identity, current_record
 from brickwork.train.run_config import RunConfig
-from brickwork.train.tasks import Task
+
+if TYPE_CHECKING:
+    from brickwork.train.run import Run
+
+
+class RunData(NamedTuple):
+    """A run's text data (None for a task that reads no text, the generated images) and what it is."""
+
+    text: TextData | None
+    identity: DataIdentity
 
 
 def run_tokenizer(run: RunConfig) -> Tokenizer:
@@ -27,23 +37,15 @@ def run_tokenizer(run: RunConfig) -> Tokenizer:
     return declared_tokenizer(run.data.path, run.data.tokenizer, run.spec.get("vocab_size"))
 
 
-def run_data(
-    run: RunConfig,
-    task: Task,
-    layout: ParallelConfig,
-    run_dir: Path,
-    resumed_at: int | None,
-    accept_change: bool,
-) -> tuple[TextData | None, DataIdentity]:
-    """The text data of ``run`` (None for a task that reads no text, the generated images) and what
-    it is; under torchrun the process group starts from the run's ``layout``. A run resumed at step
-    ``resumed_at`` has it checked against its data record first, before anything is written, the
-    token cache included (brickwork/train/data_identity.py)."""
-    tokenizer = run_tokenizer(run) if task.uses_tokenizer else None
-    current = current_record(run.data, tokenizer)
+def run_data(run: Run, run_dir: Path, resumed_at: int | None, accept_change: bool) -> RunData:
+    """The data of ``run``; under torchrun the process group starts from the run's layout. A run
+    resumed at step ``resumed_at`` has it checked against its data record first, before anything is
+    written, the token cache included (brickwork/train/data_identity.py)."""
+    tokenizer = run_tokenizer(run.config) if run.task.uses_tokenizer else None
+    current = current_record(run.config.data, tokenizer)
     identity = check_data_identity(run_dir, current, tokenizer, resumed_at, accept_change)
-    text = None if tokenizer is None else run_text_data(run, layout, run_dir, tokenizer)
-    return text, identity
+    text = None if tokenizer is None else run_text_data(run.config, run.layout, run_dir, tokenizer)
+    return RunData(text, identity)
 
 
 def run_text_data(run: RunConfig, layout: ParallelConfig, run_dir: Path, tokenizer: Tokenizer) -> TextData:
