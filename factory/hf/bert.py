@@ -25,7 +25,7 @@ from brickwork.errors import ConfigError
 from brickwork.layout import ModelPlan, Stage, StageRecipe
 
 from .config import HFConfig
-from .family import Family, Rule, Variant, prefix
+from .family import Family, Rule, Variant, module_rules, prefix
 from .spec import (
     attention_spec,
     block,
@@ -131,8 +131,7 @@ class Bert(Family):
             Rule(f"{e}word_embeddings.weight", "token_embedding.weight"),
             Rule(f"{e}position_embeddings.weight", "position_embedding.weight"),
             Rule(f"{e}token_type_embeddings.weight", "token_type_embedding.weight"),
-            Rule(f"{e}LayerNorm.weight", "embedding_norm.weight"),
-            Rule(f"{e}LayerNorm.bias", "embedding_norm.bias"),
+            *module_rules(f"{e}LayerNorm", "embedding_norm"),
         ]
         for i in range(spec["encoder"]["num_layers"]):
             h, b = f"{p}encoder.layer.{i}.", f"layers.{i}."
@@ -142,16 +141,14 @@ class Bert(Family):
             ]
             pairs += [(hf, bw) for hf, (bw, _) in _MLP.items()]
             rules += attention_rules(f"{h}attention.", f"{b}attention.")
-            rules += [Rule(f"{h}{hf}.{t}", f"{b}{bw}.{t}") for hf, bw in pairs for t in ("weight", "bias")]
+            rules += [rule for hf, bw in pairs for rule in module_rules(f"{h}{hf}", f"{b}{bw}")]
         if variant.pooler:
-            rules += [Rule(f"{p}pooler.dense.{t}", f"pooler.dense.{t}") for t in ("weight", "bias")]
+            rules += module_rules(f"{p}pooler.dense", "pooler.dense")
         if variant.head == "mlm":
             c = "cls.predictions."
             rules += [
-                Rule(f"{c}transform.dense.weight", "mlm_head.dense.weight"),
-                Rule(f"{c}transform.dense.bias", "mlm_head.dense.bias"),
-                Rule(f"{c}transform.LayerNorm.weight", "mlm_head.norm.weight"),
-                Rule(f"{c}transform.LayerNorm.bias", "mlm_head.norm.bias"),
+                *module_rules(f"{c}transform.dense", "mlm_head.dense"),
+                *module_rules(f"{c}transform.LayerNorm", "mlm_head.norm"),
                 Rule(f"{c}decoder.weight", "mlm_head.decoder.weight"),
                 Rule(f"{c}bias", "mlm_head.decoder.bias"),
             ]
@@ -219,9 +216,7 @@ class Bert(Family):
 
 def attention_rules(hf: str, bw: str) -> list[Rule]:
     """The tensors of a ``BertAttention`` under ``hf`` and of brickwork's attention under ``bw``."""
-    return [
-        Rule(f"{hf}{a}.{t}", f"{bw}{m}.{t}") for a, (m, _) in _ATTENTION.items() for t in ("weight", "bias")
-    ]
+    return [rule for a, (m, _) in _ATTENTION.items() for rule in module_rules(f"{hf}{a}", f"{bw}{m}")]
 
 
 class BertStages(StageRecipe):

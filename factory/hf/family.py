@@ -57,6 +57,12 @@ class Rule:
         return self.to_hf(bw_state[self.bw])
 
 
+def module_rules(hf: str, bw: str, bias: bool = True) -> list[Rule]:
+    """HF module ``hf`` (a linear layer or a norm) copied as it is to brickwork module ``bw``: its
+    weight, then its bias when it has one."""
+    return [Rule(f"{hf}.{t}", f"{bw}.{t}") for t in (("weight", "bias") if bias else ("weight",))]
+
+
 @dataclass(frozen=True)
 class Packed:
     """HF tensor ``hf`` holds the brickwork tensors ``bw``: ``split`` cuts it into them, in that order,

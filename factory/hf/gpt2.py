@@ -16,7 +16,7 @@ from torch import nn
 from brickwork.layout import ModelPlan, StageRecipe
 
 from .config import HFConfig
-from .family import Family, Rule, Variant, prefix, same, transposed, with_head
+from .family import Family, Rule, Variant, module_rules, prefix, transposed, with_head
 from .layout import blocks_to_groups, groups_to_blocks
 from .spec import (
     attention_spec,
@@ -107,22 +107,15 @@ class GPT2(Family):
         for i in range(spec["decoder"]["num_layers"]):
             h, b = f"{p}h.{i}.", f"layers.{i}."
             rules += [
-                Rule(f"{h}ln_1.weight", f"{b}attention_norm.weight"),
-                Rule(f"{h}ln_1.bias", f"{b}attention_norm.bias"),
+                *module_rules(f"{h}ln_1", f"{b}attention_norm"),
                 *attention_rules(f"{h}attn.", f"{b}attention.", heads, spec["dim_model"] // heads),
-                Rule(f"{h}ln_2.weight", f"{b}feedforward_norm.weight"),
-                Rule(f"{h}ln_2.bias", f"{b}feedforward_norm.bias"),
+                *module_rules(f"{h}ln_2", f"{b}feedforward_norm"),
                 Rule(f"{h}mlp.c_fc.weight", f"{b}feedforward.up_proj.weight", transposed, transposed),
                 Rule(f"{h}mlp.c_fc.bias", f"{b}feedforward.up_proj.bias"),
                 Rule(f"{h}mlp.c_proj.weight", f"{b}feedforward.down_proj.weight", transposed, transposed),
                 Rule(f"{h}mlp.c_proj.bias", f"{b}feedforward.down_proj.bias"),
             ]
-        rules += [
-            Rule(f"{p}ln_f.weight", "final_norm.weight"),
-            Rule(f"{p}ln_f.bias", "final_norm.bias"),
-            Rule("lm_head.weight", "lm_head.weight", same, same),
-        ]
-        return rules
+        return [*rules, *module_rules(f"{p}ln_f", "final_norm"), Rule("lm_head.weight", "lm_head.weight")]
 
     def matches(self, spec: Mapping[str, Any]) -> bool:
         return spec.get("model") == "decoder_lm" and spec["position"]["name"] == "learned"

@@ -16,7 +16,7 @@ from torch import nn
 from brickwork.layout import ModelPlan, StageRecipe
 
 from .config import HFConfig
-from .family import Family, Rule, Variant, prefix, with_head
+from .family import Family, Rule, Variant, module_rules, prefix, with_head
 from .rope import hf_rope, read_rope
 from .spec import (
     attention_spec,
@@ -104,13 +104,10 @@ class GPTNeoX(Family):
             h, b = f"{p}layers.{i}.", f"layers.{i}."
             names = {"input_layernorm": "attention_norm", "post_attention_layernorm": "feedforward_norm"}
             names |= {hf: bw for hf, (bw, _) in _PROJECTIONS.items()}
-            for hf, bw in names.items():
-                rules.append(Rule(f"{h}{hf}.weight", f"{b}{bw}.weight"))
-                if bias or not hf.startswith("attention."):  # the norms and the MLP always have biases
-                    rules.append(Rule(f"{h}{hf}.bias", f"{b}{bw}.bias"))
+            for hf, bw in names.items():  # the norms and the MLP always have biases
+                rules += module_rules(f"{h}{hf}", f"{b}{bw}", bias or not hf.startswith("attention."))
         rules += [
-            Rule(f"{p}final_layer_norm.weight", "final_norm.weight"),
-            Rule(f"{p}final_layer_norm.bias", "final_norm.bias"),
+            *module_rules(f"{p}final_layer_norm", "final_norm"),
             Rule("lm_head.weight", "lm_head.weight"),
         ]
         return rules

@@ -18,7 +18,7 @@ from torch import nn
 from brickwork.layout import ModelPlan, StageRecipe
 
 from .config import HFConfig
-from .family import Family, Packed, Rule, Variant, prefix, with_head
+from .family import Family, Packed, Rule, Variant, module_rules, prefix, with_head
 from .rope import hf_rope, read_rope
 from .spec import (
     attention_spec,
@@ -153,13 +153,11 @@ class Llama(Family):
         self, spec: Mapping[str, Any], variant: Variant, h: str, b: str
     ) -> list[Rule | Packed]:
         """The tensors of layer ``h``'s MLP (HF) and ``b``'s feedforward (brickwork)."""
-        ff = spec_feedforward(spec, self.name, names=("swiglu", "glu"))
-        rules = []
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            rules.append(Rule(f"{h}mlp.{name}.weight", f"{b}feedforward.{name}.weight"))
-            if ff["bias"]:
-                rules.append(Rule(f"{h}mlp.{name}.bias", f"{b}feedforward.{name}.bias"))
-        return rules
+        bias = spec_feedforward(spec, self.name, names=("swiglu", "glu"))["bias"]
+        projections = ("gate_proj", "up_proj", "down_proj")
+        return [
+            rule for n in projections for rule in module_rules(f"{h}mlp.{n}", f"{b}feedforward.{n}", bias)
+        ]
 
     def matches(self, spec: Mapping[str, Any]) -> bool:
         return (
@@ -223,9 +221,8 @@ def attention_rules(hf: str, bw: str, attention: Mapping[str, Any]) -> list[Rule
     bias = attention["bias"]
     rules = []
     for hf_name, bw_name in ATTENTION.items():
-        rules.append(Rule(f"{hf}{hf_name}.weight", f"{bw}{bw_name}.weight"))
-        if bias is True or (bias == "qkv" and hf_name != "o_proj"):
-            rules.append(Rule(f"{hf}{hf_name}.bias", f"{bw}{bw_name}.bias"))
+        has_bias = bias is True or (bias == "qkv" and hf_name != "o_proj")
+        rules += module_rules(f"{hf}{hf_name}", f"{bw}{bw_name}", has_bias)
     if attention.get("qk_norm") is not None:
         rules += [Rule(f"{hf}{name}.weight", f"{bw}{name}.weight") for name in ("q_norm", "k_norm")]
     return rules
