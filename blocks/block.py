@@ -13,13 +13,14 @@ from brickwork.blocks.model_kind import ChoiceSpec
 from brickwork.components.attention import KVCache, MultiHeadAttention
 from brickwork.components.residual import NORM_REGISTRY, RESIDUAL_REGISTRY, ResidualStyle
 from brickwork.errors import ConfigError
+from brickwork.option_types import CheckedConfig
 
 NormSpec = str | type | functools.partial
 ResidualSpec = str | type | functools.partial | ResidualStyle
 
 
 @dataclass
-class BlockSpec:
+class BlockSpec(CheckedConfig):
     """A block's spec: ``attention`` holds the ``MultiHeadAttention`` options and its ``mechanism``."""
 
     attention: dict[str, Any]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import nn
@@ -16,6 +16,7 @@ from brickwork.blocks.model_kind import ModelKind, Stack, StackSection, TokenMod
 from brickwork.blocks.output import IGNORE_INDEX, LossOutput, logits_loss
 from brickwork.blocks.reversible import as_layers, run_layers
 from brickwork.blocks.tied import tie_weights
+from brickwork.checks import NonNegativeInt
 from brickwork.components.feedforward.activations import check_activation
 from brickwork.errors import ConfigError
 from brickwork.layout.vocab_padding import pad_own_vocabulary
@@ -120,18 +121,12 @@ class Encoder(nn.Module):
 
 @dataclass(kw_only=True)
 class EncoderSpec(TokenModelSpec):
-    type_vocab_size: int = 0
+    type_vocab_size: NonNegativeInt = 0
     embedding_norm: bool = False
     head: Literal["none", "mlm"] = "none"
-    head_activation: str = "gelu"
+    head_activation: Annotated[str, check_activation] = "gelu"
     pooler: bool = False
     encoder: StackSection
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_activation(self.head_activation, "head_activation")
-        if self.type_vocab_size < 0:
-            raise ConfigError(f"must be >= 0, got {self.type_vocab_size}", "type_vocab_size")
 
 
 def build_encoder(spec: EncoderSpec, position: nn.Module | None, encoder: Stack) -> Encoder:

@@ -148,8 +148,7 @@ class ImageEncoderSpec(ModelSpec):
     pool: Literal["cls", "mean"] = "cls"
     encoder: StackSection
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def check_options(self) -> None:
         # Checked with the spec, not only when the patch embedding is built: positions are sized
         # from the patch count first.
         PatchEmbedding.check_geometry(self.image_size, self.patch_size, self.channels)

@@ -18,8 +18,9 @@ from typing import Any
 
 from torch import nn
 
-from brickwork.checks import check_positive_int, check_probability
+from brickwork.checks import PositiveInt, Probability
 from brickwork.errors import ConfigError, join_path
+from brickwork.option_types import CheckedConfig
 
 ChoiceSpec = dict[str, Any] | str
 PositionSpec = dict[str, Any] | str | list[dict[str, Any] | str] | None
@@ -46,7 +47,7 @@ def later_defaults(spec: ModelSpec) -> set[str]:
 
 
 @dataclass
-class StackSection:
+class StackSection(CheckedConfig):
     """A stack's spec, and the type of a kind's spec fields that are stacks: ``num_layers`` copies of
     ``block`` (a block's keys, :class:`~brickwork.blocks.block.BlockSpec`); ``layers`` overrides parts
     of it for single layers.
@@ -55,13 +56,13 @@ class StackSection:
     self-attention blocks only.
     """
 
-    num_layers: int
+    num_layers: PositiveInt
     block: dict[str, Any]
     layers: dict[int | str, dict[str, Any]] = field(default_factory=dict)  # keyed by int once checked
     reversible: bool = False
 
-    def __post_init__(self) -> None:
-        check_positive_int(self.num_layers, "num_layers")
+    def check_options(self) -> None:
+        """Each ``layers`` key a layer index, given once (a JSON key, ``"1"``, is read as 1)."""
         layers: dict[int | str, dict[str, Any]] = {}
         for key, value in self.layers.items():
             index = int(key) if isinstance(key, str) and key.strip().isdigit() else key  # a JSON key
@@ -75,19 +76,15 @@ class StackSection:
 
 
 @dataclass(kw_only=True)
-class ModelSpec:
+class ModelSpec(CheckedConfig):
     """Keys shared by every model kind (docs/spec.md lists them)."""
 
     model: str
-    dim_model: int
+    dim_model: PositiveInt
     position: PositionSpec = None
-    dropout: float = 0.0
+    dropout: Probability = 0.0
     final_norm: bool = True
     init: ChoiceSpec = field(default_factory=lambda: {"name": "normal"})
-
-    def __post_init__(self) -> None:
-        check_positive_int(self.dim_model, "dim_model")
-        check_probability(self.dropout, "dropout")
 
 
 @dataclass(kw_only=True)
@@ -95,17 +92,10 @@ class TokenModelSpec(ModelSpec):
     """A model over token ids. ``vocab_multiple`` pads the embedding and vocabulary head to a multiple
     of it inside the model (1: no padding); outside, the vocabulary is ``vocab_size``."""
 
-    vocab_size: int
-    max_seq_len: int | None = None
+    vocab_size: PositiveInt
+    max_seq_len: PositiveInt | None = None
     tie_embeddings: bool = True
-    vocab_multiple: int = 1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_positive_int(self.vocab_size, "vocab_size")
-        check_positive_int(self.vocab_multiple, "vocab_multiple")
-        if self.max_seq_len is not None:
-            check_positive_int(self.max_seq_len, "max_seq_len")
+    vocab_multiple: PositiveInt = 1
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The one type checker, ``check_value``; ``to_config``: a spec mapping into a typed dataclass; and back."""
+"""The one type checker, ``check_value``; ``CheckedConfig``, the one way a config checks its fields;
+``to_config``: a spec mapping into a typed dataclass; and back."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar, Union
+from typing import Annotated, Any, Literal, TypeVar, Union
 
 from brickwork.errors import ConfigError, join_path
 
@@ -20,6 +21,36 @@ def config_fields(cls: type) -> dict[str, Any]:
     hints = type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
     return {f.name: hints.get(f.name, Any) for f in fields}
+
+
+class CheckedConfig:
+    """The base of every config dataclass: building one runs each field's ``Annotated`` checks (None passes
+    an optional field), then ``check_options``, then checks each type, unconverted (the first say more)."""
+
+    def __post_init__(self) -> None:
+        fields = field_checks(type(self))
+        for name, checks, optional, _ in fields:
+            for check in () if optional and getattr(self, name) is None else checks:
+                check(getattr(self, name), name)
+        self.check_options()
+        for name, _, optional, annotation in fields:
+            if not (optional and getattr(self, name) is None):
+                check_value(getattr(self, name), annotation, name)
+
+    def check_options(self) -> None:
+        """Rules spanning several fields; raise ConfigError naming one of them."""
+
+
+@functools.cache
+def field_checks(cls: type) -> list[tuple[str, list[Any], bool, Any]]:
+    """Per field of ``cls``: name, ``Annotated`` checks, whether None passes (``X | None``), plain type."""
+    hints, fields = type_hints(cls, extras=True), []
+    for name, plain in config_fields(cls).items():
+        hint = hints.get(name, Any)
+        arms = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+        checks = [c for a in arms if typing.get_origin(a) is Annotated for c in a.__metadata__ if callable(c)]
+        fields.append((name, checks, types.NoneType in arms, plain))
+    return fields
 
 
 def type_hints(obj: Any, extras: bool = False) -> dict[str, Any]:
@@ -76,13 +107,13 @@ def construct(
 
 def check_value(value: Any, annotation: Any, path: str) -> Any:
     """``value`` if it fits ``annotation`` (converted: int -> float, list -> tuple, dict -> dataclass)."""
+    if type(value) is annotation or annotation is Any or annotation is object:
+        return value  # first: the common case, checked on every config built
     if typing.get_origin(annotation) is Callable or getattr(annotation, "_is_protocol", False):
         annotation = Callable  # a hook, typed by its call (a Protocol): any callable will do
-    if annotation is Any or annotation is object:
-        return value
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Union or origin is types.UnionType:
-        return _check_union(value, args, path)
+        return value if value is None and types.NoneType in args else _check_union(value, args, path)
     if origin is Literal:
         if value in args and all(type(value) is type(a) for a in args if a == value):
             return value

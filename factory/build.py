@@ -26,7 +26,7 @@ from brickwork.blocks import MODELS
 from brickwork.blocks.block import CrossBlockSpec
 from brickwork.blocks.initialization import INIT_REGISTRY, init_model
 from brickwork.blocks.model_kind import PositionSpec, later_defaults
-from brickwork.checks import check_positive_int
+from brickwork.checks import NonNegativeInt, PositiveInt
 from brickwork.components.configurable import options_dataclass
 from brickwork.components.positional import POSITIONAL_REGISTRY
 from brickwork.errors import ConfigError
@@ -49,16 +49,10 @@ class StandaloneBlockSpec(CrossBlockSpec):
     """The spec ``build_block`` takes: a block plus what a model would otherwise supply."""
 
     type: Literal["encoder", "decoder"] = "encoder"
-    dim_model: int
+    dim_model: PositiveInt
     position: PositionSpec = None
-    num_encoder_layers: int = 0
-    num_decoder_layers: int = 0
-
-    def __post_init__(self) -> None:
-        check_positive_int(self.dim_model, "dim_model")
-        for option in DEEPNORM_DEPTHS:
-            if getattr(self, option) < 0:
-                raise ConfigError(f"must be >= 0, got {getattr(self, option)}", option)
+    num_encoder_layers: NonNegativeInt = 0
+    num_decoder_layers: NonNegativeInt = 0
 
 
 def read_spec(spec: SpecSource, overrides: Overrides = None) -> dict[str, Any]:

@@ -4,7 +4,8 @@ LiBai's spellings are accepted as they are: its ``dist`` keys (``data_parallel_s
 ``tensor_parallel_size``, ``pipeline_parallel_size``, ``pipeline_num_layers``,
 ``custom_pipeline_stage_id``, ``device_type``) and its training switches
 ``zero_optimization={"enabled", "stage"}``, ``activation_checkpoint={"enabled"}`` and
-``amp={"enabled"}`` (LiBai's amp is fp16).
+``amp={"enabled"}`` (LiBai's amp is fp16). ``from_dict`` translates them into brickwork's keys, which
+``to_config`` then checks like any config's.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from brickwork.checks import check_bool, check_choice, check_positive_int
+from brickwork.checks import Flag, InRange, OneOf, PositiveInt
 from brickwork.errors import ConfigError
+from brickwork.option_types import CheckedConfig, to_config
 from brickwork.parallel.tensor.parts import check_parts
 
 ACTIVATION_CHECKPOINTING = ("none", "full", "selective")
@@ -34,50 +36,47 @@ class WorldSizeError(ConfigError):
         self.config, self.wanted, self.have = config, wanted, have
 
 
+def _check_layer_counts(value: object, option: str) -> None:
+    if not isinstance(value, tuple | list) or any(
+        isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in value
+    ):
+        raise ConfigError(f"must be layer counts >= 1 per stage, got {value!r}", option)
+
+
+def _check_weights(value: object, option: str) -> None:
+    numbers = isinstance(value, tuple | list) and all(isinstance(w, int | float) for w in value)
+    if not numbers or any(isinstance(w, bool) or w <= 0 for w in value):
+        raise ConfigError(f"must be positive numbers (relative speeds), got {value!r}", option)
+
+
 @dataclass(frozen=True)
-class ParallelConfig:
+class ParallelConfig(CheckedConfig):
     """A validated dist dict. Sizes multiply to the world size; see docs/parallel.md for every key."""
 
-    data_parallel_size: int = 1
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    context_parallel_size: int = 1
-    sequence_parallel: bool = False
-    zero_stage: int = 0
-    cpu_offload: bool = False
-    activation_checkpointing: str = "none"
-    mixed_precision: str = "fp32"
-    num_microbatches: int | None = None
-    pipeline_schedule: str = "1f1b"
-    virtual_pipeline_size: int = 1
-    pipeline_layers: tuple[int, ...] | None = None
-    pipeline_num_layers: int | None = None
-    device_weights: tuple[float, ...] | None = None
-    device_type: str | None = None
+    data_parallel_size: PositiveInt = 1
+    tensor_parallel_size: PositiveInt = 1
+    pipeline_parallel_size: PositiveInt = 1
+    context_parallel_size: PositiveInt = 1
+    sequence_parallel: Flag = False
+    zero_stage: Annotated[int, OneOf(ZERO_STAGES)] = 0
+    cpu_offload: Flag = False
+    activation_checkpointing: Annotated[str, OneOf(ACTIVATION_CHECKPOINTING)] = "none"
+    mixed_precision: Annotated[str, OneOf(MIXED_PRECISION)] = "fp32"
+    num_microbatches: PositiveInt | None = None
+    pipeline_schedule: Annotated[str, OneOf(PIPELINE_SCHEDULES)] = "1f1b"
+    virtual_pipeline_size: PositiveInt = 1
+    pipeline_layers: Annotated[tuple[int, ...], _check_layer_counts] | None = None
+    pipeline_num_layers: PositiveInt | None = None
+    device_weights: Annotated[tuple[float, ...], _check_weights] | None = None
+    device_type: Annotated[str, OneOf(DEVICE_TYPES)] | None = None
     parts: tuple[tuple[str, str], ...] = ()
-    vocab_multiple: int = 64
-    expert_parallel_size: int = 1
-    timeout_s: float = 600.0
+    vocab_multiple: PositiveInt = 64
+    expert_parallel_size: PositiveInt = 1
+    # Every collective and the start waits at most this long for a peer that stopped or never came.
+    timeout_s: Annotated[float, InRange(0, 10**7, open_low=True, open_high=True)] = 600.0
 
-    def __post_init__(self) -> None:
-        for key in (
-            "data_parallel_size",
-            "tensor_parallel_size",
-            "pipeline_parallel_size",
-            "context_parallel_size",
-            "virtual_pipeline_size",
-            "vocab_multiple",
-            "expert_parallel_size",
-        ):
-            check_positive_int(getattr(self, key), key)
-        for key in ("sequence_parallel", "cpu_offload"):
-            check_bool(getattr(self, key), key)
-        check_choice(self.zero_stage, "zero_stage", ZERO_STAGES)
-        check_choice(self.activation_checkpointing, "activation_checkpointing", ACTIVATION_CHECKPOINTING)
-        check_choice(self.mixed_precision, "mixed_precision", MIXED_PRECISION)
-        check_choice(self.pipeline_schedule, "pipeline_schedule", PIPELINE_SCHEDULES)
-        if self.device_type is not None:
-            check_choice(self.device_type, "device_type", DEVICE_TYPES)
+    def check_options(self) -> None:
+        """The rules spanning keys (each key's own check sits on its field)."""
         if self.cpu_offload and self.zero_stage < 2:
             raise ConfigError(
                 f"cpu_offload needs FSDP, i.e. zero_stage 2 or 3, got zero_stage={self.zero_stage}",
@@ -85,13 +84,6 @@ class ParallelConfig:
             )
         if self.sequence_parallel and self.tensor_parallel_size == 1:
             raise ConfigError("sequence_parallel needs tensor_parallel_size > 1", "sequence_parallel")
-        for key in ("num_microbatches", "pipeline_num_layers"):
-            if getattr(self, key) is not None:
-                check_positive_int(getattr(self, key), key)
-        timeout = self.timeout_s
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 1e7:
-            # Every collective and the start waits at most this long for a peer that stopped or never came.
-            raise ConfigError(f"must be a number of seconds in (0, 1e7), got {timeout!r}", "timeout_s")
         self._check_pipeline()
         self._check_device_weights()
         self._check_parts()
@@ -129,27 +121,17 @@ class ParallelConfig:
                 "interleaved_1f1b needs (microbatches go round the stages in groups of pp)",
                 "num_microbatches",
             )
-        if self.pipeline_layers is not None:
-            counts = self.pipeline_layers
-            if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
-                raise ConfigError(
-                    f"must be layer counts >= 1 per stage, got {list(counts)}", "pipeline_layers"
-                )
-            if len(counts) != self.num_stages:
-                raise ConfigError(
-                    f"has {len(counts)} entries but there are {self.num_stages} stages "
-                    f"(pipeline_parallel_size {pp} × virtual_pipeline_size {v})",
-                    "pipeline_layers",
-                )
+        if self.pipeline_layers is not None and len(self.pipeline_layers) != self.num_stages:
+            raise ConfigError(
+                f"has {len(self.pipeline_layers)} entries but there are {self.num_stages} stages "
+                f"(pipeline_parallel_size {pp} × virtual_pipeline_size {v})",
+                "pipeline_layers",
+            )
 
     def _check_device_weights(self) -> None:
         weights = self.device_weights
         if weights is None:
             return
-        if any(isinstance(w, bool) or not isinstance(w, int | float) or w <= 0 for w in weights):
-            raise ConfigError(
-                f"must be positive numbers (relative speeds), got {list(weights)}", "device_weights"
-            )
         pp, dp = self.pipeline_parallel_size, self.data_parallel_size
         if pp > 1 and dp > 1:
             raise ConfigError(
@@ -233,14 +215,14 @@ class ParallelConfig:
         else:
             if not isinstance(dist, Mapping):
                 raise ConfigError(f"the dist config must be a dict, got {type(dist).__name__}")
-            config = cls(**_resolve_keys(dict(dist), world_size))
+            config = to_config(cls, _resolve_keys(dict(dist), world_size))
         if world_size is not None:
             config.check_world_size(world_size)
         return config
 
 
 def _resolve_keys(dist: dict[str, Any], world_size: int | None) -> dict[str, Any]:
-    fields = {f.name for f in dataclasses.fields(ParallelConfig)}
+    """``dist`` in brickwork's keys: LiBai's translated, the others passed on for ``to_config`` to check."""
     out: dict[str, Any] = {}
     for key, value in dist.items():
         if key == "zero_optimization":
@@ -259,12 +241,8 @@ def _resolve_keys(dist: dict[str, Any], world_size: int | None) -> dict[str, Any
             if not isinstance(value, Mapping):
                 raise ConfigError(f"must be a dict of module-path glob -> strategy, got {value!r}", key)
             out["parts"] = tuple(value.items())
-        elif key in fields:
-            out[key] = (
-                tuple(value) if key in ("pipeline_layers", "device_weights") and value is not None else value
-            )
         else:
-            raise ConfigError("unknown dist key", key, choices=sorted(fields | _LIBAI_KEYS), got=key)
+            out[key] = value
     if "data_parallel_size" not in out and world_size is not None:
         others_keys = ("tensor_parallel_size", "context_parallel_size", "pipeline_parallel_size")
         sizes = [out.get(k, 1) for k in others_keys]
@@ -272,9 +250,6 @@ def _resolve_keys(dist: dict[str, Any], world_size: int | None) -> dict[str, Any
         if others > 0 and world_size % others == 0:
             out["data_parallel_size"] = world_size // others
     return out
-
-
-_LIBAI_KEYS = {"zero_optimization", "activation_checkpoint", "amp", "custom_pipeline_stage_id"}
 
 
 def _section(key: str, value: Any, allowed: tuple[str, ...]) -> dict[str, Any]:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from brickwork.checks import check_bool, check_choice
-from brickwork.errors import ConfigError
+from brickwork.checks import Flag, InRange, OneOf, check_non_empty
+from brickwork.option_types import CheckedConfig
 
 # The kinds of data.path that brickwork/data/sources.py reads.
 FORMATS = ("auto", "text", "folder", "jsonl", "bin")
 
 
 @dataclass
-class DataConfig:
+class DataConfig(CheckedConfig):
     """What to train on (brickwork/data/sources.py).
 
     ``path``: a text file, a folder of text files, a .jsonl file or a nanoGPT folder of .bin token
@@ -26,17 +27,9 @@ class DataConfig:
     """
 
     path: str | None = None
-    format: str = "auto"
-    text_key: str = "text"
+    format: Annotated[str, OneOf(FORMATS)] = "auto"
+    text_key: Annotated[str, check_non_empty] = "text"
     tokenizer: str | None = None
     val_path: str | None = None
-    val_fraction: float = 0.1
-    pack: bool = False
-
-    def __post_init__(self) -> None:
-        check_bool(self.pack, "pack")
-        if not 0 < self.val_fraction <= 0.5:
-            raise ConfigError(f"must be in (0, 0.5], got {self.val_fraction!r}", "val_fraction")
-        check_choice(self.format, "format", FORMATS)
-        if not self.text_key:
-            raise ConfigError(f"must be non-empty, got {self.text_key!r}", "text_key")
+    val_fraction: Annotated[float, InRange(0, 0.5, open_low=True)] = 0.1
+    pack: Flag = False

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import importlib.util
-import math
 from dataclasses import dataclass
+from typing import Annotated
 
 from brickwork.checks import (
-    check_bool,
-    check_choice,
-    check_positive_float,
+    Flag,
+    InRange,
+    NonNegative,
+    NonNegativeInt,
+    PositiveFloat,
+    OneOf,
+    PositiveInt,
+    Probability,
+    check_non_empty,
     check_positive_int,
-    check_probability,
 )
 from brickwork.errors import ConfigError
 from brickwork.extras import missing_package
+from brickwork.option_types import CheckedConfig
 from brickwork.train.fp8 import FP8_RECIPES, check_torchao
 from brickwork.train.precision import PRECISIONS
 from brickwork.train.trackers import ALWAYS, TRACKERS
@@ -35,21 +41,40 @@ ONLY_WITH = {
     "muon_adjust_lr": ("optimizer", "muon", "match_rms_adamw"),
 }
 DEVICES = ("auto", "cpu", "cuda")
-FINITE = ("lr", "min_lr", "weight_decay", "momentum", "grad_clip", "sample_temperature")
-POSITIVE = (
-    "steps",
-    "batch_size",
-    "grad_accum_steps",
-    "seq_len",
-    "eval_interval",
-    "eval_batches",
-    "checkpoint_interval",
-)
-NON_NEGATIVE = ("warmup_steps", "sample_tokens", "keep_checkpoints", "seed", "max_skipped_steps")
+
+
+def _check_seed(value: object, option: str) -> None:
+    # torch's generators take 64-bit seeds, and the data draws its validation set from seed + 1000003.
+    if isinstance(value, int) and value >= 2**63:
+        raise ConfigError(f"must be below 2**63, got {value!r}", option)
+
+
+def _check_betas(value: object, option: str) -> None:
+    numbers = isinstance(value, list | tuple) and all(isinstance(b, int | float) for b in value)
+    if not numbers or len(value) != 2 or not all(0 <= b < 1 for b in value):
+        raise ConfigError(f"must be two numbers in [0, 1), got {value!r}", option)
+
+
+def _check_compile(value: object, option: str) -> None:
+    # A membership test alone would take 1 and 0 for True and False.
+    if not (isinstance(value, bool) or value == "auto"):
+        raise ConfigError(f"must be auto, true or false, got {value!r}", option)
+
+
+def _check_trackers(value: object, option: str) -> None:
+    names = list(value) if isinstance(value, list | tuple) else [value]
+    for name in names:
+        OneOf((ALWAYS, *TRACKERS))(name, option)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"names a tracker twice, got {value!r}", option)
+    for name in names:
+        package = TRACKERS[name].package if name != ALWAYS else None
+        if package is not None and importlib.util.find_spec(package) is None:
+            raise ConfigError(missing_package(package, f"log_to {name}"), option)
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(CheckedConfig):
     """How to train: steps, batches, optimizer, learning-rate schedule, evaluation, checkpoints, output.
 
     The learning rate warms up linearly over ``warmup_steps`` and then follows ``schedule`` from
@@ -80,100 +105,67 @@ class TrainConfig:
     steps overflow that many times in a row is diverging and stops with an error (0: never).
     """
 
-    steps: int = 600
-    batch_size: int = 16
-    grad_accum_steps: int = 1
-    seq_len: int = 128
-    lr: float = 3e-3
-    min_lr: float = 3e-4
-    warmup_steps: int | None = None
-    schedule: str = "cosine"
-    decay_fraction: float | None = None
-    decay_shape: str | None = None
-    optimizer: str = "adamw"
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    momentum: float = 0.9
-    muon_momentum: float | None = None
-    muon_nesterov: bool | None = None
-    muon_ns_steps: int | None = None
-    muon_adjust_lr: str | None = None
-    grad_clip: float = 1.0
-    seed: int = 0
-    eval_interval: int = 50
-    eval_batches: int = 4
-    checkpoint_interval: int = 200
-    keep_checkpoints: int = 2
+    steps: PositiveInt = 600
+    batch_size: PositiveInt = 16
+    grad_accum_steps: PositiveInt = 1
+    seq_len: PositiveInt = 128
+    lr: PositiveFloat = 3e-3
+    min_lr: NonNegative = 3e-4
+    warmup_steps: NonNegativeInt | None = None
+    schedule: Annotated[str, OneOf(SCHEDULES)] = "cosine"
+    decay_fraction: Annotated[float, InRange(0, 1, open_low=True)] | None = None
+    decay_shape: Annotated[str, OneOf(DECAY_SHAPES)] | None = None
+    optimizer: Annotated[str, OneOf(OPTIMIZERS)] = "adamw"
+    weight_decay: NonNegative = 0.1
+    betas: Annotated[tuple[float, float], _check_betas] = (0.9, 0.95)
+    momentum: Probability = 0.9
+    muon_momentum: Probability | None = None
+    muon_nesterov: Flag | None = None
+    # torch's Newton-Schulz refuses 100 steps or more.
+    muon_ns_steps: Annotated[int, check_positive_int, InRange(1, 100, open_high=True)] | None = None
+    muon_adjust_lr: Annotated[str, OneOf(MUON_ADJUST_LR)] | None = None
+    grad_clip: NonNegative = 1.0
+    seed: Annotated[int, InRange(0), _check_seed] = 0
+    eval_interval: PositiveInt = 50
+    eval_batches: PositiveInt = 4
+    checkpoint_interval: PositiveInt = 200
+    keep_checkpoints: NonNegativeInt = 2
     out_dir: str | None = None
-    sample_prompt: str | None = None
-    sample_tokens: int | None = None
-    sample_temperature: float = 0.8
-    device: str = "auto"
-    precision: str = "fp32"
-    fp8_recipe: str | None = None
-    fp8_min_features: int | None = None
+    sample_prompt: Annotated[str, check_non_empty] | None = None
+    sample_tokens: NonNegativeInt | None = None
+    sample_temperature: NonNegative = 0.8
+    device: Annotated[str, OneOf(DEVICES)] = "auto"
+    precision: Annotated[str, OneOf(PRECISIONS)] = "fp32"
+    fp8_recipe: Annotated[str, OneOf(FP8_RECIPES)] | None = None
+    fp8_min_features: PositiveInt | None = None
     init_from: str | None = None
-    log_to: str | list[str] = "jsonl"
-    compile: str | bool = "auto"
-    checkpoint_on_preempt: bool = True
-    async_checkpoint: bool = False
-    max_skipped_steps: int = 10
+    log_to: Annotated[str | list[str], _check_trackers] = "jsonl"
+    compile: Annotated[str | bool, _check_compile] = "auto"
+    checkpoint_on_preempt: Flag = True
+    async_checkpoint: Flag = False
+    max_skipped_steps: NonNegativeInt = 10
 
-    def __post_init__(self) -> None:
-        if self.warmup_steps is None and isinstance(self.steps, int):
+    def check_options(self) -> None:
+        """The derived defaults (the rules after them read them), then the rules spanning options."""
+        if self.warmup_steps is None:
             self.warmup_steps = self.steps // 20
         if self.sample_tokens is None:
             self.sample_tokens = self.seq_len
-        for name in FINITE:
-            # 1e400 reads as inf, which every comparison below would let through.
-            _check(math.isfinite(getattr(self, name)), name, "must be a finite number", getattr(self, name))
-        for name in POSITIVE:
-            _check(getattr(self, name) >= 1, name, "must be >= 1", getattr(self, name))
-        for name in NON_NEGATIVE:
-            _check(getattr(self, name) >= 0, name, "must be >= 0", getattr(self, name))
-        # torch's generators take 64-bit seeds, and the data draws its validation set from seed + 1000003.
-        _check(self.seed < 2**63, "seed", "must be below 2**63", self.seed)
         _check(
             self.warmup_steps < self.steps, "warmup_steps", f"must be < steps={self.steps}", self.warmup_steps
         )
-        _check(self.lr > 0, "lr", "must be > 0", self.lr)
         _check(0 <= self.min_lr <= self.lr, "min_lr", f"must be in [0, lr={self.lr}]", self.min_lr)
-        _check(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
-        _check(self.grad_clip >= 0, "grad_clip", "must be >= 0 (0 turns clipping off)", self.grad_clip)
-        _check(0 <= self.momentum < 1, "momentum", "must be in [0, 1)", self.momentum)
-        _check(self.sample_temperature >= 0, "sample_temperature", "must be >= 0", self.sample_temperature)
-        _check(all(0 <= b < 1 for b in self.betas), "betas", "must be two numbers in [0, 1)", self.betas)
-        if self.sample_prompt is not None:
-            _check(bool(self.sample_prompt), "sample_prompt", "must be non-empty or null", self.sample_prompt)
-        check_choice(self.schedule, "schedule", SCHEDULES)
-        check_choice(self.optimizer, "optimizer", OPTIMIZERS)
-        check_choice(self.device, "device", DEVICES)
-        check_choice(self.precision, "precision", PRECISIONS)
         self._check_only_with()
-        self._check_fp8()
-        # A membership test alone would take 1 and 0 for True and False.
-        _check(isinstance(self.compile, bool) or self.compile == "auto", "compile",
-               "must be auto, true or false", self.compile)  # fmt: skip
-        _check(isinstance(self.async_checkpoint, bool), "async_checkpoint", "must be true or false",
-               self.async_checkpoint)  # fmt: skip
-        self._check_trackers()
-
-    def tracker_names(self) -> list[str]:
-        """``log_to`` as a list of names."""
-        return [self.log_to] if isinstance(self.log_to, str) else list(self.log_to)
-
-    def _check_fp8(self) -> None:
         for name in ("fp8_recipe", "fp8_min_features"):
             value = getattr(self, name)
             _check(value is None or self.precision == "fp8", name,
                    f"applies to precision fp8 only, and precision is {self.precision!r}", value)  # fmt: skip
-        if self.precision != "fp8":
-            return
-        if self.fp8_recipe is not None:
-            check_choice(self.fp8_recipe, "fp8_recipe", FP8_RECIPES)
-        if self.fp8_min_features is not None:
-            check_positive_int(self.fp8_min_features, "fp8_min_features")
-        check_torchao("precision")
+        if self.precision == "fp8":
+            check_torchao("precision")
+
+    def tracker_names(self) -> list[str]:
+        """``log_to`` as a list of names."""
+        return [self.log_to] if isinstance(self.log_to, str) else list(self.log_to)
 
     def option(self, name: str) -> object:
         """An option of :data:`ONLY_WITH`, its default where the user left it unset."""
@@ -186,36 +178,14 @@ class TrainConfig:
                    f"applies to {owner} {choice} only, and {owner} is {getattr(self, owner)!r}",
                    getattr(self, name))  # fmt: skip
         if self.schedule == "wsd":
-            fraction = self.option("decay_fraction")
-            check_positive_float(fraction, "decay_fraction")
-            _check(fraction <= 1, "decay_fraction", "must be in (0, 1]", fraction)
-            check_choice(self.option("decay_shape"), "decay_shape", DECAY_SHAPES)
-            decay = self.decay_steps()
+            decay, fraction = self.decay_steps(), self.option("decay_fraction")
             _check(self.warmup_steps + decay <= self.steps, "decay_fraction",
                    f"decays over the last {decay} of steps={self.steps}, which overlaps the "
                    f"warmup_steps={self.warmup_steps}; lower one of them", fraction)  # fmt: skip
-        if self.optimizer == "muon":
-            check_probability(self.option("muon_momentum"), "muon_momentum")
-            check_bool(self.option("muon_nesterov"), "muon_nesterov")
-            steps = self.option("muon_ns_steps")
-            # torch's Newton-Schulz refuses 100 steps or more.
-            check_positive_int(steps, "muon_ns_steps")
-            _check(steps < 100, "muon_ns_steps", "must be below 100", steps)
-            check_choice(self.option("muon_adjust_lr"), "muon_adjust_lr", MUON_ADJUST_LR)
 
     def decay_steps(self) -> int:
         """How many of the last steps ``wsd`` decays over: ``decay_fraction`` of them, rounded, at least 1."""
         return max(1, round(self.option("decay_fraction") * self.steps))
-
-    def _check_trackers(self) -> None:
-        names = self.tracker_names()
-        for name in names:
-            check_choice(name, "log_to", (ALWAYS, *TRACKERS))
-        _check(len(set(names)) == len(names), "log_to", "names a tracker twice", self.log_to)
-        for name in names:
-            package = TRACKERS[name].package if name != ALWAYS else None
-            if package is not None and importlib.util.find_spec(package) is None:
-                raise ConfigError(missing_package(package, f"log_to {name}"), "log_to")
 
 
 def _check(ok: bool, name: str, message: str, got: object) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from brickwork.checks import PositiveFloat, check_positive_float
+from brickwork.checks import InRange, PositiveFloat
 from brickwork.errors import ConfigError
 
 from .base import Branch, ResidualStyle, apply_norm, register_residual
@@ -108,7 +108,7 @@ def deepnorm_init_(model: nn.Module, beta: float) -> list[str]:
     Layers say what they hold through ``value_projection()``, ``residual_projections()`` and
     ``projections()`` (:class:`MultiHeadAttention`, the feedforwards), never through their names.
     """
-    check_positive_float(beta, "beta")
+    InRange(0, open_low=True)(beta, "beta")
     scaled = []
     for name, module in model.named_modules():
         prefix = f"{name}." if name else ""

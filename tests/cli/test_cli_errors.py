@@ -35,7 +35,7 @@ def error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
         (["decoder.num_layer=2"], "decoder.num_layer: unknown key 'num_layer'.*did you mean 'num_layers'"),
         (["train.stpes=3"], "train.stpes: unknown key 'stpes'.*did you mean 'steps'"),
         (["train.steps=many"], "train.steps: expected int, got str 'many'"),
-        (["train.lr=-1"], "train.lr: must be > 0"),
+        (["train.lr=-1"], "train.lr: must be a number > 0"),
         (["gpt-tiny", "oops"], "expected a dotted key=value override after SPEC, got 'oops'"),
         (["data.path=nope.txt"], "data.path: file or folder 'nope.txt' does not exist"),
         (["dist.data_parallel_size=2"], "asks for 2 processes .* launch it with torchrun --nproc_per_node 2"),
@@ -43,7 +43,7 @@ def error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
         (["vit", "num_classes=0"], "num_classes: an image encoder trains as a classifier"),
         (["bert-base", "head=none"], "head: an encoder trains as a masked LM, which needs head: mlm"),
         (["train.precision=fp4"], "train.precision: unknown value 'fp4'.*bf16-mixed.*fp8"),
-        (["train.grad_accum_steps=0"], "train.grad_accum_steps: must be >= 1"),
+        (["train.grad_accum_steps=0"], "train.grad_accum_steps: must be a positive integer"),
     ],
 )
 def test_bad_train_arguments(capsys, tmp_path, monkeypatch, args, expected):

@@ -52,7 +52,7 @@ def test_weight_decay_only_on_matrices():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"steps": 0}, "steps: must be >= 1, got 0"),
+        ({"steps": 0}, "steps: must be a positive integer, got 0"),
         ({"warmup_steps": 5, "steps": 5}, "warmup_steps: must be < steps=5"),
         ({"min_lr": 0.1, "lr": 0.01}, r"min_lr: must be in \[0, lr=0.01\]"),
         ({"schedule": "cosin"}, "schedule: unknown value 'cosin'.*did you mean 'cosine'"),

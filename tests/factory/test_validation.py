@@ -140,7 +140,7 @@ def test_wrong_types(edit: Callable[[dict[str, Any]], None], path: str, fragment
             "[0, 1)",
         ),
         (lambda s: s.update(vocab_size=0), "vocab_size", "positive"),
-        (lambda s: block(s)["norm"].update(eps=-1.0), "decoder.block.norm.eps", "positive"),
+        (lambda s: block(s)["norm"].update(eps=-1.0), "decoder.block.norm.eps", "must be a number > 0"),
         (lambda s: s["decoder"]["layers"].update({5: {}}), "decoder.layers.5", "index in [0, num_layers=3)"),
         (lambda s: s["decoder"]["layers"].update({"x": {}}), "decoder.layers.x", "in [0, num_layers=3)"),
         (lambda s: s["decoder"]["layers"].update({"1": {}}), "decoder.layers.1", "overridden twice"),

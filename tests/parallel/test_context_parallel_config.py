@@ -28,7 +28,7 @@ UNSAFE = [n for n in ATTENTION_REGISTRY.names() if not ATTENTION_REGISTRY.get(n)
     ("dist", "key", "words"),
     [
         ({"context_parallel_size": 0}, "context_parallel_size", "positive integer"),
-        ({"context_parallel_size": "2"}, "context_parallel_size", "positive integer"),
+        ({"context_parallel_size": "2"}, "context_parallel_size", "expected int, got str '2'"),
     ],
 )
 def test_bad_dist_keys_raise_config_error(dist: dict, key: str, words: str) -> None:

@@ -55,8 +55,8 @@ def test_defaults_decay_the_last_fifth_linearly():
     [
         ({"decay_fraction": 0.3}, "decay_fraction: applies to schedule wsd only, and schedule is 'cosine'"),
         ({"schedule": "linear", "decay_shape": "sqrt"}, "decay_shape: applies to schedule wsd only"),
-        ({"schedule": "wsd", "decay_fraction": 0}, "decay_fraction: must be a positive number"),
-        ({"schedule": "wsd", "decay_fraction": 1.5}, r"decay_fraction: must be in \(0, 1\]"),
+        ({"schedule": "wsd", "decay_fraction": 0}, r"decay_fraction: must be a number in \(0, 1\], got 0"),
+        ({"schedule": "wsd", "decay_fraction": 1.5}, r"decay_fraction: must be a number in \(0, 1\]"),
         (
             {"schedule": "wsd", "decay_shape": "exp"},
             "decay_shape: unknown value 'exp'; allowed: cosine, linear, sqrt",
