@@ -109,6 +109,18 @@ class Variant:
     init: Mapping[str, Any] = field(default_factory=dict)
 
 
+def causal_lm(architecture: str, base: str = "model", embedding: str = "embed_tokens") -> Variant:
+    """The LM class of a decoder family: its base model under ``base``, its head ``lm_head``, tied to
+    the token embedding ``embedding`` of the base model."""
+    return Variant(
+        architecture,
+        head="lm",
+        prefix=f"{base}.",
+        tied={"lm_head.weight": f"{base}.{embedding}.weight"},
+        head_prefixes=("lm_head.",),
+    )
+
+
 class Family(abc.ABC):
     """What one HF family needs to convert; each family module defines one subclass."""
 

@@ -16,7 +16,7 @@ from torch import nn
 from brickwork.layout import ModelPlan, StageRecipe
 
 from .config import HFConfig
-from .family import Family, Rule, Variant, module_rules, prefix, transposed, with_head
+from .family import Family, Rule, Variant, causal_lm, module_rules, prefix, transposed, with_head
 from .layout import blocks_to_groups, groups_to_blocks
 from .spec import (
     attention_spec,
@@ -32,13 +32,7 @@ from .spec import (
 )
 from .stages import HFCausalLMStages
 
-_LM = Variant(
-    "GPT2LMHeadModel",
-    head="lm",
-    prefix="transformer.",
-    tied={"lm_head.weight": "transformer.wte.weight"},
-    head_prefixes=("lm_head.",),
-)
+_LM = causal_lm("GPT2LMHeadModel", "transformer", "wte")
 
 
 class GPT2(Family):

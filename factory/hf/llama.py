@@ -18,7 +18,7 @@ from torch import nn
 from brickwork.layout import ModelPlan, StageRecipe
 
 from .config import HFConfig
-from .family import Family, Packed, Rule, Variant, module_rules, prefix, with_head
+from .family import Family, Packed, Rule, Variant, causal_lm, module_rules, prefix, with_head
 from .rope import hf_rope, read_rope
 from .spec import (
     attention_spec,
@@ -48,17 +48,6 @@ GATED_LAYER_PLAN = {
     "mlp.up_proj": "colwise",
     "mlp.down_proj": "rowwise",
 }
-
-
-def causal_lm(architecture: str) -> Variant:
-    """The LM class of a Llama-shaped family: its base model under ``model.``, its head ``lm_head``."""
-    return Variant(
-        architecture,
-        head="lm",
-        prefix="model.",
-        tied={"lm_head.weight": "model.embed_tokens.weight"},
-        head_prefixes=("lm_head.",),
-    )
 
 
 class Llama(Family):

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from .config import HFConfig
-from .family import Variant
-from .llama import Llama, causal_lm, gated_mlp, hf_gated_mlp
+from .family import Variant, causal_lm
+from .llama import Llama, gated_mlp, hf_gated_mlp
 from .spec import spec_feedforward, unsupported
 
 

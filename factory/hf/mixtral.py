@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 import torch
 
 from .config import HFConfig
-from .family import Packed, Rule, Variant
-from .llama import GATED_LAYER_PLAN, Llama, causal_lm, gated_mlp, hf_gated_mlp
+from .family import Packed, Rule, Variant, causal_lm
+from .llama import GATED_LAYER_PLAN, Llama, gated_mlp, hf_gated_mlp
 from .mistral import Mistral
 from .spec import spec_feedforward, unsupported
 

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 from brickwork.errors import ConfigError
 
 from .config import HFConfig
-from .family import Variant
-from .llama import Llama, causal_lm
+from .family import Variant, causal_lm
+from .llama import Llama
 from .mistral import Mistral
 from .spec import spec_attention, unsupported
 

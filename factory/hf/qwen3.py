@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .config import HFConfig
-from .family import Variant
-from .llama import GATED_LAYER_PLAN, Llama, causal_lm
+from .family import Variant, causal_lm
+from .llama import GATED_LAYER_PLAN, Llama
 from .qwen2 import Qwen2
 from .spec import spec_attention, unsupported
 
