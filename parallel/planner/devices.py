@@ -29,11 +29,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
+from brickwork.checks import InRange, PositiveFloat
 from brickwork.errors import ConfigError
+from brickwork.option_types import CheckedConfig, construct
 
 GiB = 1024**3
 MiB = 1024**2
@@ -42,33 +44,21 @@ GIGA = 1e9
 
 
 @dataclass(frozen=True)
-class Device:
+class Device(CheckedConfig):
     """One accelerator (or a CPU standing in for one). Rates in FLOP/s, bandwidths in bytes/s."""
 
     name: str
-    memory_bytes: int
-    peak_flops_bf16: float
-    peak_flops_fp32: float
-    achievable_fraction: float = 0.6
-    intra_node_bandwidth: float = 240 * GIGA
-    inter_node_bandwidth: float = 23 * GIGA
+    memory_bytes: Annotated[int, InRange(0, open_low=True)]
+    peak_flops_bf16: PositiveFloat
+    peak_flops_fp32: PositiveFloat
+    achievable_fraction: Annotated[float, InRange(0, 1, open_low=True)] = 0.6
+    intra_node_bandwidth: PositiveFloat = 240 * GIGA
+    inter_node_bandwidth: PositiveFloat = 23 * GIGA
     reserved_bytes: int = 0
-    memory_bandwidth: float = 2000 * GIGA
+    memory_bandwidth: PositiveFloat = 2000 * GIGA
     triton_kernels: bool = True
     node: int = 0
     multiprocessors: int = 132  # SMs; NCCL's kernels take some of them beside compute
-
-    def __post_init__(self) -> None:
-        for key in ("memory_bytes", "peak_flops_bf16", "peak_flops_fp32"):
-            if not getattr(self, key) > 0:
-                raise ConfigError(f"must be > 0, got {getattr(self, key)!r}", f"device.{key}")
-        if not 0 < self.achievable_fraction <= 1:
-            raise ConfigError(
-                f"must be in (0, 1], got {self.achievable_fraction!r}", "device.achievable_fraction"
-            )
-        for key in ("intra_node_bandwidth", "inter_node_bandwidth", "memory_bandwidth"):
-            if not getattr(self, key) > 0:
-                raise ConfigError(f"must be > 0, got {getattr(self, key)!r}", f"device.{key}")
 
     def peak_flops(self, precision: str) -> float:
         """The dense peak FLOP/s of matmuls at the train step's ``precision``: the fp32 peak for
@@ -195,7 +185,7 @@ def device_from(description: str | Mapping[str, Any] | Device, path: str = "devi
     base["name"] = str(description.get("name", base["name"]))
     base["triton_kernels"] = bool(description.get("triton_kernels", base.get("triton_kernels", True)))
     base["node"] = int(description.get("node", 0))
-    return Device(**base)
+    return construct(Device, path, **base)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ def check_step_options(precision: str, optimizer: str) -> None:
 class Layout:
     """``config`` is the dist dict; ``micro_batch_size`` rows go through the model at once on each
     data-parallel rank, ``grad_accum_steps`` times per step without a pipeline (a pipeline takes
-    ``config.microbatches`` instead). ``precision`` is the train step's (docs/training.md).
+    ``config.microbatches`` instead). ``precision`` is the train step's (docs/training.md); it and
+    ``optimizer`` are checked where the planner takes them (``choices.step_fields``).
     ``gpu_kernels``: the devices are GPUs, where the norms run as brickwork's Triton kernels (which
     save less than their torch twins) and SDPA runs a fused kernel (flash, cuDNN or memory-efficient)
     that keeps no attention scores whatever the dropout; on a CPU, SDPA with attention dropout runs
@@ -50,9 +51,6 @@ class Layout:
     optimizer: str = "adamw"
     gpu_kernels: bool = True
     implementation: Implementation = IMPLEMENTATIONS["brickwork"]
-
-    def __post_init__(self) -> None:
-        check_step_options(self.precision, self.optimizer)
 
     @property
     def microbatches(self) -> int:
