@@ -61,16 +61,17 @@ def _local_windows(layout: torch.Tensor, head: int, starts: list[int], ends: lis
         layout[head, start:end, start:end] |= tile.tril() if causal else tile
 
 
-def _check_global_ranges(starts: list[int], ends: list[int] | None) -> None:
-    if ends is None:
-        return
-    if len(starts) != len(ends):
+def _global_starts(starts: list[int] | None, ends: list[int] | None) -> list[int]:
+    """The first block of each global range (block 0 alone when None), checked against ``ends``."""
+    starts = [0] if starts is None else list(starts)
+    if ends is not None and len(starts) != len(ends):
         raise ConfigError(
             f"{len(starts)} global block starts but {len(ends)} ends", "global_block_end_indices"
         )
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends or []):
         if start >= end:
             raise ConfigError(f"global block range [{start}, {end}) is empty", "global_block_end_indices")
+    return starts
 
 
 def _global_ranges(starts: list[int], ends: list[int] | None, n: int) -> list[tuple[int, int]]:
@@ -160,8 +161,7 @@ class VariableLayout(BlockLayout):
         super().__init__(num_heads, block_size, different_layout_per_head)
         self.num_random_blocks = num_random_blocks
         self.local_window_blocks = [4] if local_window_blocks is None else list(local_window_blocks)
-        self.global_block_indices = [0] if global_block_indices is None else list(global_block_indices)
-        _check_global_ranges(self.global_block_indices, global_block_end_indices)
+        self.global_block_indices = _global_starts(global_block_indices, global_block_end_indices)
         self.global_block_end_indices = global_block_end_indices
         _check_direction(attention)
         if attention != "bidirectional" and horizontal_global_attention:
@@ -266,8 +266,7 @@ class LongformerLayout(BlockLayout):
         super().__init__(num_heads, block_size, different_layout_per_head)
         _check_direction(attention)
         self.num_sliding_window_blocks = num_sliding_window_blocks
-        self.global_block_indices = [0] if global_block_indices is None else list(global_block_indices)
-        _check_global_ranges(self.global_block_indices, global_block_end_indices)
+        self.global_block_indices = _global_starts(global_block_indices, global_block_end_indices)
         self.global_block_end_indices, self.attention = global_block_end_indices, attention
 
     def fill_head(self, head: int, layout: torch.Tensor) -> None:
