@@ -19,7 +19,11 @@
 - the spec machinery's line count (factory/ without hf/, the xformers adapters and the presets, plus
   the option and registry helpers), and the lines per top-level folder.
 - the files that read xformers config keys (``block_type``, ``multi_head_config``, ...: a subscript, a
-  get/pop/setdefault argument or an ``in`` test), which must all lie in factory/xformers/.
+  get/pop/setdefault argument or an ``in`` test), which must all lie in factory/xformers/;
+- the config classes checked by a hand-written ``__post_init__``: classes decorated ``@dataclass`` or
+  ``@dataclasses.dataclass`` (called or not) whose own body defines ``__post_init__``, except those
+  with a base named ``PretrainedConfig``/``PreTrainedConfig`` (HF's configs, whose ``__post_init__`` is
+  HF's protocol); the others derive ``CheckedConfig`` and declare checks on their fields.
 
 Source files are those of the installed packages (setup.py's folder map), tests excluded.
 ``python scripts/structure.py`` prints a table; ``--json`` prints the figures for machines;
@@ -53,6 +57,7 @@ LAUNCH_ENV_MODULE = "brickwork/launch_env.py"
 LAUNCH_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK"}
 TASK_FOLDER = "brickwork/train/tasks/"
 TASK_REGISTER = "register_task"
+HF_CONFIG_BASES = {"PretrainedConfig", "PreTrainedConfig"}
 SKIPPED_DIRS = {".venv", ".git", "build", "dist", "__pycache__", "node_modules"}
 # Keys only an xformers factory config has (dim_model is one too, but brickwork's own specs share it).
 # A file reads them when one is a subscript, a get/pop/setdefault argument or an ``in`` test's left
@@ -88,6 +93,7 @@ class Figures:
     model_kind_files: dict[str, list[str]] = field(default_factory=dict)
     task_name_comparisons: list[str] = field(default_factory=list)
     spec_machinery_lines: int = 0
+    hand_checked_configs: list[str] = field(default_factory=list)
     spec_machinery_files: dict[str, int] = field(default_factory=dict)
     folder_lines: dict[str, dict[str, int]] = field(default_factory=dict)
     xformers_config_readers: list[str] = field(default_factory=list)
@@ -425,6 +431,26 @@ def xformers_config_readers(sources: list[Source]) -> list[str]:
     return sorted(s.path for s in sources if any(reads_xformers_keys(n) for n in ast.walk(s.tree)))
 
 
+def _tail_name(node: ast.AST) -> str:
+    """``dataclass`` for ``dataclass``, ``dataclasses.dataclass`` and ``dataclass(frozen=True)``."""
+    node = node.func if isinstance(node, ast.Call) else node
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def hand_checked_configs(sources: list[Source]) -> list[str]:
+    """``path:line Class`` of each dataclass defining ``__post_init__`` by hand (HF configs aside)."""
+    found = []
+    for source in sources:
+        for node in ast.walk(source.tree):
+            if not isinstance(node, ast.ClassDef) or HF_CONFIG_BASES & {_tail_name(b) for b in node.bases}:
+                continue
+            dataclass = any(_tail_name(d) == "dataclass" for d in node.decorator_list)
+            methods = {s.name for s in node.body if isinstance(s, ast.FunctionDef)}
+            if dataclass and "__post_init__" in methods:
+                found.append(f"{source.path}:{node.lineno} {node.name}")
+    return found
+
+
 def folder_lines(root: Path) -> dict[str, dict[str, int]]:
     """Python files and lines per top-level folder (tests, scripts and benchmarks included)."""
     table = {}
@@ -457,6 +483,7 @@ def measure(root: Path) -> Figures:
         task_name_comparisons=task_name_comparisons(sources),
         spec_machinery_lines=sum(spec.values()),
         spec_machinery_files=spec,
+        hand_checked_configs=hand_checked_configs(sources),
         folder_lines=folder_lines(root),
         xformers_config_readers=xformers_config_readers(sources),
     )
@@ -499,6 +526,8 @@ def table(f: Figures) -> str:
     rows.append(("task-name string comparisons outside the task registry", str(len(f.task_name_comparisons))))
     rows += [("  at", site) for site in f.task_name_comparisons]
     rows.append(("spec machinery, lines", str(f.spec_machinery_lines)))
+    rows.append(("config classes checked by hand-written __post_init__", str(len(f.hand_checked_configs))))
+    rows += [("  at", site) for site in f.hand_checked_configs]
     rows.append(("files reading xformers config keys", str(len(f.xformers_config_readers))))
     rows += [("  in", path) for path in f.xformers_config_readers]
     rows.append(("lines per top-level folder", "files / lines"))

@@ -92,6 +92,22 @@ def toy(tmp_path_factory) -> structure.Figures:
             "brickwork/xformers/build.py": (
                 "def build(c, spec):\n    a = 'residual_norm_style' in c\n    return spec['dim_model']\n"
             ),
+            "brickwork/configs.py": """\
+                @dataclass
+                class Hand:
+                    def __post_init__(self): ...
+                @dataclasses.dataclass(frozen=True)
+                class CalledHand:
+                    def __post_init__(self): ...
+                @dataclass
+                class Checked(CheckedConfig):
+                    def check_options(self): ...
+                class NoDataclass:
+                    def __post_init__(self): ...
+                @dataclass
+                class HF(transformers.PreTrainedConfig):
+                    def __post_init__(self, **kwargs): ...
+                """,
         },
     )
     return structure.measure(root)
@@ -145,6 +161,11 @@ def test_spec_machinery_and_folder_lines(toy):
         "factory/schema.py": 1,
     }
     assert toy.folder_lines["parallel"] == {"files": 5, "lines": 79}
+
+
+def test_dataclasses_with_a_hand_written_post_init_are_found(toy):
+    # Plain and called decorators count; a CheckedConfig's check_options, a plain class and HF's do not.
+    assert toy.hand_checked_configs == ["brickwork/configs.py:2 Hand", "brickwork/configs.py:5 CalledHand"]
 
 
 def test_files_reading_xformers_config_keys_are_found(toy):
@@ -205,6 +226,10 @@ def test_xformers_configs_are_read_in_one_folder(figures):
     # factory/xformers/ is the one translation; brickwork.xformers' classes call it.
     readers = figures.xformers_config_readers
     assert readers and all(path.startswith("factory/xformers/") for path in readers), readers
+
+
+def test_every_config_class_checks_its_fields_through_checked_config(figures):
+    assert figures.hand_checked_configs == []
 
 
 def test_the_spec_machinery_stays_under_its_line_budget(figures):
