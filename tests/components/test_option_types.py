@@ -1,15 +1,18 @@
-"""A component built directly has its option types checked by the factory's own checker."""
+"""A component built directly has its option types checked by the factory's own checker, and a config
+section (a CheckedConfig) is checked the same way."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from typing import Any
+import math
+from typing import Annotated, Any
 
 import pytest
 import torch
 
 import brickwork.components  # noqa: F401  (registers every component)
-from brickwork.checks import PositiveInt
+from brickwork.checks import InRange, OneOf, PositiveInt
 from brickwork.components.attention.base import ATTENTION_REGISTRY
 from brickwork.components.attention.favor import FavorAttention
 from brickwork.components.attention.multi_head import MultiHeadAttention, RotaryHook
@@ -21,7 +24,7 @@ from brickwork.components.residual.base import RESIDUAL_REGISTRY
 from brickwork.components.residual.deepnorm import DeepNormResidual
 from brickwork.components.residual.norms import NORM_REGISTRY
 from brickwork.errors import ConfigError
-from brickwork.option_types import type_hints
+from brickwork.option_types import CheckedConfig, to_config, type_hints
 
 REGISTRIES = (ATTENTION_REGISTRY, FEEDFORWARD_REGISTRY, POSITIONAL_REGISTRY, RESIDUAL_REGISTRY, NORM_REGISTRY)
 # The required sizes of the registered components, small and mutually consistent.
@@ -132,3 +135,49 @@ def test_anything_goes_where_the_annotation_is_any_and_a_hook_may_be_any_callabl
     marker = object()
     toy = Toy(extra=marker, hook=print)
     assert toy.config.extra is marker and toy.config.hook is print
+
+
+@dataclasses.dataclass(frozen=True)
+class Section(CheckedConfig):
+    """A config section on the components' idiom: checks on the fields, one rule across them."""
+
+    size: PositiveInt = 2
+    low: Annotated[float, InRange(0, 1, open_high=True)] = 0.0
+    high: Annotated[float, InRange(0, open_low=True)] | None = None
+    mode: Annotated[str, OneOf(("a", "b"))] = "a"
+    names: tuple[str, ...] = ()
+
+    def check_options(self) -> None:
+        if self.high is not None and self.high <= self.low:
+            raise ConfigError(f"must be above low={self.low}, got {self.high}", "high")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"size": 0}, r"^size: must be a positive integer, got 0"),
+        ({"low": 1}, r"^low: must be a number in \[0, 1\), got 1"),
+        ({"low": -0.5}, r"^low: must be a number in \[0, 1\), got -0.5"),
+        ({"high": 0}, r"^high: must be a number > 0, got 0"),
+        ({"high": math.inf}, r"^high: must be a finite number, got inf"),
+        ({"high": math.nan}, r"^high: must be a finite number, got nan"),
+        ({"mode": "c"}, r"^mode: unknown value 'c'; allowed: a, b"),
+        # The field's own check speaks before the rule across fields, and both before the type check.
+        ({"low": 2, "high": 0.5}, r"^low: must be a number in \[0, 1\)"),
+        ({"low": 0.5, "high": 0.25}, r"^high: must be above low=0.5, got 0.25"),
+        ({"size": 3, "names": ("x", 1)}, r"^names\.1: expected str, got int 1"),
+    ],
+)
+def test_a_checked_config_runs_field_checks_then_its_rule_then_the_types(options: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Section(**options)
+
+
+def test_a_checked_config_keeps_what_passes_and_reads_from_a_spec_under_its_path() -> None:
+    section = Section(low=0, high=None, names=["x"])  # None skips an optional field's checks
+    assert (section.low, section.high, section.names) == (0, None, ["x"])  # checked, not converted
+    assert to_config(Section, {"size": 3, "high": 2}, "section") == Section(size=3, high=2.0)
+    with pytest.raises(ConfigError, match=r"^section\.high: must be above low=0.5, got 0.5"):
+        to_config(Section, {"low": 0.5, "high": 0.5}, "section")
+    with pytest.raises(ConfigError, match=r"^section\.sise: unknown key 'sise'.*did you mean 'size'"):
+        to_config(Section, {"sise": 3}, "section")
