@@ -26,7 +26,8 @@ class AttentionMechanism(Configurable):
       size 1 along Tq) or ``"none"``. A mask the mechanism cannot honour raises instead of being ignored.
     - ``supports_gqa``: k/v may carry fewer heads than q (each kv head serves ``H / Hkv`` query heads).
     - ``needs``: head geometry (``"num_heads"``, ``"dim_head"``) the multi-head layer passes in.
-    - ``requires_input_projection``: False for token mixers that work on the layer input itself.
+    - ``requires_input_projection``: False for token mixers that work on the layer input itself; their
+      output stands at v's positions, so they take as many queries as values.
     - ``context_parallel_safe``: exact softmax attention of q over k, v and nothing else, so its keys
       and values may be gathered from sequence slices held by other ranks (context parallel).
 
@@ -85,6 +86,8 @@ class AttentionMechanism(Configurable):
             )
         if attn_mask is not None:
             check_mask(name, self.mask_support, attn_mask, (q.shape[0], hq, q.shape[2], k.shape[2]))
+        if not self.requires_input_projection and q.shape[-2] != v.shape[-2]:
+            raise ValueError(f"{name} needs as many queries as values, got {q.shape[-2]} and {v.shape[-2]}")
 
 
 def check_mask(name: str, support: str, mask: torch.Tensor, full: tuple[int, int, int, int]) -> None:

@@ -34,10 +34,6 @@ class FourierMix(AttentionMechanism):
     ) -> torch.Tensor:
         """q/k/v ``[B, H, T, D]`` (only v is read) -> ``[B, H, T, D]``."""
         self.check_inputs(q, k, v, attn_mask)
-        if q.shape[-2] != v.shape[-2]:
-            raise ValueError(
-                f"FourierMix needs as many queries as values, got {q.shape[-2]} and {v.shape[-2]}"
-            )
         # Half-precision FFTs only take power-of-two sizes on CUDA; fp32 works for every length.
         dtype = torch.promote_types(v.dtype, torch.float32)
         out = torch.fft.fft2(v.to(dtype), dim=(-2, -1)).real.to(v.dtype)

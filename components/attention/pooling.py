@@ -46,8 +46,6 @@ class Pooling(AttentionMechanism):
     ) -> torch.Tensor:
         """q/k/v ``[B, H, T, D]`` (only v is read) -> ``[B, H, T, D]``."""
         self.check_inputs(q, k, v, attn_mask)
-        if q.shape[-2] != v.shape[-2]:
-            raise ValueError(f"Pooling needs as many queries as values, got {q.shape[-2]} and {v.shape[-2]}")
         b, h, t, d = v.shape
         size = self.pool_size
         if self.grid:

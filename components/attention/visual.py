@@ -46,7 +46,7 @@ class VisualAttention(AttentionMechanism):
         self.check_inputs(q, k, v, attn_mask)
         b, h, t, d = v.shape
         side = math.isqrt(t)
-        if side * side != t or q.shape[-2] != t:
+        if side * side != t:
             raise ValueError(f"VisualAttention needs a square number of tokens (a grid), got {t}")
         grid = v.transpose(1, 2).reshape(b, side, side, h * d).permute(0, 3, 1, 2)  # (B, C, S, S)
         gated = grid * self.pointwise(self.dilated(self.depthwise(grid)))

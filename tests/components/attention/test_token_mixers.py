@@ -1,12 +1,13 @@
 """FourierMix (FNet) against an explicit DFT, Pooling (PoolFormer) against a windowed mean."""
 
+import functools
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from brickwork.components.attention import FourierMix, MultiHeadAttention, Pooling
+from brickwork.components.attention import FourierMix, MultiHeadAttention, Pooling, VisualAttention
 from brickwork.errors import ConfigError
 from brickwork.parallel.tensor.checks import check_tensor_parallel
 from brickwork.parallel.tensor.plan import component_plan
@@ -43,11 +44,11 @@ def test_pooling_is_windowed_mean_minus_input(pool_size: int) -> None:
     torch.testing.assert_close(Pooling(pool_size=pool_size)(x, x, x), expected - x)
 
 
-@pytest.mark.parametrize("mixer", [FourierMix, Pooling])
+@pytest.mark.parametrize("mixer", [FourierMix, Pooling, functools.partial(VisualAttention, 2, 4)])
 def test_mixers_refuse_masks_and_ragged_lengths(mixer: type) -> None:
-    x = torch.randn(1, 2, 5, 4)
+    x = torch.randn(1, 2, 4, 4)  # 4 tokens: a 2 x 2 grid for VisualAttention
     with pytest.raises(ValueError, match="attn_mask"):
-        mixer()(x, x, x, torch.ones(5, 5, dtype=torch.bool))
+        mixer()(x, x, x, torch.ones(4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="as many queries"):
         mixer()(x[:, :, :3], x, x)
 
