@@ -10,27 +10,21 @@ import torch.nn.functional as F
 
 from brickwork.kernels import bias_gelu
 
-from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider
-
-
-def _inputs(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-    x = torch.randn(rows, width, dtype=dtype, device=device, requires_grad=True)
-    bias = torch.randn(width, dtype=dtype, device=device, requires_grad=True)
-    return [x, bias]
+from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, row_inputs
 
 
 def _torch(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return F.gelu(x + bias, approximate="tanh")
 
 
-def _brickwork(device: torch.device):
-    return lambda x, bias: bias_gelu(x, bias, "tanh")
-
-
 BENCH = KernelBench(
     name="bias_gelu",
-    make_inputs=_inputs,
-    providers={"brickwork": _brickwork, "torch": eager_provider(_torch), "torch.compile": compiled(_torch)},
+    make_inputs=row_inputs(1),  # bias
+    providers={
+        "brickwork": eager_provider(lambda x, bias: bias_gelu(x, bias, "tanh")),
+        "torch": eager_provider(_torch),
+        "torch.compile": compiled(_torch),
+    },
     bytes_per_element=ROW_TRAFFIC,
     targets=(Target("forward", 0.85),),
     summary="y = gelu_tanh(x + bias) over rows of `width`",

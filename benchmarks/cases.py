@@ -50,6 +50,17 @@ class KernelBench:
         return self.bytes_per_element[mode] * rows * width * torch.tensor([], dtype=dtype).element_size()
 
 
+def row_inputs(vectors: int) -> Callable[[int, int, torch.dtype, torch.device], list[torch.Tensor]]:
+    """``make_inputs`` of a row kernel: x ``[rows, width]``, then ``vectors`` tensors ``[width]`` (its
+    weight, bias), drawn in that order from a standard normal, all requiring grad."""
+
+    def make(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
+        shapes = [(rows, width)] + [(width,)] * vectors
+        return [torch.randn(shape, dtype=dtype, device=device, requires_grad=True) for shape in shapes]
+
+    return make
+
+
 def optional_function(module: str, name: str, device: torch.device) -> Callable[..., torch.Tensor] | None:
     """``module.name`` from a CUDA-only package (liger-kernel, apex) if installed and on CUDA, else None."""
     if device.type != "cuda":

@@ -10,24 +10,13 @@ import torch.nn.functional as F
 
 from brickwork.kernels import layer_norm
 
-from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, optional_function
+from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, optional_function, row_inputs
 
 EPS = 1e-5
 
 
-def _inputs(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-    x = torch.randn(rows, width, dtype=dtype, device=device, requires_grad=True)
-    weight = torch.randn(width, dtype=dtype, device=device, requires_grad=True)
-    bias = torch.randn(width, dtype=dtype, device=device, requires_grad=True)
-    return [x, weight, bias]
-
-
 def _torch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, x.shape[-1:], weight, bias, EPS)
-
-
-def _brickwork(device: torch.device):
-    return lambda x, weight, bias: layer_norm(x, weight, bias, EPS)
 
 
 def _liger(device: torch.device):
@@ -42,9 +31,9 @@ def _apex(device: torch.device):
 
 BENCH = KernelBench(
     name="layer_norm",
-    make_inputs=_inputs,
+    make_inputs=row_inputs(2),  # weight, bias
     providers={
-        "brickwork": _brickwork,
+        "brickwork": eager_provider(lambda x, weight, bias: layer_norm(x, weight, bias, EPS)),
         "torch": eager_provider(_torch),
         "torch.compile": compiled(_torch),
         "liger": _liger,

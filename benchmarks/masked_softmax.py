@@ -10,21 +10,13 @@ import torch
 
 from brickwork.kernels import masked_softmax
 
-from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, optional_function
+from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, optional_function, row_inputs
 
 SCALE = 0.125
 
 
-def _inputs(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-    return [torch.randn(rows, width, dtype=dtype, device=device, requires_grad=True)]
-
-
 def _torch(scores: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores * SCALE, dim=-1)
-
-
-def _brickwork(device: torch.device):
-    return lambda scores: masked_softmax(scores, None, SCALE)
 
 
 def _liger(device: torch.device):
@@ -34,9 +26,9 @@ def _liger(device: torch.device):
 
 BENCH = KernelBench(
     name="masked_softmax",
-    make_inputs=_inputs,
+    make_inputs=row_inputs(0),
     providers={
-        "brickwork": _brickwork,
+        "brickwork": eager_provider(lambda scores: masked_softmax(scores, None, SCALE)),
         "torch": eager_provider(_torch),
         "torch.compile": compiled(_torch),
         "liger": _liger,

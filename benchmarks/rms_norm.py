@@ -10,23 +10,13 @@ import torch.nn.functional as F
 
 from brickwork.kernels import rms_norm
 
-from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, optional_function
+from .cases import ROW_TRAFFIC, KernelBench, Target, compiled, eager_provider, optional_function, row_inputs
 
 EPS = 1e-6
 
 
-def _inputs(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
-    x = torch.randn(rows, width, dtype=dtype, device=device, requires_grad=True)
-    weight = torch.randn(width, dtype=dtype, device=device, requires_grad=True)
-    return [x, weight]
-
-
 def _torch(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, x.shape[-1:], weight, EPS)
-
-
-def _brickwork(device: torch.device):
-    return lambda x, weight: rms_norm(x, weight, EPS)
 
 
 def _liger(device: torch.device):
@@ -41,9 +31,9 @@ def _apex(device: torch.device):
 
 BENCH = KernelBench(
     name="rms_norm",
-    make_inputs=_inputs,
+    make_inputs=row_inputs(1),  # weight
     providers={
-        "brickwork": _brickwork,
+        "brickwork": eager_provider(lambda x, weight: rms_norm(x, weight, EPS)),
         "torch": eager_provider(_torch),
         "torch.compile": compiled(_torch),
         "liger": _liger,
