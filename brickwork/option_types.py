@@ -34,8 +34,8 @@ class CheckedConfig:
                 check(getattr(self, name), name)
         self.check_options()
         for name, _, optional, annotation in fields:
-            if not (optional and getattr(self, name) is None):
-                check_value(getattr(self, name), annotation, name)
+            if type(value := getattr(self, name)) is not annotation and not (optional and value is None):
+                check_value(value, annotation, name)
 
     def check_options(self) -> None:
         """Rules spanning several fields; raise ConfigError naming one of them."""
