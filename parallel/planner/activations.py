@@ -23,7 +23,8 @@ width, ``a`` heads of size ``d``, ``k`` kv heads, ``f`` the feedforward width, `
 - an encoder-decoder's decoder layer does all of that again for its cross-attention, whose k and v
   come from the encoder's output (kept once per stage and micro-batch, memory.py);
 - the feedforward's hidden activations: ``2f / t`` for an MLP (up projection and activation
-  outputs), ``4f / t`` for a GLU (gate, up, activated gate, product);
+  outputs), ``4f / t`` for a GLU (gate, up, activated gate, product; ``3f / t`` where the GLU's
+  activation keeps only its input, implementations.py);
 - a mask per element for each dropout with p > 0 (after an attention's output projection, of the
   width; on the feedforward's hidden activation, of ``f / t``): 1 byte on a GPU, where it is a
   boolean, an activation's bytes on a CPU, where torch keeps it in the activation's dtype.
@@ -109,7 +110,8 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
     attention = attention_out + n * extra
     if cp > 1:
         attention += 2 * k * d / t * cp * act  # the gathered keys and values of the whole sequence
-    hidden = {"mlp": 2, "glu": 4, "moe": 2 * shape.top_k}[shape.feedforward] * f / t * act
+    glu = 3 if layout.implementation.glu_keeps_input_only else 4
+    hidden = {"mlp": 2, "glu": glu, "moe": 2 * shape.top_k}[shape.feedforward] * f / t * act
     if shape.feedforward == "moe":
         hidden += shape.top_k * h * act + shape.num_experts * FP32  # routed copies, router probabilities
     mask = 1 if layout.gpu_kernels else act

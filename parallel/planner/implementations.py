@@ -53,6 +53,10 @@ class Implementation:
     - ``sequence_parallel``: sequence parallel exists (the planner turns it on with tensor parallel).
     - ``fused_elementwise``: chains of element-wise ops run as one kernel (torch.compile, Triton or
       hand-fused CUDA kernels); False: eager PyTorch, one kernel per op, each through HBM.
+    - ``glu_keeps_input_only``: a GLU's activation is one autograd function that keeps only its input
+      (gate and up) and recomputes the activated gate in backward, so a GLU feedforward keeps ``3f``
+      (gate, up, the down projection's input) rather than ``4f`` (Megatron-LM's
+      ``megatron/core/fusions/fused_bias_swiglu.py``: ``swiglu_back`` reads the input alone).
     """
 
     master_weights: str = "parameters"
@@ -64,6 +68,7 @@ class Implementation:
     fsdp: bool = True
     sequence_parallel: bool = True
     fused_elementwise: bool = True
+    glu_keeps_input_only: bool = False
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -75,6 +80,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         overlaps_tensor_parallel=True,
         fused_head_loss=False,
         fsdp=False,
+        glu_keeps_input_only=True,
     ),
     # Megatron-DeepSpeed as BLOOM ran it (2022): Megatron's layers without sequence parallel,
     # selective recomputation or overlapped tensor-parallel traffic; DeepSpeed's BF16_Optimizer.

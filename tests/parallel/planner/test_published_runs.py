@@ -19,9 +19,10 @@ table docs/parallel.md shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import pytest
-from published_runs import RUNS, Run, predict
+from published_runs import RUNS, Prediction, Run, predict
 
 from brickwork.parallel.planner import Plan, estimate, model_facts, plan
 
@@ -149,19 +150,27 @@ if __name__ == "__main__":
 # torchtitan, this project and BLOOM). Where the planner misses a target, the run is named here
 # with the reason, and a strict xfail asserts that it still misses (docs/parallel.md discusses each).
 RATE_MISSES = {
-    # Only full recomputation fits the published layout by the model (Megatron-LM's activations
-    # under sequence parallel), which Meta's 43% MFU rules out: Meta kept less than the model counts.
-    "Llama 3 405B, 8192 GPUs": "-27%: the model needs full recomputation to fit this layout",
+    # Meta trained without activation checkpointing (Llama 3 paper, section 3.3.2); by the model this
+    # layout needs it: without it, 108 GiB a GPU on 8192 GPUs and 92 GiB on 16,384 (docs/parallel.md).
+    "Llama 3 405B, 8192 GPUs": "-26%: the model needs full recomputation to fit this layout",
     "Llama 3 405B, 16384 GPUs": "-29%: the model needs full recomputation to fit this layout",
 }
 PICK_MISSES = {
-    "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation",
-    "Llama 3 405B, 16384 GPUs": "context parallel 4 without recomputation",
-    "Llama 3.1 8B FSDP 8 TP 8, compiled": "an async-TP benchmark: TP 8 on an 8B model is not for speed",
-    "Llama 3.1 70B FSDP 32 TP 8, compiled": "a pipeline with context parallel, which torchtitan did not try",
-    "BLOOM 176B": "a 24-stage pipeline that needs no recomputation",
+    "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation, against full recomputation",
+    "Llama 3 405B, 16384 GPUs": "context parallel 4 without recomputation, against full recomputation",
+    # torchtitan's own FSDP-only 8B step runs 49% faster a GPU than this TP 8 one (6,514 against 4,378).
+    "Llama 3.1 8B FSDP 8 TP 8, compiled": "an async-TP benchmark: FSDP with context parallel is faster",
+    "Llama 3.1 70B FSDP 32 TP 8, compiled": "a pipeline with context parallel needs no full recomputation",
+    # Korthikanti et al. 2022 measured a 530B GPT 29% faster without full recomputation.
+    "BLOOM 176B": "pipelines that need no recomputation (tp4 pp24 dp4, tp8 pp6 dp8: +35%, +30%)",
 }
 QUICK = {"GPT 7.1B", "Llama 3.1 8B FSDP 8, compiled", "brickwork gpt2, compiled"}
+
+
+@cache
+def _predicted(name: str) -> Prediction:
+    """One prediction per run, shared by the checks below (a 405B plan takes seconds)."""
+    return predict(next(r for r in RUNS if r.name == name))
 
 
 def _cases(names: set[str] | None = None, quick: bool | None = None) -> list:
@@ -178,7 +187,7 @@ def test_a_published_run(run: Run) -> None:
     """The published layout fits by the model, memory is within 20% of any published figure, the
     reported rate within 15%, and the planner's own best layout is that one or predicted at most 5%
     faster (but for the runs named above)."""
-    p = predict(run)
+    p = _predicted(run.name)
     assert p.published.fits, p.published.name
     if p.memory_error is not None:
         assert abs(p.memory_error) <= 0.20, p.memory_error
@@ -192,13 +201,21 @@ def test_a_published_run(run: Run) -> None:
 @pytest.mark.xfail(strict=True, reason="the published runs the planner misses by more than 15% (RATE_MISSES)")
 @pytest.mark.parametrize("run", [r for r in RUNS if r.name in RATE_MISSES], ids=lambda r: r.name)
 def test_the_rate_misses_still_miss(run: Run) -> None:
-    assert abs(predict(run).rate_error) <= 0.15
+    assert abs(_predicted(run.name).rate_error) <= 0.15
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True, reason="the planner's pick is over 5% faster than the published layout (PICK_MISSES)"
+)
+@pytest.mark.parametrize("run", [r for r in RUNS if r.name in PICK_MISSES], ids=lambda r: r.name)
+def test_the_pick_misses_still_miss(run: Run) -> None:
+    assert _predicted(run.name).best_over_published <= 0.05
 
 
 def test_the_llama_405b_layout_fits_once_estimate_fills_its_micro_batching() -> None:
     """The dist dict gives sizes and ZeRO only: estimate picks one sequence per micro-batch, 32 of them
     on the 16 stages, interleaved, and the recomputation that fits."""
-    run = next(r for r in RUNS if r.name == "Llama 3 405B, 8192 GPUs")
-    p = predict(run).published
+    p = _predicted("Llama 3 405B, 8192 GPUs").published
     assert p.fits and p.chosen["micro_batch_size"] == 1 and p.chosen["num_microbatches"] == 32
     assert p.chosen["pipeline_schedule"] == "interleaved_1f1b"
