@@ -35,7 +35,7 @@ from brickwork.factory.overrides import with_overrides
 from brickwork.factory.positions import positions_spec, split_positions
 from brickwork.factory.presets import get_preset
 from brickwork.factory.spec_io import load_spec
-from brickwork.factory.stacks import Scope, scope_sizes, walk_block, walk_stack
+from brickwork.factory.stacks import Scope, Walked, scope_sizes, walk_block, walk_stack
 from brickwork.memory import check_fits
 from brickwork.option_types import config_fields, config_to_dict, construct, to_config
 
@@ -85,7 +85,7 @@ def resolve_spec(spec: SpecSource) -> dict[str, Any]:
     takes it, as ``.spec`` of what they build; checked on the meta device: nothing is allocated."""
     data, device = read_spec(spec), torch.get_default_device()
     with torch.device("meta"):
-        return walk_model(data, device)[1] if "model" in data else build_block(data).spec
+        return walk_model(data, device).spec if "model" in data else build_block(data).spec
 
 
 def build_model(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
@@ -100,15 +100,14 @@ def build_model(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
     if device.type != "meta":  # a build on meta allocates nothing, so any size passes
         try:
             with torch.device("meta"):
-                check_fits(walk_model(data, device)[0], device)
+                check_fits(walk_model(data, device).built, device)
         except RuntimeError as err:
             if "overflow" not in str(err):
                 raise
             raise ConfigError(f"the spec's sizes give a tensor too large for any machine ({err})") from None
-    model, resolved, (scheme, depth) = walk_model(data, device)
-    init_model(model, scheme, depth)
-    model.spec = resolved
-    return model
+    walked = walk_model(data, device, initialise=True)
+    walked.built.spec = walked.spec
+    return walked.built
 
 
 def build_block(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
@@ -139,20 +138,20 @@ def build_block(spec: SpecSource, overrides: Overrides = None) -> nn.Module:
         depths if any(depths.values()) else {},
     )
     keys = [f for f in config_fields(CrossBlockSpec) if f != "cross_attention" or scope.cross]
-    block, _, resolved, hook_specs = walk_block({k: v for k, v in data.items() if k in keys}, "", scope)
-    block.spec = {
+    walked = walk_block({k: v for k, v in data.items() if k in keys}, "", scope)
+    walked.built.spec = {
         "type": fields.type,
         "dim_model": fields.dim_model,
-        "position": positions_spec(None, hook_specs),
+        "position": positions_spec(None, walked.positions),
         **depths,
-        **resolved,
+        **walked.spec,
     }
-    return block
+    return walked.built
 
 
-def walk_model(data: Mapping, device: torch.device) -> tuple[nn.Module, dict[str, Any], tuple[Any, int]]:
-    """(model, resolved spec, (init scheme, depth of the deepest stack)) of a model spec; ``device``
-    is where it goes, whose free memory a very deep stack is checked against before it is built."""
+def walk_model(data: Mapping, device: torch.device, initialise: bool = False) -> Walked:
+    """The model of a model spec, ``initialise``d by its ``init`` scheme; ``device`` is where it goes,
+    whose free memory a very deep stack is checked against before it is built."""
     name = data.get("model")
     if not isinstance(name, str) or name not in MODELS:
         reason = "missing required key" if "model" not in data else f"unknown model kind {name!r}"
@@ -186,8 +185,9 @@ def walk_model(data: Mapping, device: torch.device) -> tuple[nn.Module, dict[str
             max_seq_len,
             device,
         )
-        stacks[stack_name], resolved[stack_name], found = walk_stack(stack, stack_name, scope)
-        hook_specs = found if hook_specs is None else hook_specs
+        walked = walk_stack(stack, stack_name, scope)
+        stacks[stack_name], resolved[stack_name] = walked.built, walked.spec
+        hook_specs = walked.positions if hook_specs is None else hook_specs
     model = construct(kind.build, "", spec=spec, position=make_position(), **stacks)
     resolved = {
         **{key: value for key, value in config_to_dict(spec).items() if key not in later_defaults(spec)},
@@ -195,5 +195,6 @@ def walk_model(data: Mapping, device: torch.device) -> tuple[nn.Module, dict[str
         "init": init_spec,
         **resolved,
     }
-    depth = max(stack.num_layers for stack in stacks_in.values())
-    return model, resolved, (init, depth)
+    if initialise:
+        init_model(model, init, max(stack.num_layers for stack in stacks_in.values()))
+    return Walked(model, resolved, hook_specs)

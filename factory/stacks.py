@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -37,6 +37,16 @@ LAYERS_CHECKED_FIRST = 256
 SET_BY_BLOCK = ("dim_model", "causal", "attention", "attention_options", "rotary", "position_bias")
 
 
+class Walked(NamedTuple):
+    """What a spec section built, its resolved spec, the attention-side positions resolved in it (the
+    model's spec records them once) and, for a block, its norm as a partial taking ``dim``."""
+
+    built: Any
+    spec: dict[str, Any]
+    positions: list[dict[str, Any]]
+    norm: functools.partial | None = None
+
+
 @dataclass(frozen=True)
 class Scope:
     """What the enclosing spec fixes for the blocks of one stack."""
@@ -59,45 +69,40 @@ def scope_sizes(dim_model: int, max_seq_len: int | None) -> dict[str, int]:
     return {"dim_model": dim_model} | ({"max_seq_len": max_seq_len} if max_seq_len is not None else {})
 
 
-def walk_stack(
-    stack: StackSection, name: str, scope: Scope
-) -> tuple[Stack, dict[str, Any], list[dict[str, Any]]]:
-    """The built stack, its resolved spec and its blocks' resolved attention-side positions."""
+def walk_stack(stack: StackSection, name: str, scope: Scope) -> Walked:
+    """The built :class:`Stack`, its resolved spec and its blocks' resolved attention-side positions."""
     with torch.device("meta"):  # the stack's block, for its resolved spec and size: allocates nothing
-        base, norm, base_spec, hook_specs = walk_block(stack.block, join_path(name, "block"), scope)
+        base = walk_block(stack.block, join_path(name, "block"), scope)
     if stack.num_layers > LAYERS_CHECKED_FIRST and scope.device is not None:
-        check_fits(base, scope.device, stack.num_layers, join_path(name, "num_layers"))
+        check_fits(base.built, scope.device, stack.num_layers, join_path(name, "num_layers"))
     blocks, diffs = [], {}
     for i in range(stack.num_layers):
         path = join_path(name, "layers", i) if i in stack.layers else join_path(name, "block")
-        block, _, block_spec, _ = walk_block(merge_spec(stack.block, stack.layers.get(i, {})), path, scope)
-        blocks.append(block)
-        if diff := diff_spec(base_spec, block_spec):
+        block = walk_block(merge_spec(stack.block, stack.layers.get(i, {})), path, scope)
+        blocks.append(block.built)
+        if diff := diff_spec(base.spec, block.spec):
             diffs[i] = diff
-    spec = {"num_layers": stack.num_layers, "block": base_spec, "layers": diffs}
-    if not stack.reversible:
-        return Stack(blocks, norm), spec, hook_specs
-    spec["reversible"] = True  # written only when on, so that existing resolved specs stay as they are
-    layers = construct(ReversibleLayers, "", {"blocks": join_path(name, "reversible")}, blocks=blocks)
-    return Stack(layers, norm), spec, hook_specs
+    spec = {"num_layers": stack.num_layers, "block": base.spec, "layers": diffs}
+    if stack.reversible:  # written only when on, so that existing resolved specs stay as they are
+        spec["reversible"] = True
+        blocks = construct(ReversibleLayers, "", {"blocks": join_path(name, "reversible")}, blocks=blocks)
+    return Walked(Stack(blocks, base.norm), spec, base.positions)
 
 
-def walk_block(spec: Any, path: str, scope: Scope) -> tuple[Block, functools.partial, dict, list]:
-    """(block, its norm as a partial taking ``dim``, resolved spec, resolved attention-side positions)."""
+def walk_block(spec: Any, path: str, scope: Scope) -> Walked:
+    """A :class:`Block` with its norm, its resolved spec and its resolved attention-side positions."""
     block = to_config(CrossBlockSpec if scope.cross else BlockSpec, spec, path)
     attention_path = join_path(path, "attention")
-    cross = cross_spec = None
+    cross = None
     if scope.cross:  # built first: the order fixes which random draws default-initialised weights take
         cross_spec = block.cross_attention
         if cross_spec is None:  # the self-attention's keys, with the separate projections memory needs
             with torch.device("meta"):
-                cross_spec = walk_attention(block.attention, attention_path, scope)[1] | {"fused_qkv": False}
-        cross_path = join_path(path, "cross_attention")
-        cross, cross_spec, _ = walk_attention(cross_spec, cross_path, scope, cross=True)
-    attention, attention_spec, hook_specs = walk_attention(block.attention, attention_path, scope)
-    resolved: dict[str, Any] = {"attention": attention_spec}
-    if cross is not None:
-        resolved["cross_attention"] = cross_spec
+                own = walk_attention(block.attention, attention_path, scope)
+            cross_spec = own.spec | {"fused_qkv": False}
+        cross = walk_attention(cross_spec, join_path(path, "cross_attention"), scope, cross=True)
+    attention = walk_attention(block.attention, attention_path, scope)
+    resolved = {"attention": attention.spec} | ({"cross_attention": cross.spec} if cross else {})
     feedforward, resolved["feedforward"] = build_choice(
         FEEDFORWARD_REGISTRY, block.feedforward, join_path(path, "feedforward"), dim_model=scope.dim_model
     )
@@ -112,16 +117,13 @@ def walk_block(spec: Any, path: str, scope: Scope) -> tuple[Block, functools.par
         RESIDUAL_REGISTRY, block.residual, join_path(path, "residual"), **({} if given else scope.depths)
     )
     sources = {"cross_attention.attention": join_path(path, "cross_attention", "mechanism", "name")}
-    built = construct(Block, path, sources, attention=attention, feedforward=feedforward, norm=norm,
-                      residual=residual, cross_attention=cross)  # fmt: skip
-    return built, norm, resolved, hook_specs
+    built = construct(Block, path, sources, attention=attention.built, feedforward=feedforward, norm=norm,
+                      residual=residual, cross_attention=cross and cross.built)  # fmt: skip
+    return Walked(built, resolved, attention.positions, norm)
 
 
-def walk_attention(
-    spec: Mapping[str, Any], path: str, scope: Scope, cross: bool = False
-) -> tuple[MultiHeadAttention, dict[str, Any], list[dict[str, Any]]]:
-    """A ``MultiHeadAttention`` from its spec: the layer's own options, checked by its ``Config``, and
-    its ``mechanism`` choice. Returns the layer, its resolved spec and its resolved positions."""
+def walk_attention(spec: Mapping[str, Any], path: str, scope: Scope, cross: bool = False) -> Walked:
+    """A ``MultiHeadAttention`` from its spec: its own options, checked by its ``Config``, and mechanism."""
     config_cls = options_dataclass(MultiHeadAttention)
     keys = [*(k for k in config_fields(config_cls) if k not in SET_BY_BLOCK), "mechanism"]
     for key in spec:
@@ -137,7 +139,6 @@ def walk_attention(
         norm_cls, norm = lookup(NORM_REGISTRY, spec["qk_norm"], norm_path)
         norm_options, qk_norm_spec["qk_norm"] = configure(norm_cls, norm, norm_path, dim=dim_head)
         qk_norm = functools.partial(norm_cls, **norm_options)
-
     mechanism_path = join_path(path, "mechanism")
     name_path = join_path(mechanism_path, "name")
     cls, mechanism = lookup(ATTENTION_REGISTRY, spec.get("mechanism", "scaled_dot_product"), mechanism_path)
@@ -171,4 +172,4 @@ def walk_attention(
     attention = construct(cls, mechanism_path, **options)
     built = construct(MultiHeadAttention, path, sources, **layer, qk_norm=qk_norm, dim_model=scope.dim_model,
                       attention=attention, causal=causal, **hooks)  # fmt: skip
-    return built, {**layer, **qk_norm_spec, "mechanism": mechanism_spec}, hook_specs
+    return Walked(built, {**layer, **qk_norm_spec, "mechanism": mechanism_spec}, hook_specs)
