@@ -14,7 +14,8 @@ Sources (numbers copied as published):
   (126 layers, width 16384, 128 heads, 8 kv heads, feedforward 53248, vocabulary 128,256) on 8192
   and 16,384 H100s, TP 8, PP 16, DP 64 / 128, sequence 8192, 16M tokens a batch, 430 and 400
   TFLOP/s a GPU (43% and 41% BF16 MFU). Meta's FSDP keeps the bf16 weights whole through a step
-  and shards the rest: priced as Megatron's distributed optimizer (ZeRO-1).
+  and shards the rest: priced as Megatron's distributed optimizer (ZeRO-1), whose fp32 gradients are
+  whole on every rank where Meta shards them (docs/parallel.md, the misses).
 - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (2024-12, torchtitan 9dec370) and
   benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: Llama 3.1 8B and 70B, bf16 rows only (the
   Float8 rows are outside the model; so is every published 405B row, and the H200 run,
