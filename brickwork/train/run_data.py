@@ -20,6 +20,7 @@ from brickwork.launch_env import world_size
 from brickwork.parallel import ParallelConfig, build_mesh
 from brickwork.train.data_identity import DataIdentity, check_data_identity, current_record
 from brickwork.train.run_config import RunConfig
+from brickwork.train.task_spec import task_spec
 
 if TYPE_CHECKING:
     from brickwork.train.run import Run
@@ -44,6 +45,10 @@ def run_data(run: Run, run_dir: Path, resumed_at: int | None, accept_change: boo
     tokenizer = run_tokenizer(run.config) if run.task.uses_tokenizer else None
     current = current_record(run.config.data, tokenizer)
     identity = check_data_identity(run_dir, current, tokenizer, resumed_at, accept_change)
+    if resumed_at is not None and tokenizer is not None:
+        # A run folder from before data.json has no record to refuse a tokenizer of another size by; the
+        # vocabulary config.yaml gives the model must still have a row for every id of the data.
+        task_spec(run.config, run.task, tokenizer, quiet=True)
     text = None if tokenizer is None else run_text_data(run.config, run.layout, run_dir, tokenizer)
     return RunData(text, identity)
 

@@ -155,6 +155,17 @@ def test_a_tokenizer_of_another_size_is_refused_even_when_accepted(capsys, tmp_p
     kept = HFTokenizer.from_file(run / "tokenizer.json")
     assert kept.encode(chars[0] + chars[1]).tolist() == [1, 0]
 
+    # A run folder from before data.json has no record of its tokenizer; the model's vocabulary still
+    # refuses one with more ids than it has rows, before anything is written.
+    (run / "data.json").unlink()
+    write_meta(tmp_path / "chars", chars + "~")
+    before = snapshot(run)
+    err = refused(capsys, "--resume", "run", "train.steps=4")
+    assert err.startswith(
+        f"brickwork train: error: vocab_size: {len(chars)} is smaller than the {len(chars) + 1} ids"
+    )
+    assert snapshot(run) == before
+
 
 def test_accept_data_change_needs_resume(capsys) -> None:
     err = refused(capsys, "--accept-data-change", "train.steps=1")
