@@ -221,6 +221,10 @@ class ParallelConfig(CheckedConfig):
         return config
 
 
+DIST_KEYS = frozenset(f.name for f in dataclasses.fields(ParallelConfig))
+LIBAI_KEYS = frozenset({"zero_optimization", "activation_checkpoint", "amp", "custom_pipeline_stage_id"})
+
+
 def _resolve_keys(dist: dict[str, Any], world_size: int | None) -> dict[str, Any]:
     """``dist`` in brickwork's keys: LiBai's translated, the others passed on for ``to_config`` to check."""
     out: dict[str, Any] = {}
@@ -241,8 +245,10 @@ def _resolve_keys(dist: dict[str, Any], world_size: int | None) -> dict[str, Any
             if not isinstance(value, Mapping):
                 raise ConfigError(f"must be a dict of module-path glob -> strategy, got {value!r}", key)
             out["parts"] = tuple(value.items())
-        else:
+        elif key in DIST_KEYS:
             out[key] = value
+        else:  # here, where LiBai's spellings are known, so that the closest of either is suggested
+            raise ConfigError("unknown dist key", key, choices=sorted(DIST_KEYS | LIBAI_KEYS), got=key)
     if "data_parallel_size" not in out and world_size is not None:
         others_keys = ("tensor_parallel_size", "context_parallel_size", "pipeline_parallel_size")
         sizes = [out.get(k, 1) for k in others_keys]

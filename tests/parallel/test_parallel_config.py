@@ -61,7 +61,8 @@ def test_user_dict_is_not_mutated() -> None:
 @pytest.mark.parametrize(
     ("dist", "words"),
     [
-        ({"tensor_paralel_size": 2}, ["unknown key", "did you mean 'tensor_parallel_size'"]),
+        ({"tensor_paralel_size": 2}, ["unknown dist key", "did you mean 'tensor_parallel_size'"]),
+        ({"zero_optimisation": True}, ["unknown dist key", "did you mean 'zero_optimization'"]),
         ({"zero_stage": 4}, ["zero_stage", "allowed: 0, 1, 2, 3"]),
         ({"zero_stage": True}, ["zero_stage"]),
         ({"mixed_precision": "fp8"}, ["mixed_precision", "bf16"]),
@@ -72,7 +73,7 @@ def test_user_dict_is_not_mutated() -> None:
         ({"cpu_offload": True}, ["cpu_offload", "zero_stage 2 or 3"]),
         ({"sequence_parallel": True}, ["sequence_parallel", "tensor_parallel_size > 1"]),
         # Clipping is the train step's (TrainStep grad_clip), not the layout's.
-        ({"max_grad_norm": 1.0}, ["unknown key", "max_grad_norm"]),
+        ({"max_grad_norm": 1.0}, ["unknown dist key", "max_grad_norm"]),
         ({"zero_optimization": {"enable": True}}, ["zero_optimization.enable", "enabled"]),
         ({"custom_pipeline_stage_id": [1, 0]}, ["custom_pipeline_stage_id"]),
     ],
