@@ -75,37 +75,15 @@ class Device(CheckedConfig):
 RUNTIME = 1536 * MiB  # CUDA context, NCCL buffers and cuBLAS workspace on a GPU
 # Memory as nvidia-smi reports it; peaks from the vendor's data sheets (dense, no sparsity).
 DEVICE_PRESETS: dict[str, Device] = {
-    "A100-40GB": Device(
-        "A100-40GB",
-        40960 * MiB,
-        312 * TERA,
-        19.5 * TERA,
-        0.6,
-        240 * GIGA,
-        23 * GIGA,
-        RUNTIME,
-        1555 * GIGA,
-        multiprocessors=108,
-    ),
-    "A100-80GB": Device(
-        "A100-80GB",
-        81920 * MiB,
-        312 * TERA,
-        19.5 * TERA,
-        0.6,
-        240 * GIGA,
-        23 * GIGA,
-        RUNTIME,
-        2039 * GIGA,
-        multiprocessors=108,
-    ),
-    "H100-80GB": Device(
-        "H100-80GB", 81559 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA, RUNTIME, 3350 * GIGA
-    ),
-    "H200": Device(
-        "H200", 143771 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA, RUNTIME, 4800 * GIGA
-    ),
-}
+    "A100-40GB": Device("A100-40GB", 40960 * MiB, 312 * TERA, 19.5 * TERA, 0.6, 240 * GIGA, 23 * GIGA,
+                        RUNTIME, 1555 * GIGA, multiprocessors=108),
+    "A100-80GB": Device("A100-80GB", 81920 * MiB, 312 * TERA, 19.5 * TERA, 0.6, 240 * GIGA, 23 * GIGA,
+                        RUNTIME, 2039 * GIGA, multiprocessors=108),
+    "H100-80GB": Device("H100-80GB", 81559 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA,
+                        RUNTIME, 3350 * GIGA),
+    "H200": Device("H200", 143771 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA,
+                   RUNTIME, 4800 * GIGA),
+}  # fmt: skip
 
 # How torch.cuda.get_device_name spells each preset family's boards ("NVIDIA A100-SXM4-40GB", "NVIDIA
 # A100 80GB PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H200"). The presets carry the SXM boards' peaks;
