@@ -15,10 +15,9 @@ import base64
 import math
 import os
 import shutil
-from collections.abc import Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -37,11 +36,12 @@ from brickwork.checkpoint import (
 )
 from brickwork.errors import ConfigError, RunFailure
 from brickwork.parallel import load_checkpoint, save_checkpoint
-from brickwork.parallel.checkpoint import async_save_checkpoint
 from brickwork.train.peers import is_peer_failure
 
 if TYPE_CHECKING:
     from brickwork.train.step import TrainStep
+
+T = TypeVar("T")
 
 # Bumped when the trainer's ``extra`` changes shape, so an old checkpoint is refused by name.
 TRAINER_FORMAT = 1
@@ -79,44 +79,27 @@ def save_run_checkpoint(
     A non-finite ``val_loss`` is refused (ValueError): that state is not worth keeping. A write that
     fails for want of space raises CheckpointWriteError after rank 0 removed the partial folder.
     """
-    folder, extra = _begin(run_dir, step, data_state, val_loss, settings, step_state)
-    try:
-        return save_checkpoint(folder, model, optimizer, step, extra=extra)
-    except (OSError, RuntimeError, CheckpointException) as err:
-        raise write_failed(err, step, folder) from None
+    return write_run_checkpoint(
+        save_checkpoint, run_dir, step, model, optimizer, data_state, val_loss, settings, step_state
+    )
 
 
-def start_run_checkpoint(
+def write_run_checkpoint(
+    write: Callable[..., T],
     run_dir: Path,
     step: int,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     data_state: dict[str, torch.Tensor],
     val_loss: float,
-    settings: Mapping[str, Any] | None = None,
-    step_state: Mapping[str, Any] | None = None,
-    group: dist.ProcessGroup | None = None,
-) -> Future[Path]:
-    """:func:`save_run_checkpoint`, returning once the state is staged in CPU memory; the future ends
-    when the write has (on rank 0, when the folder is complete: brickwork/parallel/checkpoint/
-    async_save.py; ``group`` is its ``save_group``). Its errors are the write's as they are:
-    :func:`write_failed` makes them what :func:`save_run_checkpoint` raises."""
-    folder, extra = _begin(run_dir, step, data_state, val_loss, settings, step_state)
-    try:
-        return async_save_checkpoint(folder, model, optimizer, step, extra=extra, group=group)
-    except (OSError, RuntimeError, CheckpointException) as err:
-        raise write_failed(err, step, folder) from None
-
-
-def _begin(
-    run_dir: Path,
-    step: int,
-    data_state: dict[str, torch.Tensor],
-    val_loss: float,
     settings: Mapping[str, Any] | None,
     step_state: Mapping[str, Any] | None,
-) -> tuple[Path, dict[str, Any]]:
-    """(the folder of ``step``, cleared by rank 0 of a cut-off earlier attempt; the trainer's ``extra``)."""
+) -> T:
+    """:func:`save_run_checkpoint` through ``write``, called as ``save_checkpoint`` is: that function, or
+    ``async_save_checkpoint`` with its ``group`` (the ``save_group``), which returns once the state is
+    staged in CPU memory with a future that ends when the write has (on rank 0, when the folder is
+    complete: brickwork/parallel/checkpoint/async_save.py). That future's errors are the write's as
+    they are: :func:`write_failed` makes them what :func:`save_run_checkpoint` raises."""
     if not math.isfinite(val_loss):
         raise ValueError(f"refusing to save step {step} as a checkpoint: its validation loss is {val_loss}")
     folder = checkpoint_dir(run_dir, step)
@@ -128,7 +111,10 @@ def _begin(
         extra["train"] = dict(settings)
     if step_state is not None:
         extra["train_step"] = dict(step_state)
-    return folder, extra
+    try:
+        return write(folder, model, optimizer, step, extra=extra)
+    except (OSError, RuntimeError, CheckpointException) as err:
+        raise write_failed(err, step, folder) from None
 
 
 def write_failed(err: OSError | RuntimeError | CheckpointException, step: int, folder: Path) -> BaseException:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -27,9 +28,10 @@ from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
 from brickwork.checkpoint import checkpoint_dir
-from brickwork.parallel.checkpoint import save_group
+from brickwork.parallel import save_checkpoint
+from brickwork.parallel.checkpoint import async_save_checkpoint, save_group
 from brickwork.parallel.checkpoint.async_save import then
-from brickwork.train.checkpoint import save_run_checkpoint, start_run_checkpoint, write_failed
+from brickwork.train.checkpoint import write_failed, write_run_checkpoint
 from brickwork.train.retention import retain
 
 
@@ -77,17 +79,15 @@ class CheckpointWriter:
         """Save the checkpoint of ``step`` (``save_run_checkpoint``'s arguments) and prune after it;
         returns its folder. Asynchronous, the folder is complete once :meth:`wait` has returned on rank 0
         (the other ranks' :meth:`wait` returns once every rank's files are written)."""
-        if not self.asynchronous:
-            folder = save_run_checkpoint(
-                self.run_dir, step, model, optimizer, data_state, val_loss, settings, step_state
-            )
-            if self.is_main:
-                retain(self.run_dir, folder, self.keep)
-            return folder
         self.wait()
-        written = start_run_checkpoint(
-            self.run_dir, step, model, optimizer, data_state, val_loss, settings, step_state, self._group
+        write = partial(async_save_checkpoint, group=self._group) if self.asynchronous else save_checkpoint
+        written = write_run_checkpoint(
+            write, self.run_dir, step, model, optimizer, data_state, val_loss, settings, step_state
         )
+        if not self.asynchronous:
+            if self.is_main:
+                retain(self.run_dir, written, self.keep)
+            return written
         retained = written
         if self.is_main:
             retained = then(written, lambda: retain(self.run_dir, written.result(), self.keep))
