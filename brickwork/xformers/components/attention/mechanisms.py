@@ -21,13 +21,19 @@ from brickwork.components import attention as bw
 from brickwork.components.attention.scaled_dot_product import dense_attention
 from brickwork.factory.xformers.stack import check_mechanism
 from brickwork.xformers._compat import as_int, require
-from brickwork.xformers.components.attention.attention_mask import AttentionMask
 from brickwork.xformers.components.attention.base import Attention
 from brickwork.xformers.components.attention.core import MaskLike, dense_mask, fit_mask
 from brickwork.xformers.components.attention.feature_maps import FeatureMapType, FeatureMapView
 from brickwork.xformers.components.attention.utils import reshape_key_padding_mask
 
 logger = logging.getLogger("brickwork.xformers")
+
+
+def _restrict(mask: torch.Tensor | None, keep: torch.Tensor) -> torch.Tensor:
+    """``mask`` (boolean or additive) with the positions where ``keep`` is False masked out."""
+    if mask is None:
+        return keep
+    return mask & keep if mask.dtype == torch.bool else mask.masked_fill(~keep, float("-inf"))
 
 
 class BrickworkAttention(Attention):
@@ -55,13 +61,7 @@ class BrickworkAttention(Attention):
                 and n % key_padding_mask.shape[0] == 0,
                 f"key_padding_mask of shape {tuple(key_padding_mask.shape)} does not fit [batch, {tk}]",
             )
-            keep = reshape_key_padding_mask(key_padding_mask.bool(), n).unsqueeze(1)  # (N, 1, 1, Tk)
-            if mask is None:
-                mask = keep
-            elif mask.dtype == torch.bool:
-                mask = mask & keep
-            else:
-                mask = mask.masked_fill(~keep, float("-inf"))
+            mask = _restrict(mask, reshape_key_padding_mask(key_padding_mask.bool(), n).unsqueeze(1))
         return mask
 
     def run(
@@ -115,12 +115,7 @@ class ScaledDotProduct(BrickworkAttention):
             keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             folded = q.ndim == 3
             q4, k4, v4 = (t.unsqueeze(1) for t in (q, k, v)) if folded else (q, k, v)
-            mask = self.brickwork_mask(q4, k4, att_mask, key_padding_mask)
-            mask = (
-                keep
-                if mask is None
-                else (mask & keep if mask.dtype == torch.bool else mask.masked_fill(~keep, float("-inf")))
-            )
+            mask = _restrict(self.brickwork_mask(q4, k4, att_mask, key_padding_mask), keep)
             p = self.mechanism.dropout if self.training else 0.0
             out = dense_attention(q4, k4, v4, mask, dropout_p=p)
             return out.squeeze(1) if folded else out
@@ -431,21 +426,3 @@ class VisualAttention(_SquareGridMixer):
         super().__init__()
         require(dim_model is not None, "VisualAttention needs dim_model")
         self.mechanism = bw.VisualAttention(num_heads=1, dim_head=as_int(dim_model))
-
-
-__all__ = [
-    "AttentionMask",
-    "BrickworkAttention",
-    "FavorAttention",
-    "FourierMix",
-    "GlobalAttention",
-    "LambdaLayer",
-    "LinformerAttention",
-    "LocalAttention",
-    "NystromAttention",
-    "OrthoFormerAttention",
-    "Pooling",
-    "RandomAttention",
-    "ScaledDotProduct",
-    "VisualAttention",
-]
