@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from brickwork.data.task_batches import windows
 from brickwork.errors import ConfigError
 
 if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11's; the annotation alone needs it
@@ -82,11 +83,8 @@ class RandomWindows:
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(input_ids, labels), both LongTensor[batch_size, seq_len]; labels are inputs shifted by one."""
-        starts = torch.randint(
-            0, self.tokens.numel() - self.seq_len, (self.batch_size,), generator=self.generator
-        )
-        windows = self.tokens[starts[:, None] + torch.arange(self.seq_len + 1)].long()
-        return windows[:, :-1], windows[:, 1:]
+        w = windows(self.tokens, self.batch_size, self.seq_len + 1, self.generator)
+        return w[:, :-1], w[:, 1:]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"generator": self.generator.get_state()}
