@@ -32,12 +32,9 @@ def check_tensor_parallel(
             raise ConfigError(f"vocab style needs an nn.Embedding, got {type(module).__name__}", entry.path)
         if entry.path in paddable:
             continue
-        if entry.style == "colwise":
-            size, what = _out_features(module)
+        if entry.style in _SPLIT:  # only colwise has packed segments (parse_style)
+            size, what = _split_size(module, entry.style)
             check_divides(entry.path, what, size, tp * entry.segments, tp, entry.segments)
-        elif entry.style == "rowwise":
-            size, what = _in_features(module)
-            check_divides(entry.path, what, size, tp, tp)
     for name, module in model.named_modules():
         if name in whole:
             continue
@@ -72,24 +69,23 @@ def check_divides(path: str, what: str, value: int, by: int, tp: int, segments: 
         raise ConfigError(f"{what}={value} is not divisible by tensor_parallel_size={tp}{packed}", path)
 
 
-def _out_features(module: nn.Module) -> tuple[int, str]:
-    if isinstance(module, nn.Linear):
-        return module.out_features, "out_features"
-    if isinstance(module, nn.Embedding):
-        return module.embedding_dim, "embedding_dim"
-    if is_transposed_linear(module):
-        return module.weight.shape[1], "out features"
-    raise ConfigError(f"colwise needs a linear layer, got {type(module).__name__}")
+# What each style splits: the nn.Linear attribute, the nn.Embedding one, and the weight dim of a
+# transposed linear (weight [in, out]) with its name.
+_SPLIT = {
+    "colwise": ("out_features", "embedding_dim", 1, "out features"),
+    "rowwise": ("in_features", "num_embeddings", 0, "in features"),
+}
 
 
-def _in_features(module: nn.Module) -> tuple[int, str]:
-    if isinstance(module, nn.Linear):
-        return module.in_features, "in_features"
-    if isinstance(module, nn.Embedding):
-        return module.num_embeddings, "num_embeddings"
+def _split_size(module: nn.Module, style: str) -> tuple[int, str]:
+    """The size ``style`` splits in ``module``, and its name; ConfigError for a module that is no linear."""
+    linear, embedding, dim, transposed = _SPLIT[style]
+    if isinstance(module, nn.Linear | nn.Embedding):
+        what = linear if isinstance(module, nn.Linear) else embedding
+        return getattr(module, what), what
     if is_transposed_linear(module):
-        return module.weight.shape[0], "in features"
-    raise ConfigError(f"rowwise needs a linear layer, got {type(module).__name__}")
+        return module.weight.shape[dim], transposed
+    raise ConfigError(f"{style} needs a linear layer, got {type(module).__name__}")
 
 
 def divided_attributes(
