@@ -35,6 +35,7 @@ def dense_attention(
     """
     tq, tk = q.shape[-2], k.shape[-2]
     is_causal = False
+    live = None
     plain_causal = causal and attn_mask is None
     if plain_causal and tq == tk:
         is_causal = True  # SDPA's is_causal is top-left aligned: the same as ours only when Tq == Tk.
@@ -45,23 +46,15 @@ def dense_attention(
         # CausalBias lets SDPA keep its flash kernel, which a materialised mask rules out. Eager CUDA
         # only: dynamo cannot build the bias inside a graph, and elsewhere SDPA would materialise it
         # anyway (warning that it did). No row is empty here, so there are no rows to reopen.
-        return F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=causal_lower_right(tq, tk),
-            dropout_p=dropout_p,
-            scale=scale,
-            enable_gqa=int(k.shape[1]) != int(q.shape[1]),  # ints, also under torch.jit.trace
-        )
-    elif causal:
-        attn_mask = restrict(attn_mask, causal_keep(tq, tk, q.device), q.dtype)
-    live = None
-    if attn_mask is not None:
-        if attn_mask.dtype != torch.bool:
-            attn_mask = attn_mask.to(q.dtype)
-        live = rows_with_keys(attn_mask)
-        attn_mask = open_rows(attn_mask, live)
+        attn_mask = causal_lower_right(tq, tk)
+    else:
+        if causal:
+            attn_mask = restrict(attn_mask, causal_keep(tq, tk, q.device), q.dtype)
+        if attn_mask is not None:
+            if attn_mask.dtype != torch.bool:
+                attn_mask = attn_mask.to(q.dtype)
+            live = rows_with_keys(attn_mask)
+            attn_mask = open_rows(attn_mask, live)
     out = F.scaled_dot_product_attention(
         q,
         k,
