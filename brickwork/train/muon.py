@@ -75,11 +75,10 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for part in self.parts.values():
+        # torch's step runs the closure first, with gradients on: the first part's runs it for all.
+        first, *rest = self.parts.values()
+        loss = first.step(closure)
+        for part in rest:
             part.step()
         return loss
 

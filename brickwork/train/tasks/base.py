@@ -133,9 +133,6 @@ class TaskTable(Mapping[str, Task]):
         cls = TASK_REGISTRY.get(name)
         return self._made.setdefault(cls, cls())
 
-    def __contains__(self, name: object) -> bool:
-        return name in TASK_REGISTRY
-
     def __iter__(self) -> Iterator[str]:
         return iter(TASK_REGISTRY)
 
