@@ -88,6 +88,18 @@ def unpack_full(full: torch.Tensor, dim: int, order: torch.Tensor) -> torch.Tens
     return full.index_select(dim, torch.argsort(order))
 
 
+def _distribute(style: ColwiseParallel | RowwiseParallel, module: nn.Module, mesh: DeviceMesh) -> nn.Module:
+    """``module`` sharded by ``style``'s own ``_partition``, with its input and output layouts: what
+    torch's styles do for the modules they know, for the ones they do not."""
+    return distribute_module(
+        module,
+        mesh,
+        style._partition,
+        partial(style._prepare_input_fn, style.input_layouts, style.desired_input_layouts),
+        partial(style._prepare_output_fn, style.output_layouts, style.use_local_output),
+    )
+
+
 class _Colwise(ColwiseParallel):
     """ColwiseParallel that also takes transposed linears and packed outputs."""
 
@@ -115,13 +127,7 @@ class _Colwise(ColwiseParallel):
             return super()._apply(module, device_mesh)
         if not (isinstance(module, nn.Linear) or is_transposed_linear(module)):
             raise ConfigError(f"colwise needs a linear layer, got {type(module).__name__}")
-        return distribute_module(
-            module,
-            device_mesh,
-            self._partition,
-            partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
-            partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
-        )
+        return _distribute(self, module, device_mesh)
 
 
 class _Rowwise(RowwiseParallel):
@@ -140,13 +146,7 @@ class _Rowwise(RowwiseParallel):
         if not is_transposed_linear(module):
             raise ConfigError(f"rowwise needs a linear layer, got {type(module).__name__}")
         self.desired_input_layouts = (Shard(-1),)
-        return distribute_module(
-            module,
-            device_mesh,
-            self._partition,
-            partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
-            partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
-        )
+        return _distribute(self, module, device_mesh)
 
 
 def make_style(
