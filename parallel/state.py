@@ -72,7 +72,7 @@ class ParallelState:
         self.replicas = data_mesh(mesh)
         self.dp_group, self.data_replicas = self.replicas.get_group(), self.replicas.size()
         self._zero: ZeroOptimizers | None = None
-        self.batch_group, self.batch_source = _batch_group(mesh)
+        self.batch_group = _batch_group(mesh)
         self._parameters: list[torch.Tensor] | None = None
 
     @property
@@ -139,21 +139,20 @@ class ParallelState:
         return clip_grad_norm(self.parameters(), max_norm, split_over=split)
 
 
-def _batch_group(mesh: DeviceMesh) -> tuple[dist.ProcessGroup | None, int]:
-    """The group of this rank's pipeline-, context- and tensor-parallel peers (one data-parallel index)
-    and its first global rank, which the others take the batch from; (None, rank) when it is this rank
-    alone. Context-parallel peers share the batch and each takes its slice of the sequence.
+def _batch_group(mesh: DeviceMesh) -> dist.ProcessGroup | None:
+    """The group of this rank's pipeline-, context- and tensor-parallel peers (one data-parallel index),
+    whose first rank the others take the batch from; None when it is this rank alone. Context-parallel
+    peers share the batch and each takes its slice of the sequence.
 
     ``new_group`` is collective, so every rank creates every group, in the same order.
     """
     grid = mesh.mesh  # [pp, dp, cp, tp] global ranks
-    me = dist.get_rank()
     if grid.numel() == grid.shape[1]:
-        return None, me
-    found: tuple[dist.ProcessGroup | None, int] = (None, me)
+        return None
+    found = None
     for dp_index in range(grid.shape[1]):
         ranks = [int(r) for r in grid[:, dp_index].flatten()]
         group = dist.new_group(ranks)
-        if me in ranks:
-            found = (group, ranks[0])
+        if dist.get_rank() in ranks:
+            found = group
     return found
