@@ -11,7 +11,7 @@ import math
 import sys
 import time
 from collections import deque
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,14 +95,15 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
     trackers = open_trackers(cfg.tracker_names(), run_dir, title, settings) if is_main else []
     parallel = parallel_state(model)
 
-    # Closed however the loop ends: the metrics file stays open between records, and a checkpoint
-    # written in the background is waited for.
+    # Closed however the loop ends: the metrics file stays open between records, a checkpoint
+    # written in the background is waited for, and the progress bar (made once step 0 is evaluated).
     timeout = run.layout.timeout_s
     writer = CheckpointWriter(run_dir, cfg.keep_checkpoints, is_main, cfg.async_checkpoint, timeout)
     with (
         closing(MetricsLog(run_dir / "metrics.jsonl", trackers)) as log,
         StopSignals(parallel.device) as stop,
         writer,
+        ExitStack() as closes,
     ):
 
         def save(done: int, val_loss: float) -> Path:
@@ -142,17 +143,19 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
             logger.info(f"mfu is null in metrics.jsonl: {utilization.unknown}")
         rate_name, rate_unit = f"{inputs}_per_s", {"tokens": "tok/s", "images": "img/s"}[inputs]
         recent: deque[float] = deque(maxlen=20)
-        bar = tqdm(
-            total=cfg.steps,
-            initial=state.step,
-            # A bar redrawn with carriage returns only garbles logs; without a terminal the
-            # evaluation lines alone report progress.
-            disable=not (is_main and sys.stdout.isatty()),
-            unit="step",
-            file=sys.stdout,
-            dynamic_ncols=True,
-            mininterval=0.5,
-            bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}{postfix}]",
+        bar = closes.enter_context(
+            tqdm(
+                total=cfg.steps,
+                initial=state.step,
+                # A bar redrawn with carriage returns only garbles logs; without a terminal the
+                # evaluation lines alone report progress.
+                disable=not (is_main and sys.stdout.isatty()),
+                unit="step",
+                file=sys.stdout,
+                dynamic_ncols=True,
+                mininterval=0.5,
+                bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}{postfix}]",
+            )
         )
         for index in range(state.step, cfg.steps):
             lr = learning_rate(index, cfg)
@@ -170,7 +173,6 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
             else:
                 recent.append(took)
             if not math.isfinite(loss) and not step.metrics.get("skipped"):
-                bar.close()
                 raise NonFiniteLoss(
                     f"the training loss became {loss} at step {done}; lower train.lr (now {cfg.lr}) "
                     f"or set train.grad_clip (now {cfg.grad_clip})"
@@ -185,7 +187,6 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
                 logger.info(f"step {done}: fp16 gradients overflowed; the step was skipped")
             scaler = step.precision.scaler
             if scaler is not None and 0 < cfg.max_skipped_steps <= scaler.overflows_in_a_row:
-                bar.close()
                 raise DivergedError(
                     f"the last {scaler.overflows_in_a_row} steps (to step {done}) all overflowed in fp16 "
                     f"and were skipped, the loss scale falling to {scaler.scale:g}: the run is diverging; "
@@ -196,7 +197,6 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
                 val_loss = evaluate(model, val_batches, task)
                 _record(is_main, log, {"step": done, "val_loss": val_loss})
                 if not math.isfinite(val_loss):
-                    bar.close()
                     _stop_on_validation(val_loss, done)
                 if is_main:
                     eta = _clock(per_step * (cfg.steps - done))
@@ -211,13 +211,11 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
                 if saved is None and cfg.checkpoint_on_preempt:
                     saved = save(done, val_loss)
                 writer.wait()  # Preempted names a complete checkpoint
-                bar.close()
                 raise Preempted(signum, done, cfg.steps, saved, run_dir)
             postfix = f"loss {loss:.3f}, val {val_loss:.3f}, {rate:,.0f} {rate_unit}"
             bar.set_postfix_str(postfix, refresh=False)
             bar.update(1)
             state.step = done
-        bar.close()
         return val_loss
 
 
