@@ -9,6 +9,7 @@ line naming the fix, not a traceback (brickwork/error_report.py); ``--traceback`
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 
@@ -63,10 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"brickwork {brickwork.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    command = functools.partial(commands.add_parser, parents=[common])  # each takes --traceback
 
-    train = commands.add_parser(
+    train = command(
         "train",
-        parents=[common],
         help="train any preset or spec file on small embedded data",
         description="Train a spec-built model on the task its kind implies: a decoder LM (causal LM) or an "
         "encoder with an MLM head (masked LM) on the embedded corpus or a text file, an encoder-decoder on "
@@ -100,9 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start from saved weights: a save_pretrained folder, a run folder, an exported .safetensors "
         "file or an HF model folder; without SPEC the run trains that model's spec",
     )
-    plan = commands.add_parser(
+    plan = command(
         "plan",
-        parents=[common],
         help="rank the parallel layouts of a model on a cluster",
         description="Price every valid layout (tensor, pipeline, data, context and expert parallel sizes, "
         "ZeRO stage, schedule, micro-batch size, recomputation) of a decoder LM on a cluster, without "
@@ -132,9 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--precision", default="bf16-mixed", help="the train step's (default bf16-mixed)")
     plan.add_argument("--top", type=int, default=10, help="rows of the table (default 10)")
     plan.add_argument("-o", "--out", help="write the best layout's dist dict here as YAML (default: nothing)")
-    sample = commands.add_parser(
+    sample = command(
         "sample",
-        parents=[common],
         help="generate text from a trained decoder LM",
         description="Continue a prompt with a run's newest checkpoint (or anything else from_pretrained "
         "reads), past the training length: the KV cache slides over the last --window tokens. The same "
@@ -153,9 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, default=0, help="seeds the draw (default 0)")
     sample.add_argument("--window", type=int, help="tokens the model reads at once (default: train.seq_len)")
     sample.add_argument("--tokenizer", help="'bytes' or a tokenizer.json (default: the run's own)")
-    evaluation = commands.add_parser(
+    evaluation = command(
         "eval",
-        parents=[common],
         help="the validation loss (and perplexity) of a trained model, writing nothing",
         description="Evaluate a run's newest checkpoint (or anything else from_pretrained reads) on the "
         "validation set training uses: train.eval_batches batches of the held-out data of the run, or of "
@@ -174,9 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train.device, train.seed",
     )
     evaluation.add_argument("--json", action="store_true", help="print one JSON object instead")
-    tokenizer = commands.add_parser(
-        "tokenizer", parents=[common], help="train a byte-level BPE tokenizer on your text"
-    )
+    tokenizer = command("tokenizer", help="train a byte-level BPE tokenizer on your text")
     tokenizer_commands = tokenizer.add_subparsers(dest="tokenizer_command", metavar="ACTION", required=True)
     bpe = tokenizer_commands.add_parser(
         "train",
@@ -194,9 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bpe.add_argument("--min-frequency", type=int, default=2, help="merge pairs seen at least this often")
     bpe.add_argument("-o", "--out", default="tokenizer.json", help="file to write (default tokenizer.json)")
-    export = commands.add_parser(
+    export = command(
         "export",
-        parents=[common],
         help="write a run's newest checkpoint as one single-process safetensors file",
         description="Write the weights of a run's newest complete checkpoint (or of one checkpoint "
         "folder), whatever layout saved it, as one safetensors file that build_model + load_state_dict "
@@ -206,12 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         "source", metavar="RUN_DIR", help="a run folder or one of its checkpoints/step_* folders"
     )
     export.add_argument("out", metavar="OUT", help="the file to write, ending in .safetensors")
-    commands.add_parser(
-        "info", parents=[common], help="versions, devices, kernel backends, components and presets"
-    )
-    bench = commands.add_parser(
+    command("info", help="versions, devices, kernel backends, components and presets")
+    bench = command(
         "bench",
-        parents=[common],
         help="kernel benchmarks and a training-step benchmark against HF transformers",
         description="Run the kernel benchmark sweep, then time a training step of GPT-2-small- and "
         "Llama-shaped models built by brickwork against the same models in HF transformers.",
