@@ -29,9 +29,9 @@ SCHEDULES = ("cosine", "linear", "constant", "wsd")
 DECAY_SHAPES = ("linear", "cosine", "sqrt")
 OPTIMIZERS = ("adamw", "sgd", "muon")
 MUON_ADJUST_LR = ("match_rms_adamw", "original")
-# Options of one schedule or optimizer only: (the option it belongs to, its value, the default there).
-# They stay None unless set, so config.yaml records only what the user chose; set beside another
-# choice they are refused, and under theirs None means the default.
+# Options of one schedule, optimizer or precision only: (the option it belongs to, its value, the
+# default there). They stay None unless set, so config.yaml records only what the user chose; set
+# beside another choice they are refused, and under theirs None means the default.
 ONLY_WITH = {
     "decay_fraction": ("schedule", "wsd", 0.2),
     "decay_shape": ("schedule", "wsd", "linear"),
@@ -39,6 +39,8 @@ ONLY_WITH = {
     "muon_nesterov": ("optimizer", "muon", True),
     "muon_ns_steps": ("optimizer", "muon", 5),
     "muon_adjust_lr": ("optimizer", "muon", "match_rms_adamw"),
+    "fp8_recipe": ("precision", "fp8", "tensorwise"),
+    "fp8_min_features": ("precision", "fp8", None),  # None: torchao's size rule for the recipe
 }
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -156,10 +158,6 @@ class TrainConfig(CheckedConfig):
         )
         _check(0 <= self.min_lr <= self.lr, "min_lr", f"must be in [0, lr={self.lr}]", self.min_lr)
         self._check_only_with()
-        for name in ("fp8_recipe", "fp8_min_features"):
-            value = getattr(self, name)
-            _check(value is None or self.precision == "fp8", name,
-                   f"applies to precision fp8 only, and precision is {self.precision!r}", value)  # fmt: skip
         if self.precision == "fp8":
             check_torchao("precision")
 
