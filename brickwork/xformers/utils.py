@@ -8,9 +8,20 @@ import os
 import sys
 from collections import namedtuple
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 Item = namedtuple("Item", ["constructor", "config"])
+
+Self = TypeVar("Self", bound="FromConfig")
+
+
+class FromConfig:
+    """Gives a component xformers' ``from_config``."""
+
+    @classmethod
+    def from_config(cls: type[Self], config: Any) -> Self:
+        """Build from a config dataclass; None fields fall back to the constructor's defaults."""
+        return cls(**{k: v for k, v in dataclasses.asdict(config).items() if v is not None})
 
 
 def import_all_modules(root: str, base_module: str) -> list[str]:

@@ -14,6 +14,7 @@ from brickwork.xformers._compat import require
 from brickwork.xformers.components.attention import Attention
 from brickwork.xformers.components.input_projection import InputProjection, InputProjectionConfig
 from brickwork.xformers.components.positional_embedding.rotary import RotaryEmbedding
+from brickwork.xformers.utils import FromConfig
 
 logger = logging.getLogger("brickwork.xformers")
 
@@ -40,7 +41,7 @@ def _split_heads(t: torch.Tensor, b: int, s: int, h: int, d: int) -> torch.Tenso
     return t.view(b, s, h, d).transpose(1, 2)  # (B, H, S, D)
 
 
-class MultiHeadDispatch(nn.Module):
+class MultiHeadDispatch(FromConfig, nn.Module):
     """``forward(query, key=None, value=None, att_mask=None, key_padding_mask=None)``: ``[B, T, E]`` in
     and out. Heads are folded into the batch (``[B*H, T, D]``) for the mechanism unless it
     ``requires_head_dimension``; a mechanism that ``requires_skip_multi_head`` gets the raw inputs."""
@@ -141,8 +142,3 @@ class MultiHeadDispatch(nn.Module):
         y = self.attention(q, k, v, **masks)
         y = y.reshape(b, h, s_q, self.dim_value_head).transpose(1, 2).flatten(2)  # (B, Tq, H*D)
         return self.resid_drop(self.proj(y))
-
-    @classmethod
-    def from_config(cls, config: MultiHeadDispatchConfig) -> MultiHeadDispatch:
-        fields = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
-        return cls(**fields)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from brickwork.xformers._compat import require
+from brickwork.xformers.utils import FromConfig
 
 
 @dataclasses.dataclass
@@ -20,10 +21,7 @@ class AttentionConfig:
     dropout: float
 
 
-Self = TypeVar("Self", bound="Attention")
-
-
-class Attention(nn.Module):
+class Attention(FromConfig, nn.Module):
     """Base of xformers-style mechanisms: ``forward(q, k, v, att_mask=None, key_padding_mask=None)`` on
     q ``[B*H, Tq, D]`` and k/v ``[B*H, Tk, D]`` (``[B, H, T, D]`` when ``requires_head_dimension``).
 
@@ -40,12 +38,6 @@ class Attention(nn.Module):
         self.requires_squared_context = False
         self.supports_attention_mask = True
         self.supports_key_padding_mask = False
-
-    @classmethod
-    def from_config(cls: type[Self], config: Any) -> Self:
-        """Build from a config dataclass; None fields fall back to the constructor's defaults."""
-        fields = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
-        return cls(**fields)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+from typing import Any
 
 from torch import nn
+
+from brickwork.xformers.utils import FromConfig
 
 
 @dataclasses.dataclass
@@ -16,17 +18,10 @@ class FeedforwardConfig:
     activation: Any
 
 
-Self = TypeVar("Self", bound="Feedforward")
-
-
-class Feedforward(nn.Module):
+class Feedforward(FromConfig, nn.Module):
     """Base of the feedforwards: ``forward(x)``, x ``[B, T, dim_model]``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self.requires_cuda = False
         self.requires_squared_context = False
-
-    @classmethod
-    def from_config(cls: type[Self], config: Any) -> Self:
-        return cls(**{k: v for k, v in dataclasses.asdict(config).items() if v is not None})

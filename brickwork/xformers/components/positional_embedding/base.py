@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+from typing import Any
 
 from torch import nn
+
+from brickwork.xformers.utils import FromConfig
 
 
 @dataclasses.dataclass
@@ -15,15 +17,8 @@ class PositionEmbeddingConfig:
     seq_len: int
 
 
-Self = TypeVar("Self", bound="PositionEmbedding")
-
-
-class PositionEmbedding(nn.Module):
+class PositionEmbedding(FromConfig, nn.Module):
     """Base of the position embeddings: ``forward(x)`` with x ``[B, T]`` or ``[B, T, E]``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
-
-    @classmethod
-    def from_config(cls: type[Self], config: Any) -> Self:
-        return cls(**{k: v for k, v in dataclasses.asdict(config).items() if v is not None})
