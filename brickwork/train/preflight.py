@@ -1,10 +1,10 @@
 """Every check a run's config can fail, made before the run touches the disk.
 
 A start that fails leaves the disk as it was: no ``runs/``, no run folder, no token cache. So the
-device, how the batch splits, the data paths, the tokenizer, the training length and the batch's
-memory are all checked here, from the resolved run alone (its dist dict already checked against the
-processes launched and its vocabulary against the tokenizer, once, as it was resolved:
-brickwork/train/run.py), before the run folder is locked or created.
+device, how the batch splits, the data paths, the tokenizer, the training length, the batch's memory
+and a CPU run's Triton kernels are all checked here, from the resolved run alone (its dist dict
+already checked against the processes launched and its vocabulary against the tokenizer, once, as it
+was resolved: brickwork/train/run.py), before the run folder is locked or created.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from brickwork.train.run import Run
 from brickwork.train.run_config import RunConfig
 from brickwork.train.run_data import run_tokenizer
 from brickwork.train.run_sizes import check_run_sizes
+from brickwork.train.triton_backends import check_triton_backends
 
 
 def check_before_writing(run: Run) -> None:
@@ -46,6 +47,7 @@ def check_before_writing(run: Run) -> None:
         check_packing(config, run.task, tokenizer, spec, layout)
     if config.train.precision == "fp8":
         check_fp8(config, spec, layout)
+    check_triton_backends(config)
 
 
 def check_device(device: str) -> None:

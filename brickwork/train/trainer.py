@@ -60,7 +60,6 @@ from brickwork.train.run_lock import RunLock
 from brickwork.train.step import TrainStep
 from brickwork.train.threads import apply_cpu_threads
 from brickwork.train.trained_model import held_out_prompt
-from brickwork.train.triton_backends import check_triton_backends
 
 logger = logging.getLogger(__name__)
 Changes = dict[str, list]  # config key -> [old, new]: what a resume's overrides change in config.yaml
@@ -88,7 +87,6 @@ def train_new(spec_arg: str | None, overrides: list[str], init_from: str | None 
     task = run_task(config)
     run = resolve(with_auto_dist(config, task), task)
     check_before_writing(run)
-    check_triton_backends(run.config)
     with peers_watched(run.layout.timeout_s):
         default = default_out_dir(run.config.name)
         run_dir = Path(run.config.train.out_dir or agree_on_rank0(default, run.layout))
@@ -148,7 +146,6 @@ def train_resume(
             err.path,
         ) from None
     check_before_writing(run)
-    check_triton_backends(run.config)
     with RunLock(folder), peers_watched(run.layout.timeout_s, folder):
         return _train(run, folder, resume=True, changes=changes, accept_data_change=accept_data_change)
 
