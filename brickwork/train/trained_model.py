@@ -170,10 +170,10 @@ def sample_text(
     ]
 
 
-def run_held_out(config: Path, tokenizer: Tokenizer, overrides: list[str] | None = None) -> TextData:
-    """The data of the run ``config`` describes (with ``data.*`` ``overrides``), read with ``tokenizer``
-    into a scratch token cache, so the run folder is left as it was."""
-    run = resolve_run(str(config), overrides or [])
+def run_held_out(config: Path, tokenizer: Tokenizer) -> TextData:
+    """The data of the run ``config`` describes, read with ``tokenizer`` into a scratch token cache, so
+    the run folder is left as it was."""
+    run = resolve_run(str(config), [])
     with tempfile.TemporaryDirectory(prefix="brickwork-data-") as cache:
         return open_text_data(run.data, tokenizer, Path(cache), run.train.seq_len)
 
