@@ -48,13 +48,10 @@ class MetricsLog:
             tracker.close()
 
     def read(self) -> list[dict[str, Any]]:
-        """Every record. A last line cut off by a crash mid-write is left out (see :meth:`torn_line`);
-        any other line that is not a JSON record raises ConfigError naming the file and line."""
+        """Every record. A last line cut off by a crash mid-write (not a whole JSON record) is left out
+        (:meth:`truncate_after` drops it); any other line that is not a JSON record raises ConfigError
+        naming the file and line."""
         return self._parse()[0]
-
-    def torn_line(self) -> str | None:
-        """The last line, if a crash cut it off mid-write (it is not a whole JSON record), else None."""
-        return self._parse()[1]
 
     def truncate_after(self, step: int) -> str | None:
         """Drop records past ``step`` (all of them for a step below 0): a resumed run writes them again,
