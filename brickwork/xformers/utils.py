@@ -8,18 +8,16 @@ import os
 import sys
 from collections import namedtuple
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Self
 
 Item = namedtuple("Item", ["constructor", "config"])
-
-Self = TypeVar("Self", bound="FromConfig")
 
 
 class FromConfig:
     """Gives a component xformers' ``from_config``."""
 
     @classmethod
-    def from_config(cls: type[Self], config: Any) -> Self:
+    def from_config(cls, config: Any) -> Self:
         """Build from a config dataclass; None fields fall back to the constructor's defaults."""
         return cls(**{k: v for k, v in dataclasses.asdict(config).items() if v is not None})
 
