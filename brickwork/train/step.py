@@ -29,11 +29,13 @@ from torch.distributed.tensor.parallel import loss_parallel
 from brickwork.components.feedforward.moe import MixtureOfExperts
 from brickwork.parallel import ParallelState, PipelinedModel, parallel_state
 from brickwork.parallel.compile import apply_compile, is_compiled
-from brickwork.train.batch import Batch, shard_sequence, share_batch, split_batch
+from brickwork.train.batch import Batch, check_batch, shard_sequence, share_batch, split_batch
 from brickwork.train.fp8 import is_fp8
 from brickwork.train.losses import IGNORE_INDEX
 from brickwork.train.precision import Precision
 from brickwork.train.tasks import Task, TaskFn, get_task
+
+NO_POSITION = "the global batch has no position to learn from (every label is -100)"
 
 
 class TrainStep:
@@ -102,18 +104,27 @@ class TrainStep:
         # costs a small model's CPU step more than checking them.
         if not all(module.training for module in self.modules):
             self.model.train()
-        batch = shard_sequence(aligned(self.task, share_batch(batch, self.state, self.device)), self.state)
+        # Aligned before it moves: labels still on the host are counted there, at no wait for the device.
+        own = aligned(self.task, check_batch(batch)) if batch is not None else None
+        batch = shard_sequence(share_batch(own, self.state, self.device), self.state)
         for param in self.params:
             param.grad = None
-        self._divisor = self._loss_divisor(batch)
+        self._divisor, known = self._loss_divisor(batch, own)
+        if known is not None and known <= 0:
+            raise ValueError(NO_POSITION)
         with loss_context(self.state):
             if isinstance(self.model, PipelinedModel):
                 loss_sum, count = self._pipeline_backward(batch)
             else:
                 loss_sum, count = self._backward(batch)
+        if known is not None:
+            # The count was known before the step: the update is queued before the loss is read, so the
+            # device never waits for the host between backward and the optimizer.
+            self._apply(known)
+            return self._global_totals(loss_sum, count)[0] / known
         loss_total, count_total = self._global_totals(loss_sum, count)
         if count_total <= 0:
-            raise ValueError("the global batch has no position to learn from (every label is -100)")
+            raise ValueError(NO_POSITION)
         self._apply(count_total)
         return loss_total / count_total
 
@@ -138,27 +149,40 @@ class TrainStep:
         totals = _reduce(totals, self.state)
         return float(totals[0]), float(totals[1])
 
-    def _loss_divisor(self, batch: Batch) -> float:
+    def _loss_divisor(self, batch: Batch, own: Batch | None) -> tuple[float, float | None]:
         """What backward divides the summed loss by, to keep fp16 gradients in range: the labels per
         data-parallel rank (and sequence slice), averaged over the ranks (the same on all, so DDP's average
-        stays exact); the exact mean's factor is applied to the gradients afterwards.
+        stays exact); the exact mean's factor is applied to the gradients afterwards. Also the global
+        batch's scored labels, where they are counted exactly, else None.
 
-        A built-in task's labels on the CPU are counted as scored (not -100): reading them there waits
-        for no device, and the divisor is then the exact count, so one process divides once, as a plain
-        loop's mean loss does, and its gradients need no second pass. Elsewhere all labels count.
+        A built-in task's labels are counted as scored (not -100) where that waits for no device: on the
+        CPU, or, where this rank's batch is its own (no tensor/pipeline/context-parallel peer shares
+        it), in ``own``, the aligned batch as given, before it moved. The divisor is then the exact
+        count, so one process divides once, as a plain loop's mean loss does, its gradients need no
+        second pass, and the step needs not read the loss before updating. Elsewhere all labels count,
+        the same on every peer.
         """
-        labels = batch.get(self.task.target_key if isinstance(self.task, Task) else "labels")
+        key = self.task.target_key if isinstance(self.task, Task) else "labels"
+        labels = batch.get(key)
+        alone = self.state is None or self.state.batch_group is None
+        if alone and own is not None and own.get(key) is not None and own[key].device.type == "cpu":
+            labels = own[key]
+        exact = isinstance(self.task, Task) and labels is not None and labels.device.type == "cpu"
         if labels is None:
             size = next(iter(batch.values())).shape[0]
-        elif isinstance(self.task, Task) and labels.device.type == "cpu":
+        elif exact:
             size = int((labels != IGNORE_INDEX).sum())
         else:
             size = labels.numel()
-        if self.state is None or self.state.data_replicas == 1:
-            return float(max(size, 1))  # no label at all is refused after the forward pass
-        total = torch.tensor([float(size)], dtype=torch.float64, device=self.device)
-        dist.all_reduce(total, group=self.state.dp_group)
-        return max(float(total), 1.0) / self.state.data_replicas
+        total = float(size)
+        if self.state is not None and self.state.data_replicas > 1:
+            summed = torch.tensor([total], dtype=torch.float64, device=self.device)
+            dist.all_reduce(summed, group=self.state.dp_group)
+            total = float(summed)
+        pipelined = self.state is not None and self.state.is_pipeline
+        replicas = self.state.data_replicas if self.state is not None else 1
+        # No label at all is refused before the step (exact count) or after the forward pass.
+        return max(total, 1.0) / replicas, total if exact and not pipelined else None
 
     def _backward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         sums: list[torch.Tensor] = []

@@ -129,6 +129,32 @@ def test_bad_arguments_raise_naming_the_value() -> None:
         step({"input_ids": batch["input_ids"], "labels": torch.full_like(batch["labels"], -100)})
 
 
+def test_one_process_queues_the_update_before_reading_the_loss() -> None:
+    """Labels counted on the host give the step its divisor before the forward pass, so the optimizer
+    is queued before the loss is read: on a GPU the device never waits for the host in between. A
+    batch with nothing to score is refused before anything runs."""
+    model = build("decoder")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = TrainStep(model, opt, "causal_lm")
+    order: list[str] = []
+    opt_step, totals = opt.step, step._global_totals
+    opt.step = lambda: (order.append("optimizer"), opt_step())[1]
+    step._global_totals = lambda *args: (order.append("loss read"), totals(*args))[1]
+    batch = global_batches("decoder")[0]
+    labels = batch["labels"].clone()
+    labels[:, :3] = -100
+    step({"input_ids": batch["input_ids"], "labels": labels})
+    assert order == ["optimizer", "loss read"]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    forward_calls = []
+    model.register_forward_pre_hook(lambda *_: forward_calls.append(1))
+    with pytest.raises(ValueError, match="no position to learn from"):
+        step({"input_ids": batch["input_ids"], "labels": torch.full_like(labels, -100)})
+    assert not forward_calls
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0, msg=name)
+
+
 def test_tasks_are_the_four_built_in_ones() -> None:
     assert sorted(TASKS) == ["causal_lm", "image_classification", "masked_lm", "seq2seq"]
 
