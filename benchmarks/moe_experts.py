@@ -1,8 +1,9 @@
 """A mixture-of-experts bank, forward + backward: one grouped GEMM per projection against the loop.
 
 ``python -m benchmarks.moe_experts [--tokens 8192] [--dim 1024] [--hidden 2816] [--experts 8]
-[--top-k 2] [--expert swiglu] [--out DIR]`` routes ``tokens`` random tokens through one
-MixtureOfExperts layer and times its :class:`~brickwork.components.feedforward.moe.Experts` bank on
+[--top-k 2] [--expert swiglu] [--bias | --no-bias] [--out DIR]`` routes ``tokens`` random tokens
+through one MixtureOfExperts layer (its experts with biases, the layer's default, or with
+``--no-bias`` without) and times its :class:`~brickwork.components.feedforward.moe.Experts` bank on
 the rows the router grouped, with ``grouped=True`` (components/feedforward/grouped_experts.py) and
 ``grouped=False`` (the loop over the experts), in bf16 on CUDA and fp32 on a CPU:
 
@@ -35,13 +36,21 @@ def synchronize(device: torch.device) -> None:
 
 
 def run(
-    tokens: int, dim: int, hidden: int, experts: int, top_k: int, expert: str, warmup: int, repeats: int
+    tokens: int,
+    dim: int,
+    hidden: int,
+    experts: int,
+    top_k: int,
+    expert: str,
+    warmup: int,
+    repeats: int,
+    bias: bool = True,
 ) -> list[dict[str, object]]:
     """One row per provider (``grouped``, ``loop``) on the same weights and rows."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
-    moe = MixtureOfExperts(dim, num_experts=experts, top_k=top_k, hidden_dim=hidden, expert=expert)
+    moe = MixtureOfExperts(dim, num_experts=experts, top_k=top_k, hidden_dim=hidden, expert=expert, bias=bias)
     moe = moe.to(device, dtype)
     x = torch.randn(tokens, dim, device=device, dtype=dtype)
     with torch.no_grad():
@@ -70,7 +79,7 @@ def run(
         results.append({
             "provider": provider, "device": name,
             "dtype": str(dtype).removeprefix("torch."), "tokens": tokens, "dim": dim, "hidden": hidden,
-            "experts": experts, "top_k": top_k, "expert": expert, "ms": round(ms, 3),
+            "experts": experts, "top_k": top_k, "expert": expert, "bias": bias, "ms": round(ms, 3),
             "tflops": round(flops / (ms * 1e-3) / 1e12, 2),
         })  # fmt: skip
     for row in results:
@@ -86,12 +95,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--experts", type=int, default=8)
     parser.add_argument("--top-k", type=int, default=2)
     parser.add_argument("--expert", default="swiglu", choices=["mlp", "glu", "swiglu", "geglu"])
+    parser.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     rows = run(
-        args.tokens, args.dim, args.hidden, args.experts, args.top_k, args.expert, args.warmup, args.repeats
+        args.tokens,
+        args.dim,
+        args.hidden,
+        args.experts,
+        args.top_k,
+        args.expert,
+        args.warmup,
+        args.repeats,
+        args.bias,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "moe_experts.json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -132,10 +132,10 @@ class Experts(nn.Module):
     counts ``[len(self)]`` rows per expert -> ``[M, d]``, each expert applied to its rows. Expert
     parallel keeps a subset with :meth:`keep`; the kept experts keep their single-process names.
 
-    Plain MLP and GLU experts run as one grouped GEMM per projection where torch's fast kernel serves
-    the input, and in a loop over the experts elsewhere (components/feedforward/grouped_experts.py).
-    ``grouped``: ``None`` chooses so, ``True`` groups wherever torch's grouped kernel runs, ``False``
-    always loops.
+    Plain bias-free MLP and GLU experts run as one grouped GEMM per projection where torch's fast
+    kernel serves the input, and in a loop over the experts elsewhere
+    (components/feedforward/grouped_experts.py). ``grouped``: ``None`` chooses so, ``True`` groups
+    plain experts, biased ones too, wherever torch's grouped kernel runs, ``False`` always loops.
     """
 
     def __init__(self, experts: list[nn.Module]) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from brickwork.components.feedforward import GLU, MLP, ConvMLP, MixtureOfExperts
+from brickwork.components.feedforward import GLU, MLP, ConvMLP, MixtureOfExperts, grouped_experts
 from brickwork.components.feedforward.grouped_experts import use_grouped_mm
 from brickwork.components.feedforward.moe import Experts
 
@@ -26,7 +26,7 @@ def bank_of(expert: str, **options: object) -> Experts:
     [
         ("mlp", {}),
         ("mlp", {"activation": "squared_relu", "bias": False}),
-        ("swiglu", {}),
+        ("swiglu", {"bias": False}),
         ("glu", {"bias": True}),
     ],
 )
@@ -51,12 +51,27 @@ def test_grouped_bank_equals_the_loop_forward_and_backward(
         results.append((out, x.grad, {n: p.grad for n, p in bank.named_parameters()}))
     assert len(calls) == len(grouped[0].projections())  # one grouped GEMM per projection, none in the loop
     (out, grad, params), (out_g, grad_g, params_g) = results
+    # The bias gradient is the per-expert sum, not indexing's scatter-add of every row.
+    steps = backward_steps(out_g)
+    assert ("ExpertBiasBackward" in steps) == (grouped[0].up_proj.bias is not None)
+    assert not any(step.startswith("Index") for step in steps)
     torch.testing.assert_close(out_g, out, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(grad_g, grad, rtol=1e-5, atol=1e-5)
     assert params_g.keys() == params.keys()
     for name, expected in params.items():
         torch.testing.assert_close(params_g[name], expected, rtol=1e-5, atol=1e-5, msg=name)
     assert all((p.grad == 0).all() for p in grouped[1].parameters())
+
+
+def backward_steps(out: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes ``out`` depends on."""
+    steps, todo = set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and type(node).__name__ not in steps:
+            steps.add(type(node).__name__)
+            todo.extend(next_node for next_node, _ in node.next_functions)
+    return steps
 
 
 def test_mixture_of_experts_with_a_grouped_bank_equals_the_loop() -> None:
@@ -117,11 +132,30 @@ def test_grouped_applies_to_an_aligned_bank_and_its_subclass_kinds() -> None:
         assert use_grouped_mm(list(bank), rows.bfloat16(), True)
 
 
+@pytest.mark.parametrize(
+    ("bias", "grouped", "groups"),
+    [(False, None, True), (True, None, False), (False, True, True), (True, True, True)],
+)
+def test_where_the_fast_kernel_runs_the_automatic_choice_groups_only_bias_free_experts(
+    bias: bool, grouped: bool | None, groups: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grouped_experts, "fast_grouped_kernel", lambda rows: True)
+    calls = []
+    kernel = F.grouped_mm
+    monkeypatch.setattr(F, "grouped_mm", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    bank = bank_of("swiglu", bias=bias)
+    bank.grouped = grouped
+    bank(torch.randn(sum(COUNTS), 32), torch.tensor(COUNTS))
+    assert len(calls) == (len(bank[0].projections()) if groups else 0)
+
+
 def test_the_benchmark_times_both_providers_on_the_same_rows() -> None:
     from brickwork.benchmarks.moe_experts import run
 
-    rows = run(tokens=64, dim=32, hidden=64, experts=4, top_k=2, expert="swiglu", warmup=0, repeats=1)
-    assert [row["provider"] for row in rows] == ["grouped", "loop"]
+    rows = run(
+        tokens=64, dim=32, hidden=64, experts=4, top_k=2, expert="swiglu", warmup=0, repeats=1, bias=False
+    )
+    assert [(row["provider"], row["bias"]) for row in rows] == [("grouped", False), ("loop", False)]
     assert all(row["ms"] > 0 for row in rows) and max(row["max_abs_diff"] for row in rows) < 1e-5
 
 
@@ -132,11 +166,14 @@ FAST_KERNEL_GPU = FAST_KERNEL_GPU and torch.cuda.get_device_capability()[0] in (
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not FAST_KERNEL_GPU, reason="needs an NVIDIA GPU of capability 9.x or 10.x")
-def test_on_a_gpu_the_automatic_grouped_path_runs_and_equals_the_loop() -> None:
-    """bf16 on CUDA, where ``grouped=None`` takes grouped_mm: outputs and gradients within bf16's
-    rounding of the loop's, at widths the fast kernel takes (multiples of 16 bytes)."""
+@pytest.mark.parametrize(("bias", "grouped"), [(False, None), (True, True)])
+def test_on_a_gpu_the_grouped_path_runs_and_equals_the_loop(bias: bool, grouped: bool | None) -> None:
+    """bf16 on CUDA, where ``grouped=None`` takes grouped_mm for bias-free experts (and ``True`` for
+    biased ones): outputs and gradients within bf16's rounding of the loop's, at widths the fast
+    kernel takes (multiples of 16 bytes)."""
     torch.manual_seed(0)
-    moe = MixtureOfExperts(256, num_experts=4, hidden_dim=512, expert="swiglu").cuda()
+    moe = MixtureOfExperts(256, num_experts=4, hidden_dim=512, expert="swiglu", bias=bias).cuda()
+    moe.experts.grouped = grouped
     loop = copy.deepcopy(moe.experts)
     loop.grouped = False
     counts = torch.tensor([300, 0, 125, 87], device="cuda")
