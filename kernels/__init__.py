@@ -1,10 +1,10 @@
 """Fused kernels with pure-torch twins, chosen per call.
 
 Every function is differentiable and takes ``backend``: ``None`` runs the Triton kernel for CUDA
-tensors and the torch twin elsewhere, ``"torch"`` always runs the twin, and ``"triton"`` always runs
-the kernel (on CPU tensors through Triton's interpreter, see ``backend`` and
-:func:`use_triton_interpreter`). Importing this package never imports triton and sets nothing; the
-first Triton call imports it.
+tensors and the torch twin elsewhere (RMSNorm takes its twin everywhere: ``rms_norm_uses_triton``),
+``"torch"`` always runs the twin, and ``"triton"`` always runs the kernel (on CPU tensors through
+Triton's interpreter, see ``backend`` and :func:`use_triton_interpreter`). Importing this package
+never imports triton and sets nothing; the first Triton call imports it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_dropout, check_gelu, check_norm, check_softmax
-from .backend import use_triton, use_triton_interpreter
+from .backend import rms_norm_uses_triton, use_triton, use_triton_interpreter
 from .linear_cross_entropy import check_linear_cross_entropy, linear_cross_entropy_torch
 from .reference import (
     bias_gelu_dropout_ref,
@@ -60,7 +60,7 @@ def rms_norm(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, backend: str | None = None
 ) -> torch.Tensor:
     """RMSNorm over the last dimension. x [..., N]; weight [N] or None -> [..., N] in x's dtype."""
-    if use_triton(backend, x):
+    if rms_norm_uses_triton(backend, x):
         from .fused.rms_norm import rms_norm_triton
 
         return rms_norm_triton(x, weight, eps)

@@ -61,15 +61,16 @@ def check_backend(backend: str | None) -> None:
     """Raise ConfigError unless ``backend`` is None, "triton" or "torch"."""
     if backend is not None and backend not in BACKENDS:
         raise ConfigError(
-            f"unknown kernel backend {backend!r} (None picks triton for CUDA tensors, torch elsewhere)",
+            f"unknown kernel backend {backend!r} (None picks each kernel's default)",
             path="backend",
             choices=BACKENDS,
             got=backend,
         )
 
 
-def use_triton(backend: str | None, x: torch.Tensor) -> bool:
-    """Whether the call runs the Triton kernel: asked for, or ``None`` with a CUDA tensor in eager mode."""
+def use_triton(backend: str | None, x: torch.Tensor, by_default: bool = True) -> bool:
+    """Whether the call runs the Triton kernel: asked for, or ``None`` with a CUDA tensor in eager mode
+    for a kernel whose default is Triton (``by_default``; RMSNorm's is not: :func:`rms_norm_uses_triton`)."""
     check_backend(backend)
     if backend == "triton":
         if not TRITON_INSTALLED:
@@ -80,4 +81,24 @@ def use_triton(backend: str | None, x: torch.Tensor) -> bool:
     # While torch.compile traces, None takes the twin: Inductor fuses it with its neighbours (the
     # residual add before a norm, the matmul epilogue before GELU), which an opaque Triton op prevents.
     # Measured on an H100 (docs/kernels.md): compiled training steps ran faster with the twins.
-    return backend is None and x.is_cuda and TRITON_INSTALLED and not torch.compiler.is_compiling()
+    return (
+        by_default
+        and backend is None
+        and x.is_cuda
+        and TRITON_INSTALLED
+        and not torch.compiler.is_compiling()
+    )
+
+
+def rms_norm_uses_triton(backend: str | None, x: torch.Tensor) -> bool:
+    """:func:`use_triton` for RMSNorm, whose ``None`` takes the twin on every device.
+
+    torch's own fused RMSNorm costs the host a fraction of a Triton launch's time (about 12 against 65-85 µs
+    a forward, 70-80 against 180 a backward, docs/kernels.md), for at most a few µs of device time at
+    a small model's widths: on an H200 the eager Llama-shaped training step took 36.1 ms with the
+    twin RMSNorm against 48.0 with the Triton one (bf16, 8 × 1024 tokens,
+    benchmarks/results/model_step_NVIDIA_H200.md), the step waiting on the host.
+    ``"triton"`` still runs the kernel, eager or compiled. LayerNorm keeps the Triton default: torch's
+    LayerNorm backward is slow on the device, and there the Triton kernel won or tied.
+    """
+    return use_triton(backend, x, by_default=False)

@@ -44,8 +44,11 @@ class _Norm(Configurable):
         return (
             x.dtype in (torch.float32, torch.float64)
             and self.weight.dtype == x.dtype
-            and not kernels.use_triton(self.backend, x)
+            and not self._kernel_runs_triton(x)
         )
+
+    def _kernel_runs_triton(self, x: torch.Tensor) -> bool:
+        return kernels.use_triton(self.backend, x)
 
 
 @register_norm("layernorm")
@@ -85,7 +88,9 @@ class LayerNorm(_Norm):
 @register_norm("rmsnorm")
 class RMSNorm(_Norm):
     """RMSNorm (Zhang & Sennrich 2019) over the last dimension via :func:`brickwork.kernels.rms_norm`:
-    ``x / sqrt(mean(x²) + eps) * weight``; x ``[..., dim]``, parameter ``weight`` ``[dim]`` (ones)."""
+    ``x / sqrt(mean(x²) + eps) * weight``; x ``[..., dim]``, parameter ``weight`` ``[dim]`` (ones).
+    ``backend`` None runs torch's own norm on every device, ``"triton"`` the fused kernel
+    (:func:`brickwork.kernels.backend.rms_norm_uses_triton` says why)."""
 
     def __init__(self, dim: PositiveInt, eps: PositiveFloat = 1e-6, backend: KernelBackend = None) -> None:
         super().__init__()
@@ -95,6 +100,9 @@ class RMSNorm(_Norm):
 
     def reset_parameters(self) -> None:
         nn.init.ones_(self.weight)
+
+    def _kernel_runs_triton(self, x: torch.Tensor) -> bool:
+        return kernels.rms_norm_uses_triton(self.backend, x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.check_input(x)

@@ -110,13 +110,17 @@ def test_default_backend_takes_the_twin_while_compiling(monkeypatch):
     # Inductor fuses the twins with their neighbours; an explicit backend="triton" still gets the op.
     from types import SimpleNamespace
 
-    from brickwork.kernels.backend import TRITON_INSTALLED, use_triton
+    from brickwork.kernels.backend import TRITON_INSTALLED, rms_norm_uses_triton, use_triton
 
     cuda_tensor = SimpleNamespace(is_cuda=True)
     assert use_triton(None, cuda_tensor) is TRITON_INSTALLED
+    # RMSNorm's default is its twin in eager mode too; asked for, the kernel runs.
+    assert rms_norm_uses_triton(None, cuda_tensor) is False
+    assert rms_norm_uses_triton("triton", cuda_tensor) is True
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert use_triton(None, cuda_tensor) is False
     assert use_triton("triton", cuda_tensor) is True
+    assert rms_norm_uses_triton("triton", cuda_tensor) is True
 
 
 @pytest.mark.parametrize("device", DEVICES)
