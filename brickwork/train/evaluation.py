@@ -74,7 +74,7 @@ def evaluate_saved(source: str, overrides: list[str]) -> Evaluation:
     batches = task.validation_batches(run, text)
     auto = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(auto if run.train.device == "auto" else run.train.device)
-    loss = evaluate(model, batches, task)
+    loss = evaluate(model, batches, task, precision=run.train.precision)
     if not math.isfinite(loss):
         raise ConfigError(f"the validation loss is {loss}: the weights are damaged", OPTION)
     perplexity = math.exp(loss) if task.perplexity else None

@@ -127,7 +127,7 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
         # and kept out of the rate.
         compiling_since = time.perf_counter() if step.compiled else None
         if state.step == 0:
-            val_loss = evaluate(model, val_batches, task)
+            val_loss = evaluate(model, val_batches, task, precision=cfg.precision)
             _record(is_main, log, {"step": 0, "val_loss": val_loss})
             if not math.isfinite(val_loss):
                 _stop_on_validation(val_loss, 0)
@@ -194,7 +194,7 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
                     f"{cfg.max_skipped_steps}); no checkpoint was saved from that state"
                 )
             if done % cfg.eval_interval == 0 or done == cfg.steps:
-                val_loss = evaluate(model, val_batches, task)
+                val_loss = evaluate(model, val_batches, task, precision=cfg.precision)
                 _record(is_main, log, {"step": done, "val_loss": val_loss})
                 if not math.isfinite(val_loss):
                     _stop_on_validation(val_loss, done)

@@ -69,6 +69,11 @@ class Precision:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.dtype)
 
+    def evaluation(self) -> contextlib.AbstractContextManager:
+        """What evaluation computes under: training's autocast, but float32 for fp16, where an overflow
+        has no loss scaler to skip it and would end the run with a NaN validation loss."""
+        return contextlib.nullcontext() if self.scaler is not None else self.autocast()
+
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         return loss * self.scaler.scale if self.scaler is not None else loss
 

@@ -91,6 +91,24 @@ def test_evaluate_is_the_mean_over_every_scored_position() -> None:
     assert evaluate(model, batches, "masked_lm") == pytest.approx(float(sum(sums)) / count, rel=1e-6)
 
 
+def test_evaluate_computes_at_the_training_precision() -> None:
+    model = build("mlm")
+    batches = global_batches("mlm")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        sums = [
+            F.cross_entropy(
+                forward(model, "mlm", b).flatten(0, 1).double(), b["labels"].flatten(), reduction="sum"
+            )
+            for b in batches
+        ]
+    count = sum(int((b["labels"] != -100).sum()) for b in batches)
+    under_bf16 = evaluate(model, batches, "masked_lm", precision="bf16-mixed")
+    assert under_bf16 == pytest.approx(float(sum(sums)) / count, rel=1e-6)
+    in_fp32 = evaluate(model, batches, "masked_lm")  # the default
+    assert under_bf16 != in_fp32
+    assert evaluate(model, batches, "masked_lm", precision="fp16") == in_fp32  # no scaler to skip overflows
+
+
 def test_cross_entropy_sums_in_fp32_and_counts_scored_positions() -> None:
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 5, 7, generator=g, dtype=torch.float64)
