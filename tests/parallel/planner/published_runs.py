@@ -25,7 +25,9 @@ Sources (numbers copied as published):
 - This project's own measurement (shared perf file h100-2026-11-27): a plain compiled
   nanoGPT-structured GPT-2 small (no dropout, tied head, tanh-GELU) on one H100 80GB HBM3, 16 × 1024
   tokens a step, bf16 autocast: 422k–427k tokens/s, peak 8.5 GiB; and brickwork's ``gpt2`` preset
-  (dropout 0.1) in the same loop, compiled, with its fused head loss: 338k tokens/s, 8.9 GiB.
+  (dropout 0.1) in the same loop, compiled, with its fused head loss: 338k tokens/s, 8.9 GiB. The
+  same plain loop compiled on one H200 (benchmarks/results/train_gpu_NVIDIA_H200.json, torch 2.11):
+  450,655 tokens/s (446,114 in a second run on another machine).
 - BigScience BLOOM-176B (bigscience-workshop/bigscience, train/tr11-176B-ml/README.md and the
   BigScience 176B model summary): 70 layers, width 14336, 112 heads, vocabulary 250,880 (tied),
   ALiBi, sequence 2048; 384 A100-80GB, TP 4, PP 12, DP 8, micro-batch 2, global batch 2048,
@@ -215,18 +217,22 @@ def _titan(
     )
 
 
-def _one_h100(
-    name: str, implementation: str, tokens: float | None = None, memory: float | None = None
+def _one_gpu(
+    name: str,
+    implementation: str,
+    tokens: float | None = None,
+    memory: float | None = None,
+    device: str = "H100-80GB",
 ) -> Run:
-    """GPT-2 small on one H100, 16 × 1024 tokens a step: the plain loop's model (no dropout, tanh-GELU,
+    """GPT-2 small on one GPU, 16 × 1024 tokens a step: the plain loop's model (no dropout, tanh-GELU,
     tied head) or brickwork's ``gpt2`` preset."""
     spec = gpt(768, 12, 12, 50257, 1024, tied=True, act="gelu_tanh") if implementation == "plain" else "gpt2"
-    source = "this project, H100 2026-11-27"
+    source = f"this project, {device.split('-')[0]} 2026-11-27"
     return Run(
         name,
         source,
         spec,
-        "H100-80GB",
+        device,
         {},
         16,
         1024,
@@ -281,9 +287,10 @@ RUNS = [
     _titan("Llama 3.1 8B FSDP 128, eager", LLAMA_8B, 128, 1, 2, "selective", 5605, 67.0),
     _titan("Llama 3.1 8B FSDP 8 TP 8, compiled", LLAMA_8B, 64, 8, 12, "selective", 4378),
     _titan("Llama 3.1 70B FSDP 32 TP 8, compiled", LLAMA_70B, 256, 8, 16, "full", 597.3),
-    _one_h100("GPT-2 small, plain loop, compiled", "plain", tokens=425_000),
-    _one_h100("GPT-2 small, plain loop, eager", "plain", memory=16.0),
-    _one_h100("brickwork gpt2, compiled", "brickwork", tokens=338_000, memory=8.9),
+    _one_gpu("GPT-2 small, plain loop, compiled", "plain", tokens=425_000),
+    _one_gpu("GPT-2 small, plain loop, eager", "plain", memory=16.0),
+    _one_gpu("brickwork gpt2, compiled", "brickwork", tokens=338_000, memory=8.9),
+    _one_gpu("GPT-2 small, plain loop, compiled, H200", "plain", tokens=450_655, device="H200"),
     _bloom(),
 ]
 
