@@ -13,7 +13,8 @@ Per shape (benchmarks/train_gpu_shapes.py), eager and compiled (benchmarks/train
 Each row gives tokens/s, step ms, MFU, peak memory (CUDA), the first step's loss (every row trains
 the same problem: near ln(vocabulary) at random weights), its warm-up and wall seconds, and the ratios
 and targets of benchmarks/train_gpu_report.py. Rows print as they finish; the results go to
-``--out``/``train_gpu_<device>.json`` and ``.md`` (``train_gpu_<device>_tiny.*`` at the tiny shapes).
+``--out``/``train_gpu_<device>.json`` and ``.md`` (``train_gpu_<device>_tiny.*`` at the tiny shapes),
+rewritten after each row.
 
 Without CUDA, or with ``--tiny``, the shapes are the tiny twins (2 layers, 64 wide, vocabulary 251)
 in float32; on a CPU the compiled rows run only with ``--cpu-compile``. The full run is sized for
@@ -108,6 +109,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    stem = Path(ns.out) / f"train_gpu_{device_slug(name)}{'_tiny' if tiny else ''}" if ns.out else None
+
+    def report(results: list[dict]) -> str:
+        """The tables of the rows so far, written after each row: a run stopped at a time limit keeps
+        the rows it finished."""
+        add_ratios(results)
+        lines = verdicts(results, metadata["targets_judged"])
+        table = markdown(metadata, results, lines)
+        if stem is not None:
+            stem.parent.mkdir(parents=True, exist_ok=True)
+            # Appended, not with_suffix: a device name may hold a dot ("2.10GHz").
+            Path(f"{stem}.json").write_text(
+                json.dumps({**metadata, "rows": results, "targets": lines}, indent=1) + "\n"
+            )
+            Path(f"{stem}.md").write_text(table)
+        return table
+
     results = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="train_gpu-") as work:
@@ -119,19 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result["mfu"] = utilization[row.shape.name].mfu(result["tokens_per_s"])
             log(f"[{number}/{len(rows)}] {row.name:<28} {describe(result)}")
             results.append(result)
+            table = report(results)
     log(f"{len(rows)} rows in {time.perf_counter() - started:.0f} s")
-    add_ratios(results)
-    lines = verdicts(results, metadata["targets_judged"])
-    table = markdown(metadata, results, lines)
     print(table)
-    if ns.out:
-        stem = Path(ns.out) / f"train_gpu_{device_slug(name)}{'_tiny' if tiny else ''}"
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        # Appended, not with_suffix: a device name may hold a dot ("2.10GHz").
-        Path(f"{stem}.json").write_text(
-            json.dumps({**metadata, "rows": results, "targets": lines}, indent=1) + "\n"
-        )
-        Path(f"{stem}.md").write_text(table)
+    if stem is not None:
         log(f"wrote {stem}.json and .md")
     return 0
 

@@ -157,3 +157,20 @@ def test_compiled_rows_train_like_the_eager_ones(tmp_path: Path) -> None:
         # The same weights and first batch: compiling changes the kernels, not the loss.
         assert compiled["first_loss"] == pytest.approx(eager["first_loss"], abs=1e-4)
         assert compiled["compiled_x_eager"] == pytest.approx(compiled["tokens_per_s"] / eager["tokens_per_s"])
+
+
+def test_a_run_stopped_midway_keeps_the_rows_it_finished(tmp_path: Path, monkeypatch) -> None:
+    measured = []
+
+    def measure(row: Row, settings: Settings) -> dict:
+        if measured:
+            raise KeyboardInterrupt  # a time limit's kill, after the first row
+        measured.append(row.name)
+        names = {"row": row.name, "shape": row.shape.name, "family": row.shape.preset}
+        return {**names, "implementation": row.implementation, "mode": row.mode, "error": "x", "wall_s": 1.0}
+
+    monkeypatch.setattr(train_gpu, "measure", measure)
+    with pytest.raises(KeyboardInterrupt):
+        train_gpu.main(["--tiny", "--steps", "1", "--warmup", "1", "--out", str(tmp_path)])
+    (written,) = tmp_path.glob("train_gpu_*_tiny.json")
+    assert [r["row"] for r in json.loads(written.read_text())["rows"]] == measured
