@@ -35,9 +35,9 @@ def test_a_nan_on_the_validation_split_only_stops_before_it_is_saved(capsys, tmp
     monkeypatch.chdir(tmp_path)
     evaluate, calls = loop.evaluate, []
 
-    def nan_at_step_four(*args: object) -> float:
+    def nan_at_step_four(*args: object, **kwargs: object) -> float:
         calls.append(1)
-        loss = evaluate(*args)
+        loss = evaluate(*args, **kwargs)
         return math.nan if len(calls) == 3 else loss  # evaluations at steps 0, 2, 4
 
     monkeypatch.setattr(loop, "evaluate", nan_at_step_four)
