@@ -22,7 +22,6 @@ from brickwork.train.fp8 import check_fp8_run
 from brickwork.train.packing import check_packing
 from brickwork.train.run import Run
 from brickwork.train.run_config import RunConfig
-from brickwork.train.run_data import run_tokenizer
 from brickwork.train.run_sizes import check_run_sizes
 from brickwork.train.triton_backends import check_triton_backends
 
@@ -36,7 +35,7 @@ def check_before_writing(run: Run) -> None:
     check_run_sizes(config, layout)
     data_files(config.data)  # each path exists and is of a kind the data readers take
     if run.task.uses_tokenizer:
-        tokenizer = run_tokenizer(config)
+        tokenizer = run.tokenizer
         check_sample_prompt(config, tokenizer)
         limit = spec.get("max_seq_len")
         if limit is not None and config.train.seq_len > limit:

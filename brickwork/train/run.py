@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from brickwork.blocks import MODELS
+from brickwork.data.tokenizer import Tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import resolve_spec
 from brickwork.parallel import ParallelConfig
@@ -35,12 +36,13 @@ class Run:
     ``layout`` is that dist dict's ParallelConfig with the device of ``train.device`` and FSDP's bf16
     policy (``train.precision`` bf16-mixed or fp8 under ZeRO-2/3) folded in: the checks, the data, the
     process group, ``parallelize`` and the step are all handed this one. ``task`` is what the model
-    kind trains on.
+    kind trains on; ``tokenizer`` its data's, read once (None for a task that reads no text).
     """
 
     config: RunConfig
     layout: ParallelConfig
     task: Task
+    tokenizer: Tokenizer | None
 
     def plot_title(self, run_dir: Path) -> str:
         """The title of the loss plot, and of the trackers' runs, of this run trained in ``run_dir``."""
@@ -73,12 +75,10 @@ def resolve(config: RunConfig, task: Task, resumed: bool = False) -> Run:
     no longer fits it is the data-identity check's to explain (brickwork/train/data_identity.py)."""
     checked = check_world(config.dist)
     config = replace(config, dist=checked.to_dict())
-    if resumed:
-        spec = config.spec
-    else:
-        spec = task_spec(config, task, run_tokenizer(config) if task.uses_tokenizer else None)
+    tokenizer = run_tokenizer(config) if task.uses_tokenizer else None
+    spec = config.spec if resumed else task_spec(config, task, tokenizer)
     config = replace(config, spec=resolve_spec(spec))
-    return Run(config, _with_train_settings(checked, config.train), task)
+    return Run(config, _with_train_settings(checked, config.train), task, tokenizer)
 
 
 def _with_train_settings(layout: ParallelConfig, train: TrainConfig) -> ParallelConfig:

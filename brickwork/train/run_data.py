@@ -42,7 +42,7 @@ def run_data(run: Run, run_dir: Path, resumed_at: int | None, accept_change: boo
     """The data of ``run``; under torchrun the process group starts from the run's layout. A run
     resumed at step ``resumed_at`` has it checked against its data record first, before anything is
     written, the token cache included (brickwork/train/data_identity.py)."""
-    tokenizer = run_tokenizer(run.config) if run.task.uses_tokenizer else None
+    tokenizer = run.tokenizer
     current = current_record(run.config.data, tokenizer)
     identity = check_data_identity(run_dir, current, tokenizer, resumed_at, accept_change)
     if resumed_at is not None and tokenizer is not None:

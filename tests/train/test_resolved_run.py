@@ -44,3 +44,16 @@ def test_config_yaml_records_the_dist_dict_before_the_train_settings_join_the_la
     assert config.dist == {"zero_stage": 3}
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.config.dist = written  # type: ignore[misc]
+
+
+def test_a_new_run_reads_its_tokenizer_once(tmp_path, monkeypatch) -> None:
+    # The run holds its data's tokenizer: resolving the spec, the checks before writing and the data
+    # take that one (a tokenizer.json of a large vocabulary takes a while to read).
+    from brickwork.cli import main
+    from brickwork.train import run_data
+
+    declared, reads = run_data.declared_tokenizer, []
+    monkeypatch.setattr(run_data, "declared_tokenizer", lambda *a: reads.append(a) or declared(*a))
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "gpt-tiny", "train.steps=1", "train.eval_batches=1", "train.sample_tokens=0"]) == 0
+    assert len(reads) == 1
