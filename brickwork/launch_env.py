@@ -1,5 +1,6 @@
-"""This process's place in its run: its rank, its index on its node, the world size, and whether it
-is the first rank. Every part of brickwork asks here, so every part answers by the same rule.
+"""This process's place in its run: its rank, its index on its node, the world size, the processes on
+its node, and whether it is the first rank. Every part of brickwork asks here, so every part answers
+by the same rule.
 
 A process is launched when its environment holds ``RANK``: torchrun sets ``RANK``, ``LOCAL_RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` together. A process without ``RANK`` is a plain
@@ -48,6 +49,14 @@ def world_size() -> int:
 def local_rank() -> int | None:
     """This process's index on its node, torchrun's ``LOCAL_RANK``; None when no launcher set it."""
     return _number("LOCAL_RANK") if "LOCAL_RANK" in os.environ else None
+
+
+def local_world_size() -> int:
+    """The number of this run's processes on this node: torchrun's ``LOCAL_WORLD_SIZE``, the world
+    size when the launcher left it unset, and 1 for a plain ``python`` process."""
+    if not launched():
+        return 1
+    return _number("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else world_size()
 
 
 def is_first_rank() -> bool:

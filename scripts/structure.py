@@ -8,9 +8,9 @@
   from outside the folder that holds it, its subfolders included;
 - the longest function under parallel/ and how many are over 60 lines (``def`` line to last line);
 - the call sites that parse the dist config: ``ParallelConfig(...)`` and ``ParallelConfig.<name>(...)``;
-- the environment reads of ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` outside brickwork/launch_env.py,
-  the one module that answers them: ``environ.get(NAME)``, ``environ[NAME]``, ``NAME in environ`` and
-  ``getenv(NAME)``, with the name written as a literal;
+- the environment reads of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` outside
+  brickwork/launch_env.py, the one module that answers them: ``environ.get(NAME)``, ``environ[NAME]``,
+  ``NAME in environ`` and ``getenv(NAME)``, with the name written as a literal;
 - per model kind, the source files that quote its name as a string literal, outside the HF and
   xformers adapters and the presets;
 - the comparisons (``==``, ``!=``, ``in``, ...) with a string literal that is a registered task's name
@@ -54,7 +54,7 @@ SPEC_EXTRA = (
     "brickwork/option_types.py",
 )
 LAUNCH_ENV_MODULE = "brickwork/launch_env.py"
-LAUNCH_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK"}
+LAUNCH_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
 TASK_FOLDER = "brickwork/train/tasks/"
 TASK_REGISTER = "register_task"
 HF_CONFIG_BASES = {"PretrainedConfig", "PreTrainedConfig"}
@@ -512,7 +512,7 @@ def table(f: Figures) -> str:
     rows += [("  at", site) for site in f.dist_config_parse_sites]
     rows.append(
         (
-            f"environment reads of RANK/WORLD_SIZE/LOCAL_RANK outside {LAUNCH_ENV_MODULE}",
+            f"environment reads of RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE outside {LAUNCH_ENV_MODULE}",
             str(len(f.launch_env_reads)),
         )
     )

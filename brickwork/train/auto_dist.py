@@ -10,7 +10,6 @@ layout; the other ``dist`` keys the user gave (a device type, a timeout) are kep
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from brickwork.errors import ConfigError
-from brickwork.launch_env import is_first_rank, world_size
+from brickwork.launch_env import is_first_rank, local_world_size, world_size
 from brickwork.memory import available_bytes
 from brickwork.parallel.mesh import local_device_index, start_process_group
 from brickwork.parallel.planner import Device, plan
@@ -85,7 +84,7 @@ def choose_layout(spec: dict[str, Any], dist_dict: Any, train: TrainConfig) -> d
     if clash:
         raise ConfigError(f"dist.auto picks {clash} itself; give them without auto, or drop them", "dist")
     world = world_size()
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    per_node = local_world_size()
     device = local_device(world, per_node)
     cluster = [dataclasses.replace(device, node=rank // per_node) for rank in range(world)]
     plans = plan(

@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import torch
 
+from brickwork.launch_env import local_world_size
+
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 
@@ -50,7 +52,7 @@ def cpu_threads() -> CPUThreads:
     if os.environ.get("OMP_NUM_THREADS"):
         return CPUThreads(torch.get_num_threads(), f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
     cores, limit = usable_cores()
-    processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    processes = max(1, local_world_size())
     share = max(1, cores // processes)
     current = torch.get_num_threads()
     threads = min(share, current)

@@ -19,7 +19,8 @@ def _restore_threads():
 
 def _machine(monkeypatch: pytest.MonkeyPatch, cores: int, quota: str | None, tmp_path) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    for name in ("LOCAL_WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     cpu_max = tmp_path / "cpu.max"
     if quota is not None:
@@ -43,10 +44,13 @@ def test_a_cgroup_quota_limits_the_cores(monkeypatch, tmp_path) -> None:
 
 def test_processes_on_one_node_share_the_cores(monkeypatch, tmp_path) -> None:
     _machine(monkeypatch, cores=8, quota=None, tmp_path=tmp_path)
+    monkeypatch.setenv("RANK", "0")  # launched: torchrun sets both
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     assert threads.cpu_threads() == (2, "8 usable cores (CPU affinity) shared by 3 processes on this node")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
     assert threads.cpu_threads().threads == 1
+    monkeypatch.delenv("RANK")  # a plain process: a LOCAL_WORLD_SIZE left in its shell is not its node's
+    assert threads.cpu_threads().threads == 8
 
 
 def test_a_lower_count_already_set_is_kept(monkeypatch, tmp_path) -> None:
