@@ -297,16 +297,21 @@ def _scale_gradients(params: list[torch.Tensor], factor: float) -> None:
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, batches: Iterable[Batch | None], task: str | Task | TaskFn, *, precision: str = "fp32"
+    model: nn.Module,
+    batches: Iterable[Batch | None],
+    task: str | Task | TaskFn,
+    *,
+    precision: str | None = None,
 ) -> float:
     """The mean loss of ``task`` over ``batches`` (each rank's share, as for TrainStep), without
     updating and without dropout; the same on every rank. ``precision`` (TrainStep's names) computes
     it as training does (``Precision.evaluation``): a bf16 run's validation runs under its autocast, as
-    HF's Trainer and nanoGPT evaluate, not in float32 matmuls at a fraction of the speed."""
+    HF's Trainer and nanoGPT evaluate, not in float32 matmuls at a fraction of the speed. None: in
+    the model's own dtype, no autocast (an FSDP bf16 policy still computes in bf16)."""
     task = get_task(task)
     state = parallel_state(model)
     device = model_device(model)
-    compute = Precision(precision, device, state)
+    computing = Precision(precision, device, state).evaluation if precision else contextlib.nullcontext
     was_training = model.training
     model.eval()
     totals = torch.zeros(2, dtype=torch.float64, device=device)
@@ -316,7 +321,7 @@ def evaluate(
         with loss_context(state):
             for batch in batches:
                 batch = shard_sequence(aligned(task, share_batch(batch, state, device)), state)
-                with compute.evaluation():
+                with computing():
                     if isinstance(model, PipelinedModel):
                         output = model(batch[task.pipeline_input], **pipeline_extras(task, batch))
                         part, count = task.loss(output, batch[task.target_key])

@@ -104,7 +104,7 @@ def test_evaluate_computes_at_the_training_precision() -> None:
     count = sum(int((b["labels"] != -100).sum()) for b in batches)
     under_bf16 = evaluate(model, batches, "masked_lm", precision="bf16-mixed")
     assert under_bf16 == pytest.approx(float(sum(sums)) / count, rel=1e-6)
-    in_fp32 = evaluate(model, batches, "masked_lm")  # the default
+    in_fp32 = evaluate(model, batches, "masked_lm")  # the default: the model's dtype, no autocast
     assert under_bf16 != in_fp32
     assert evaluate(model, batches, "masked_lm", precision="fp16") == in_fp32  # no scaler to skip overflows
 
