@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 PINS := constraints.txt
 
-.PHONY: demo test test-latest test-oldest pins lint bench structure
+.PHONY: demo test test-latest test-oldest pins lint bench gpu structure
 
 # A CUDA build of torch names the triton it was built with, so on a GPU machine the pinned triton (that
 # of the CPU suite) is left to torch. torch==X also matches a local CPU build X+cpu where one is offered.
@@ -63,6 +63,16 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks
+
+# On a CUDA machine whose Python already holds torch (brickwork installed with `pip install --no-deps
+# -e .`): the gpu-marked tests, then the GPU benchmarks, their results written to benchmarks/results.
+GPU_PY ?= python3
+gpu:
+	$(GPU_PY) -m pytest -m gpu -q -p no:cacheprovider
+	$(GPU_PY) -m benchmarks.train_gpu
+	$(GPU_PY) -m benchmarks.moe_experts --bias
+	$(GPU_PY) -m benchmarks.moe_experts --no-bias
+	$(GPU_PY) -m benchmarks.fused_linear_cross_entropy --chunk-size 1024 2048 8192 --vocab-multiple 64 --tokens 16384
 
 # Structural figures read from the source: import cycles, private cross-folder imports, sizes.
 structure:

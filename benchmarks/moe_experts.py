@@ -13,7 +13,8 @@ the rows the router grouped, with ``grouped=True`` (components/feedforward/group
 - ``max_abs_diff``: the largest difference of the bank's output from the loop's.
 
 On CUDA the grouped row needs a device whose fast grouped kernel serves bf16 (compute capability 9.x
-or 10.x); elsewhere torch's grouped_mm falls back to a loop of its own. Writes ``moe_experts.json``.
+or 10.x); elsewhere torch's grouped_mm falls back to a loop of its own. Writes
+``moe_experts_<device>.json`` (``_no_bias`` added with ``--no-bias``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 import torch
 
 from brickwork.components.feedforward import MixtureOfExperts
+
+from .report import device_slug
 
 
 def synchronize(device: torch.device) -> None:
@@ -112,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.bias,
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "moe_experts.json").write_text(json.dumps(rows, indent=1) + "\n")
+    name = f"moe_experts_{device_slug(str(rows[0]['device']))}{'' if args.bias else '_no_bias'}.json"
+    (args.out / name).write_text(json.dumps(rows, indent=1) + "\n")
     for row in rows:
         print(
             f"{row['provider']:8s} {row['device']} {row['dtype']}  {row['ms']:9.3f} ms  "
