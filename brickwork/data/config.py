@@ -12,7 +12,7 @@ from brickwork.option_types import CheckedConfig
 FORMATS = ("auto", "text", "folder", "jsonl", "bin")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig(CheckedConfig):
     """What to train on (brickwork/data/sources.py).
 

@@ -75,7 +75,7 @@ def _check_trackers(value: object, option: str) -> None:
             raise ConfigError(missing_package(package, f"log_to {name}"), option)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig(CheckedConfig):
     """How to train: steps, batches, optimizer, learning-rate schedule, evaluation, checkpoints, output.
 
@@ -149,10 +149,11 @@ class TrainConfig(CheckedConfig):
 
     def check_options(self) -> None:
         """The derived defaults (the rules after them read them), then the rules spanning options."""
+        # Filled while the config is built, the one time a frozen one may be (config.yaml keeps None).
         if self.warmup_steps is None:
-            self.warmup_steps = self.steps // 20
+            object.__setattr__(self, "warmup_steps", self.steps // 20)
         if self.sample_tokens is None:
-            self.sample_tokens = self.seq_len
+            object.__setattr__(self, "sample_tokens", self.seq_len)
         _check(
             self.warmup_steps < self.steps, "warmup_steps", f"must be < steps={self.steps}", self.warmup_steps
         )

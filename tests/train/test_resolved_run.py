@@ -44,6 +44,12 @@ def test_config_yaml_records_the_dist_dict_before_the_train_settings_join_the_la
     assert config.dist == {"zero_stage": 3}
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.config.dist = written  # type: ignore[misc]
+    # ... and so are its sections: the derived defaults are filled while the config is built.
+    assert run.config.train.warmup_steps == run.config.train.steps // 20
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.config.train.lr = 1.0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.config.data.path = "elsewhere"  # type: ignore[misc]
 
 
 def test_a_new_run_reads_its_tokenizer_once(tmp_path, monkeypatch) -> None:
