@@ -20,9 +20,8 @@ from brickwork.parallel import ParallelConfig
 from brickwork.train.auto_dist import choose_layout, wants_auto
 from brickwork.train.config import TrainConfig
 from brickwork.train.distributed import check_world
-from brickwork.train.run_config import RunConfig
+from brickwork.train.run_config import RunConfig, task_spec
 from brickwork.train.run_data import run_tokenizer
-from brickwork.train.task_spec import task_spec
 from brickwork.train.tasks import Task, kind_task
 
 

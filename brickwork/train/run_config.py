@@ -2,7 +2,8 @@
 
 ``brickwork train [SPEC] [key=value ...]`` resolves into one of these, and from it into the run
 (brickwork/train/run.py). Its ``to_dict()`` is what the run folder's ``config.yaml`` holds, and that
-file is itself a valid SPEC, so ``brickwork train RUN/config.yaml`` repeats the run.
+file is itself a valid SPEC, so ``brickwork train RUN/config.yaml`` repeats the run. The model spec's
+``vocab_size`` follows the data's tokenizer (:func:`task_spec`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from brickwork.blocks import MODELS
 from brickwork.data.config import DataConfig
 from brickwork.data.sources import declared_tokenizer
+from brickwork.data.tokenizer import Tokenizer
 from brickwork.errors import ConfigError
 from brickwork.factory import apply_overrides, get_preset, list_presets, load_spec
 from brickwork.factory.overrides import parse_override, set_dotted, with_overrides
@@ -25,7 +27,7 @@ from brickwork.option_types import config_to_dict, to_config
 from brickwork.train.config import TrainConfig
 from brickwork.train.dropout_override import KEY as DROPOUT_KEY
 from brickwork.train.dropout_override import say_spread, spread_dropout
-from brickwork.train.tasks import kind_task
+from brickwork.train.tasks import TextTask, kind_task
 
 logger = logging.getLogger(__name__)
 DEFAULT_PRESET = "gpt-tiny"
@@ -147,3 +149,26 @@ def _vocab_from_data(spec: dict[str, Any], data: DataConfig) -> dict[str, Any]:
     if is_first_rank():
         logger.info(f"vocab_size {size}: left out of the spec, so the tokenizer {tokenizer.name} sets it")
     return {**spec, "vocab_size": size}
+
+
+def task_spec(run: RunConfig, task: TextTask, tokenizer: Tokenizer | None, quiet: bool = False) -> dict:
+    """The model spec a run builds for its data: ``vocab_size`` set to the tokenizer's (plus the mask id
+    or the T5 sentinels), saying so if it changes (unless ``quiet``). A vocab_size the user chose is
+    kept when larger (padding), and is an error when smaller: the data holds ids it has no row for."""
+    spec = dict(run.spec)
+    if tokenizer is None:
+        return spec
+    want, vocab = task.vocab_size(tokenizer.vocab_size), spec.get("vocab_size")
+    extra = task.extra_ids_note
+    if run.vocab_chosen and vocab is not None and vocab > want:
+        return spec
+    if run.vocab_chosen and vocab is not None and vocab < want:
+        raise ConfigError(
+            f"{vocab:,} is smaller than the {want:,} ids of the data: the tokenizer {tokenizer.name}{extra}; "
+            f"raise it to {want} or leave it out",
+            "vocab_size",
+        )
+    if vocab != want and not quiet and is_first_rank():
+        logger.info(f"vocab_size {vocab} -> {want}: the vocabulary of {tokenizer.name}{extra}")
+    spec["vocab_size"] = want
+    return spec

@@ -19,8 +19,7 @@ from brickwork.data.tokenizer import Tokenizer
 from brickwork.launch_env import world_size
 from brickwork.parallel import ParallelConfig, build_mesh
 from brickwork.train.data_identity import DataIdentity, check_data_identity, current_record
-from brickwork.train.run_config import RunConfig
-from brickwork.train.task_spec import task_spec
+from brickwork.train.run_config import RunConfig, task_spec
 
 if TYPE_CHECKING:
     from brickwork.train.run import Run

@@ -17,8 +17,7 @@ from brickwork.errors import ConfigError
 from brickwork.factory import build_model, save_pretrained
 from brickwork.parallel import ParallelConfig
 from brickwork.train.packing import check_packing
-from brickwork.train.run_config import resolve_run
-from brickwork.train.task_spec import task_spec
+from brickwork.train.run_config import resolve_run, task_spec
 from brickwork.train.tasks import TASKS
 
 TINY = [
