@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from brickwork.checks import InRange, check_bool, check_positive_int
 from brickwork.errors import ConfigError, join_path
 
 _REQUIRED = object()
@@ -36,13 +37,8 @@ SCALING_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def _number(options: dict[str, Any], key: str, path: str, minimum: float, strict: bool) -> None:
-    value = options[key]
-    ok = not isinstance(value, bool) and isinstance(value, int | float)
-    ok = ok and (value > minimum if strict else value >= minimum)
-    if not ok:
-        bound = f"> {minimum}" if strict else f">= {minimum}"
-        raise ConfigError(f"must be a number {bound}, got {value!r}", join_path(path, key))
+def _above(options: dict[str, Any], key: str, low: float, path: str) -> None:
+    InRange(low, open_low=True)(options[key], join_path(path, key))
 
 
 def check_scaling(scaling: Mapping[str, Any] | None, path: str = "scaling") -> dict[str, Any] | None:
@@ -74,26 +70,19 @@ def check_scaling(scaling: Mapping[str, Any] | None, path: str = "scaling") -> d
             if default is _REQUIRED:
                 raise ConfigError(f"{kind} scaling needs {key!r}", join_path(path, key))
             options[key] = default
-    _number(options, "factor", path, 1.0, strict=False)
+    InRange(1.0)(options["factor"], join_path(path, "factor"))
     if "original_max_position_embeddings" in options:
-        value = options["original_max_position_embeddings"]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(
-                f"must be a positive integer, got {value!r}",
-                join_path(path, "original_max_position_embeddings"),
-            )
+        key = "original_max_position_embeddings"
+        check_positive_int(options[key], join_path(path, key))
     if kind == "yarn":
-        _number(options, "beta_slow", path, 0.0, strict=True)
-        _number(options, "beta_fast", path, options["beta_slow"], strict=True)
+        _above(options, "beta_slow", 0.0, path)
+        _above(options, "beta_fast", options["beta_slow"], path)
         if options["attention_factor"] is not None:
-            _number(options, "attention_factor", path, 0.0, strict=True)
-        if not isinstance(options["truncate"], bool):
-            raise ConfigError(
-                f"must be true or false, got {options['truncate']!r}", join_path(path, "truncate")
-            )
+            _above(options, "attention_factor", 0.0, path)
+        check_bool(options["truncate"], join_path(path, "truncate"))
     if kind == "llama3":
-        _number(options, "low_freq_factor", path, 0.0, strict=True)
-        _number(options, "high_freq_factor", path, options["low_freq_factor"], strict=True)
+        _above(options, "low_freq_factor", 0.0, path)
+        _above(options, "high_freq_factor", options["low_freq_factor"], path)
     return options
 
 
