@@ -70,36 +70,23 @@ def save_run_checkpoint(
     val_loss: float,
     settings: Mapping[str, Any] | None = None,
     step_state: Mapping[str, Any] | None = None,
-) -> Path:
+    *,
+    write: Callable[..., T] = save_checkpoint,
+) -> T:
     """Save the checkpoint of ``step``; every rank calls it. Each rank writes its own shards; rank 0
     clears a cut-off earlier attempt at the same step first, and writes the metadata and marker.
     ``settings`` (the ``train:`` section) are kept so that a resume can say which of them changed;
-    ``step_state`` is ``TrainStep.state_dict()``.
+    ``step_state`` is ``TrainStep.state_dict()``. Returns what ``write`` returns (the folder, below).
 
     A non-finite ``val_loss`` is refused (ValueError): that state is not worth keeping. A write that
     fails for want of space raises CheckpointWriteError after rank 0 removed the partial folder.
+
+    ``write`` is called as ``save_checkpoint`` is: that function, or ``async_save_checkpoint`` with its
+    ``group`` (the ``save_group``), which returns once the state is staged in CPU memory with a future
+    that ends when the write has (on rank 0, when the folder is complete:
+    brickwork/parallel/checkpoint/async_save.py). That future's errors are the write's as they are:
+    :func:`write_failed` makes them what a synchronous save raises.
     """
-    return write_run_checkpoint(
-        save_checkpoint, run_dir, step, model, optimizer, data_state, val_loss, settings, step_state
-    )
-
-
-def write_run_checkpoint(
-    write: Callable[..., T],
-    run_dir: Path,
-    step: int,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    data_state: dict[str, torch.Tensor],
-    val_loss: float,
-    settings: Mapping[str, Any] | None,
-    step_state: Mapping[str, Any] | None,
-) -> T:
-    """:func:`save_run_checkpoint` through ``write``, called as ``save_checkpoint`` is: that function, or
-    ``async_save_checkpoint`` with its ``group`` (the ``save_group``), which returns once the state is
-    staged in CPU memory with a future that ends when the write has (on rank 0, when the folder is
-    complete: brickwork/parallel/checkpoint/async_save.py). That future's errors are the write's as
-    they are: :func:`write_failed` makes them what :func:`save_run_checkpoint` raises."""
     if not math.isfinite(val_loss):
         raise ValueError(f"refusing to save step {step} as a checkpoint: its validation loss is {val_loss}")
     folder = checkpoint_dir(run_dir, step)

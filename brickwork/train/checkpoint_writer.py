@@ -31,7 +31,7 @@ from brickwork.checkpoint import checkpoint_dir
 from brickwork.parallel import save_checkpoint
 from brickwork.parallel.checkpoint import async_save_checkpoint, save_group
 from brickwork.parallel.checkpoint.async_save import then
-from brickwork.train.checkpoint import write_failed, write_run_checkpoint
+from brickwork.train.checkpoint import save_run_checkpoint, write_failed
 from brickwork.train.retention import retain
 
 
@@ -81,8 +81,8 @@ class CheckpointWriter:
         (the other ranks' :meth:`wait` returns once every rank's files are written)."""
         self.wait()
         write = partial(async_save_checkpoint, group=self._group) if self.asynchronous else save_checkpoint
-        written = write_run_checkpoint(
-            write, self.run_dir, step, model, optimizer, data_state, val_loss, settings, step_state
+        written = save_run_checkpoint(
+            self.run_dir, step, model, optimizer, data_state, val_loss, settings, step_state, write=write
         )
         if not self.asynchronous:
             if self.is_main:
