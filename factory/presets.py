@@ -7,6 +7,8 @@ from typing import Any
 
 from brickwork.errors import ConfigError
 
+Spec = dict[str, Any]
+
 
 def _attention(heads: int, dropout: float = 0.0, **options: Any) -> dict[str, Any]:
     mechanism = {"name": "scaled_dot_product", "dropout": dropout}
@@ -17,9 +19,16 @@ def _mlp(hidden: int, activation: str, dropout: float = 0.0, bias: bool = True) 
     return {"name": "mlp", "hidden_dim": hidden, "activation": activation, "dropout": dropout, "bias": bias}
 
 
-def _llama3(dim: int, layers: int, heads: int, hidden: int) -> dict[str, Any]:
-    """A Llama 3 shape as published (Meta's Llama 3 paper, Table 3): 8 kv heads, SwiGLU, RMSNorm,
-    rotary positions with base 500,000, 8192 positions, a 128,256-token vocabulary, an untied head."""
+def _block(attention: Spec, feedforward: Spec, norm: Spec, residual: str = "pre", **cross: Spec) -> Spec:
+    """A block's spec (``cross``: its ``cross_attention``), keys in the order the presets list them."""
+    sublayers = {"attention": attention, **cross, "feedforward": feedforward}
+    return {**sublayers, "norm": norm, "residual": {"name": residual}}
+
+
+def _llama(dim: int, layers: int, heads: int, hidden: int, kv_heads: int = 8) -> Spec:
+    """A Llama 3 shape as published (Meta's Llama 3 paper, Table 3): SwiGLU, RMSNorm, rotary positions
+    with base 500,000, 8192 positions, a 128,256-token vocabulary, an untied head; 8 kv heads unless
+    ``kv_heads`` says otherwise."""
     return {
         "model": "decoder_lm",
         "vocab_size": 128256,
@@ -31,22 +40,24 @@ def _llama3(dim: int, layers: int, heads: int, hidden: int) -> dict[str, Any]:
         "init": {"name": "normal", "std": 0.02},
         "decoder": {
             "num_layers": layers,
-            "block": {
-                "attention": _attention(heads, num_kv_heads=8, bias=False),
-                "feedforward": {"name": "swiglu", "hidden_dim": hidden, "bias": False},
-                "norm": {"name": "rmsnorm", "eps": 1e-5},
-                "residual": {"name": "pre"},
-            },
+            "block": _block(
+                _attention(heads, num_kv_heads=kv_heads, bias=False),
+                {"name": "swiglu", "hidden_dim": hidden, "bias": False},
+                {"name": "rmsnorm", "eps": 1e-5},
+            ),
         },
     }
 
 
-_GPT2_BLOCK = {
-    "attention": _attention(12, 0.1, fused_qkv=True),
-    "feedforward": _mlp(3072, "gelu_tanh", 0.1),
-    "norm": {"name": "layernorm", "eps": 1e-5},
-    "residual": {"name": "pre"},
-}
+def _t5_block(**cross: Spec) -> Spec:
+    """T5-small's block: bias-free attention and ReLU MLP, RMSNorm."""
+    mlp = _mlp(2048, "relu", 0.1, bias=False)
+    return _block(_attention(8, bias=False), mlp, {"name": "rmsnorm", "eps": 1e-6}, **cross)
+
+
+_GPT2_BLOCK = _block(
+    _attention(12, 0.1, fused_qkv=True), _mlp(3072, "gelu_tanh", 0.1), {"name": "layernorm", "eps": 1e-5}
+)
 
 # Every preset with a vocabulary pads it to a multiple of 64 inside the model (vocab_multiple): the
 # head's GEMMs keep cuBLAS's aligned kernels; the logits and loss keep the real vocabulary.
@@ -75,12 +86,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "init": {"name": "normal", "std": 0.02, "scaled_residual": True},
         "decoder": {
             "num_layers": 4,
-            "block": {
-                "attention": _attention(4, fused_qkv=True),
-                "feedforward": _mlp(512, "gelu_tanh"),
-                "norm": {"name": "layernorm"},
-                "residual": {"name": "pre"},
-            },
+            "block": _block(_attention(4, fused_qkv=True), _mlp(512, "gelu_tanh"), {"name": "layernorm"}),
         },
     },
     # BERT-base with its masked-LM head (Devlin et al. 2019): post-norm, embedding LayerNorm.
@@ -100,39 +106,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "init": {"name": "normal", "std": 0.02},
         "encoder": {
             "num_layers": 12,
-            "block": {
-                "attention": _attention(12, 0.1),
-                "feedforward": _mlp(3072, "gelu", 0.1),
-                "norm": {"name": "layernorm", "eps": 1e-12},
-                "residual": {"name": "post"},
-            },
+            "block": _block(
+                _attention(12, 0.1), _mlp(3072, "gelu", 0.1), {"name": "layernorm", "eps": 1e-12}, "post"
+            ),
         },
     },
     # A small Llama-style decoder (Touvron et al. 2023): RMSNorm, SwiGLU, RoPE, grouped-query attention.
-    "llama": {
-        "model": "decoder_lm",
-        "vocab_size": 32000,
-        "dim_model": 512,
-        "max_seq_len": 2048,
-        "position": {"name": "rotary", "base": 10000.0},
-        "tie_embeddings": False,
-        "vocab_multiple": 64,
-        "init": {"name": "normal", "std": 0.02},
-        "decoder": {
-            "num_layers": 8,
-            "block": {
-                "attention": _attention(8, num_kv_heads=2, bias=False),
-                "feedforward": {"name": "swiglu", "hidden_dim": 1376, "bias": False},
-                "norm": {"name": "rmsnorm", "eps": 1e-5},
-                "residual": {"name": "pre"},
-            },
-        },
-    },
+    "llama": _llama(512, 8, 8, 1376, kv_heads=2)
+    | {"vocab_size": 32000, "max_seq_len": 2048, "position": {"name": "rotary", "base": 10000.0}},
     # Llama 3 8B, 70B and 405B at their published shapes, for planning layouts (brickwork plan) and
     # for from-scratch runs on many GPUs; from_hf reads the released weights.
-    "llama3-8b": _llama3(4096, 32, 32, 14336),
-    "llama3-70b": _llama3(8192, 80, 64, 28672),
-    "llama3-405b": _llama3(16384, 126, 128, 53248),
+    "llama3-8b": _llama(4096, 32, 32, 14336),
+    "llama3-70b": _llama(8192, 80, 64, 28672),
+    "llama3-405b": _llama(16384, 126, 128, 53248),
     # T5-small's shape (Raffel et al. 2020): 6 + 6 layers, RMSNorm, bias-free ReLU MLP, shared tied
     # embeddings. Rotary positions stand in for T5's relative position buckets.
     "t5-small": {
@@ -145,25 +131,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "tie_embeddings": True,
         "vocab_multiple": 64,
         "init": {"name": "normal", "std": 0.02},
-        "encoder": {
-            "num_layers": 6,
-            "block": {
-                "attention": _attention(8, bias=False),
-                "feedforward": _mlp(2048, "relu", 0.1, bias=False),
-                "norm": {"name": "rmsnorm", "eps": 1e-6},
-                "residual": {"name": "pre"},
-            },
-        },
-        "decoder": {
-            "num_layers": 6,
-            "block": {
-                "attention": _attention(8, bias=False),
-                "cross_attention": _attention(8, bias=False),
-                "feedforward": _mlp(2048, "relu", 0.1, bias=False),
-                "norm": {"name": "rmsnorm", "eps": 1e-6},
-                "residual": {"name": "pre"},
-            },
-        },
+        "encoder": {"num_layers": 6, "block": _t5_block()},
+        "decoder": {"num_layers": 6, "block": _t5_block(cross_attention=_attention(8, bias=False))},
     },
     # ViT-B/16 (Dosovitskiy et al. 2021): 224x224 images, 16x16 patches, class token, 1000 classes.
     "vit": {
@@ -179,12 +148,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "init": {"name": "normal", "std": 0.02},
         "encoder": {
             "num_layers": 12,
-            "block": {
-                "attention": _attention(12),
-                "feedforward": _mlp(3072, "gelu"),
-                "norm": {"name": "layernorm", "eps": 1e-6},
-                "residual": {"name": "pre"},
-            },
+            "block": _block(_attention(12), _mlp(3072, "gelu"), {"name": "layernorm", "eps": 1e-6}),
         },
     },
 }
