@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import torch
 from torch import nn
 
-from brickwork.checks import Flag, OneOf, PositiveInt, Probability
+from brickwork.checks import Flag, NonNegative, OneOf, PositiveInt, Probability
 from brickwork.errors import ConfigError
 
 from .activations import Activation
@@ -16,11 +16,6 @@ from .base import FEEDFORWARD_REGISTRY, Feedforward, register_feedforward
 from .grouped_experts import grouped_experts_forward, use_grouped_mm
 
 EXPERT_KINDS = ("mlp", "glu", "swiglu", "geglu")
-
-
-def check_non_negative(value: object, option: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ConfigError(f"must be a number >= 0, got {value!r}", option)
 
 
 @register_feedforward("moe")
@@ -57,7 +52,7 @@ class MixtureOfExperts(Feedforward):
         dropout: Probability = 0.0,
         bias: Flag = True,
         normalize_top_k: Flag = True,
-        aux_loss_weight: Annotated[float, check_non_negative] = 0.01,
+        aux_loss_weight: NonNegative = 0.01,
     ) -> None:
         """``expert`` is one of mlp, glu, swiglu, geglu, built with ``hidden_dim``, ``dropout``,
         ``bias`` and, where given, ``activation`` (else the expert's default)."""
