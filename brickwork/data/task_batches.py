@@ -42,20 +42,3 @@ class TaskBatches:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.generator.set_state(state["generator"])
-
-
-def text_batches(
-    draw: Callable[[torch.Tensor, int, int, torch.Generator], Batch],
-    tokens: torch.Tensor,
-    rows: int,
-    seq_len: int,
-    seed: int,
-) -> TaskBatches:
-    """Batches of ``draw(tokens, rows, seq_len, generator)`` from a stream of ids long enough for a
-    window of ``seq_len`` tokens and the one after it."""
-    need = seq_len + 1
-    if tokens.numel() < need:
-        raise ValueError(
-            f"need at least {need} tokens for windows of seq_len={seq_len}, got {tokens.numel()}"
-        )
-    return TaskBatches(lambda n, g: draw(tokens, n, seq_len, g), rows, seed)

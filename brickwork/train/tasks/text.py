@@ -7,12 +7,11 @@ A text task takes a stream of ids below ``base`` (the tokenizer's vocabulary: 25
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
 import torch
 
-from brickwork.data.task_batches import TaskBatches, text_batches
+from brickwork.data.task_batches import TaskBatches
 from brickwork.data.tokenizer import ByteTokenizer
 from brickwork.train.tasks.base import TASKS, Task
 
@@ -50,13 +49,17 @@ class TextTask(Task):
         base: int = BYTES,
         end_id: int | None = None,
     ) -> TaskBatches:
-        """Batches from a stream of ids below ``base``; ``end_id`` packs documents that each end with
-        it (brickwork/data/packing.py), for a task that :attr:`packs`."""
+        """Batches from a stream of ids below ``base``, long enough for a window of ``seq_len`` tokens and
+        the one after it; ``end_id`` packs documents that each end with it (brickwork/data/packing.py),
+        for a task that :attr:`packs`."""
         if end_id is not None and not self.packs:
             packing = ", ".join(n for n, t in TASKS.items() if t.packs)
             raise ValueError(f"packed documents train {packing}, not {self.name!r}")
-        draw = functools.partial(self.draw, base=base, end_id=end_id)
-        return text_batches(draw, tokens, rows, seq_len, seed)
+        if tokens.numel() < seq_len + 1:
+            raise ValueError(
+                f"need at least {seq_len + 1} tokens for windows of seq_len={seq_len}, got {tokens.numel()}"
+            )
+        return TaskBatches(lambda n, g: self.draw(tokens, n, seq_len, g, base, end_id), rows, seed)
 
     def train_batches(self, run: RunConfig, text: TextData | None) -> TaskBatches:
         cfg = run.train
