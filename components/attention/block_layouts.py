@@ -8,6 +8,8 @@ mask (``pattern_masks.layout_to_pattern``). The families are those of DeepSpeed'
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from brickwork.errors import ConfigError
@@ -49,14 +51,18 @@ class BlockLayout:
         return layout
 
 
-def _check_direction(attention: str) -> None:
+def _check_direction(attention: str, horizontal_global_attention: bool = False) -> None:
     if attention not in DIRECTIONS:
         raise ConfigError(f"unknown attention direction {attention!r}", "attention", DIRECTIONS, attention)
+    if attention != "bidirectional" and horizontal_global_attention:
+        raise ConfigError(
+            "horizontal global attention needs bidirectional attention", "horizontal_global_attention"
+        )
 
 
-def _local_windows(layout: torch.Tensor, head: int, starts: list[int], ends: list[int], causal: bool) -> None:
+def _local_windows(layout: torch.Tensor, head: int, windows: list[tuple[int, int]], causal: bool) -> None:
     """Each window [start, end) attends within itself (only to earlier blocks when ``causal``)."""
-    for start, end in zip(starts, ends):
+    for start, end in windows:
         tile = torch.ones(end - start, end - start, dtype=layout.dtype)
         layout[head, start:end, start:end] |= tile.tril() if causal else tile
 
@@ -104,14 +110,10 @@ class FixedLayout(BlockLayout):
         num_different_global_patterns: int = 1,
     ) -> None:
         super().__init__(num_heads, block_size, different_layout_per_head)
-        _check_direction(attention)
+        _check_direction(attention, horizontal_global_attention)
         if num_local_blocks % num_global_blocks:
             raise ConfigError(f"num_local_blocks={num_local_blocks} is not a multiple of num_global_blocks="
                               f"{num_global_blocks}", "num_local_blocks")  # fmt: skip
-        if attention != "bidirectional" and horizontal_global_attention:
-            raise ConfigError(
-                "horizontal global attention needs bidirectional attention", "horizontal_global_attention"
-            )
         if num_different_global_patterns > 1 and not different_layout_per_head:
             raise ConfigError(
                 "different global patterns need different_layout_per_head", "num_different_global_patterns"
@@ -126,8 +128,7 @@ class FixedLayout(BlockLayout):
     def fill_head(self, head: int, layout: torch.Tensor) -> None:
         n, w, g = layout.shape[1], self.num_local_blocks, self.num_global_blocks
         causal = self.attention == "unidirectional"
-        starts = list(range(0, n, w))
-        _local_windows(layout, head, starts, [min(s + w, n) for s in starts], causal)
+        _local_windows(layout, head, [(s, min(s + w, n)) for s in range(0, n, w)], causal)
         first = w - (1 + head % self.num_different_global_patterns) * g
         full = n - n % w
         columns = [(i, i + g) for i in range(first, full, w)]
@@ -163,11 +164,7 @@ class VariableLayout(BlockLayout):
         self.local_window_blocks = [4] if local_window_blocks is None else list(local_window_blocks)
         self.global_block_indices = _global_starts(global_block_indices, global_block_end_indices)
         self.global_block_end_indices = global_block_end_indices
-        _check_direction(attention)
-        if attention != "bidirectional" and horizontal_global_attention:
-            raise ConfigError(
-                "horizontal global attention needs bidirectional attention", "horizontal_global_attention"
-            )
+        _check_direction(attention, horizontal_global_attention)
         self.attention, self.horizontal_global_attention = attention, horizontal_global_attention
         self.generator = generator
 
@@ -175,18 +172,11 @@ class VariableLayout(BlockLayout):
         n = layout.shape[1]
         causal = self.attention == "unidirectional"
         _random_blocks(layout, head, self.num_random_blocks, False, self.generator)
-        starts, ends, start = [], [], 0
         sizes = self.local_window_blocks
-        for size in sizes:
-            starts.append(start)
-            ends.append(min(start + size, n))
-            start += size
-        for s in range(start, n, sizes[-1]):
-            starts.append(s)
-            ends.append(min(s + sizes[-1], n))
-        _local_windows(
-            layout, head, [s for s in starts if s < n], [e for s, e in zip(starts, ends) if s < n], causal
-        )
+        # Window bounds: the given sizes, then the last size repeated past the end.
+        bounds = list(itertools.accumulate(sizes, initial=0))
+        bounds += range(bounds[-1] + sizes[-1], n + sizes[-1], sizes[-1])
+        _local_windows(layout, head, [(s, min(e, n)) for s, e in itertools.pairwise(bounds) if s < n], causal)
         for s, e in _global_ranges(self.global_block_indices, self.global_block_end_indices, n):
             if self.horizontal_global_attention:
                 layout[head, s:e, :] = 1
