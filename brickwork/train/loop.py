@@ -158,11 +158,11 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
             )
         )
         for index in range(state.step, cfg.steps):
+            # The rate times the batch's draw too, as a plain loop's clock does; not evaluations or saves.
+            started = time.perf_counter()
             lr = learning_rate(index, cfg)
             set_learning_rate(optimizer, lr)
-            batch = local_share(state.batches.next_batch(), model)
-            started = time.perf_counter()
-            loss = step(batch)
+            loss = step(local_share(state.batches.next_batch(), model))
             took = time.perf_counter() - started
             done = index + 1
             if compiling_since is not None:
