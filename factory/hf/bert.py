@@ -30,7 +30,6 @@ from .spec import (
     attention_spec,
     block,
     check_blocks,
-    encoder_spec,
     hf_activation,
     mlp_spec,
     spec_attention,
@@ -104,25 +103,30 @@ class Bert(Family):
             output_dropout=hidden_dropout,
         )
         feedforward = mlp_spec(cfg.require("intermediate_size"), activation, hidden_dropout)
-        return encoder_spec(
-            vocab_size=cfg.require("vocab_size"),
-            dim_model=dim,
-            max_seq_len=cfg.get("max_position_embeddings", 512),
-            type_vocab_size=cfg.get("type_vocab_size", 2),
-            dropout=hidden_dropout,
-            eps=eps,
-            head="mlm" if variant.head == "mlm" else None,
-            head_activation=activation,  # HF's MLM head transform uses the feedforward's hidden_act
-            pooler=variant.pooler,
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-            num_layers=cfg.require("num_hidden_layers"),
-            block=block(
-                residual="post",
-                norm={"name": "layernorm", "eps": eps},
-                attention=attention,
-                feedforward=feedforward,
-            ),
-        )
+        return {
+            "model": "encoder",
+            "vocab_size": cfg.require("vocab_size"),
+            "dim_model": dim,
+            "max_seq_len": cfg.get("max_position_embeddings", 512),
+            "position": {"name": "learned"},
+            "type_vocab_size": cfg.get("type_vocab_size", 2),
+            "embedding_norm": True,
+            "final_norm": False,
+            "head": variant.head,  # "none" or "mlm"
+            "head_activation": activation,  # HF's MLM head transform uses the feedforward's hidden_act
+            "pooler": variant.pooler,
+            "dropout": hidden_dropout,
+            "tie_embeddings": bool(cfg.get("tie_word_embeddings", True)),
+            "encoder": {
+                "num_layers": cfg.require("num_hidden_layers"),
+                "block": block(
+                    residual="post",
+                    norm={"name": "layernorm", "eps": eps},
+                    attention=attention,
+                    feedforward=feedforward,
+                ),
+            },
+        }
 
     def rules(self, spec: Mapping[str, Any], variant: Variant) -> list[Rule]:
         p = variant.prefix

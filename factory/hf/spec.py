@@ -55,61 +55,11 @@ def block(
     return {"residual": {"name": residual}, "norm": norm, "attention": attention, "feedforward": feedforward}
 
 
-def decoder_spec(
-    *,
-    vocab_size: int,
-    dim_model: int,
-    max_seq_len: int,
-    position: dict[str, Any],
-    dropout: float,
-    tie_embeddings: bool,
-    num_layers: int,
-    block: dict[str, Any],
-) -> dict[str, Any]:
-    return {
-        "model": "decoder_lm",
-        "vocab_size": vocab_size,
-        "dim_model": dim_model,
-        "max_seq_len": max_seq_len,
-        "position": position,
-        "dropout": dropout,
-        "tie_embeddings": tie_embeddings,
-        "final_norm": True,
-        "decoder": {"num_layers": num_layers, "block": block},
-    }
-
-
-def encoder_spec(
-    *,
-    vocab_size: int,
-    dim_model: int,
-    max_seq_len: int,
-    type_vocab_size: int,
-    dropout: float,
-    eps: float,
-    head: str | None,
-    head_activation: str,
-    pooler: bool,
-    tie_embeddings: bool,
-    num_layers: int,
-    block: dict[str, Any],
-) -> dict[str, Any]:
-    return {
-        "model": "encoder",
-        "vocab_size": vocab_size,
-        "dim_model": dim_model,
-        "max_seq_len": max_seq_len,
-        "position": {"name": "learned"},
-        "type_vocab_size": type_vocab_size,
-        "embedding_norm": True,
-        "final_norm": False,
-        "head": head or "none",
-        "head_activation": head_activation,
-        "pooler": pooler,
-        "dropout": dropout,
-        "tie_embeddings": tie_embeddings,
-        "encoder": {"num_layers": num_layers, "block": block},
-    }
+def decoder_spec(*, num_layers: int, block: dict[str, Any], **model: Any) -> dict[str, Any]:
+    """A ``decoder_lm`` spec with a final norm; ``model`` holds its other top-level keys (vocab_size,
+    dim_model, max_seq_len, position, dropout, tie_embeddings), written in the order given."""
+    decoder = {"num_layers": num_layers, "block": block}
+    return {"model": "decoder_lm", **model, "final_norm": True, "decoder": decoder}
 
 
 def stack(spec: Mapping[str, Any]) -> Mapping[str, Any]:
