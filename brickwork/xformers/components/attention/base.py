@@ -6,10 +6,8 @@ import dataclasses
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from brickwork.xformers._compat import require
 from brickwork.xformers.utils import FromConfig
 
 
@@ -43,11 +41,3 @@ class Attention(FromConfig, nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any
     ) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not define forward")
-
-    @staticmethod
-    def _maybe_pad_sequence(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``x`` ``[N, T, D]`` zero-padded along T up to the mask's key length."""
-        if x.shape[-2] == mask.shape[-1]:
-            return x
-        require(x.shape[-2] < mask.shape[-1], "Sequence is bigger than the provided mask")
-        return F.pad(x, (0, 0, 0, mask.shape[-1] - x.shape[-2]))
