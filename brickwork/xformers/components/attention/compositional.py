@@ -10,7 +10,7 @@ from torch import nn
 from brickwork.components.attention import CompositionalAttention as BrickworkCompositional
 from brickwork.factory.xformers.stack import compositional_selection
 from brickwork.xformers._compat import as_int, require
-from brickwork.xformers.components.attention.core import MaskLike, dense_mask, fit_mask
+from brickwork.xformers.components.attention.core import MaskLike
 from brickwork.xformers.components.attention.mechanisms import BrickworkAttention
 from brickwork.xformers.components.input_projection import InputProjection, InputProjectionConfig
 
@@ -77,9 +77,5 @@ class CompositionalAttention(BrickworkAttention):
         q, k, v = self.in_proj_container(query=q, key=k, value=v)
         h = self.num_heads
         q, k, v = (t.view(b, t.shape[1], h, e // h).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        mask = dense_mask(att_mask)
-        if mask is not None:
-            mask = fit_mask(mask, b, tq, k.shape[-2])
-            mask = mask.unsqueeze(1) if mask.ndim == 3 else mask
-        out = self.mechanism(q, k, v, mask)  # (B, H, Tq, D)
+        out = self.mechanism(q, k, v, self.brickwork_mask(q, k, att_mask, None))  # (B, H, Tq, D)
         return self.out_proj(out.transpose(1, 2).reshape(b, tq, e))

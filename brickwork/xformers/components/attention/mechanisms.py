@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from brickwork.components import attention as bw
+from brickwork.components.attention.masks import restrict
 from brickwork.components.attention.scaled_dot_product import dense_attention
 from brickwork.factory.xformers.stack import check_mechanism
 from brickwork.xformers._compat import as_int, require
@@ -27,13 +28,6 @@ from brickwork.xformers.components.attention.feature_maps import FeatureMapType,
 from brickwork.xformers.components.attention.utils import reshape_key_padding_mask
 
 logger = logging.getLogger("brickwork.xformers")
-
-
-def _restrict(mask: torch.Tensor | None, keep: torch.Tensor) -> torch.Tensor:
-    """``mask`` (boolean or additive) with the positions where ``keep`` is False masked out."""
-    if mask is None:
-        return keep
-    return mask & keep if mask.dtype == torch.bool else mask.masked_fill(~keep, float("-inf"))
 
 
 class BrickworkAttention(Attention):
@@ -61,7 +55,8 @@ class BrickworkAttention(Attention):
                 and n % key_padding_mask.shape[0] == 0,
                 f"key_padding_mask of shape {tuple(key_padding_mask.shape)} does not fit [batch, {tk}]",
             )
-            mask = _restrict(mask, reshape_key_padding_mask(key_padding_mask.bool(), n).unsqueeze(1))
+            keep = reshape_key_padding_mask(key_padding_mask.bool(), n).unsqueeze(1)
+            mask = keep if mask is None else restrict(mask, keep, mask.dtype)
         return mask
 
     def run(
@@ -71,11 +66,22 @@ class BrickworkAttention(Attention):
         v: torch.Tensor,
         att_mask: MaskLike | None = None,
         key_padding_mask: torch.Tensor | None = None,
+        exact: bool = False,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``self.mechanism`` on q ``[B*H, Tq, D]`` (or ``[B, H, Tq, D]``). ``exact`` runs softmax attention
+        with the mechanism's dropout instead, under the masks and ``keep`` ``[Tq, Tk]`` (True = attend):
+        xformers' result in the cases where the brickwork mechanism computes another."""
         folded = q.ndim == 3
         q4, k4, v4 = (t.unsqueeze(1) for t in (q, k, v)) if folded else (q, k, v)
-        mask = self.brickwork_mask(q4, k4, att_mask, key_padding_mask) if folded else dense_mask(att_mask)
-        out = self.mechanism(q4, k4, v4, mask)
+        if not exact:
+            mask = self.brickwork_mask(q4, k4, att_mask, key_padding_mask) if folded else dense_mask(att_mask)
+            out = self.mechanism(q4, k4, v4, mask)
+        else:
+            mask = self.brickwork_mask(q4, k4, att_mask, key_padding_mask)
+            mask = mask if keep is None else restrict(mask, keep, q.dtype)
+            p = self.mechanism.dropout if self.training else 0.0
+            out = dense_attention(q4, k4, v4, mask, dropout_p=p)
         return out.squeeze(1) if folded else out
 
     def forward(
@@ -111,14 +117,9 @@ class ScaledDotProduct(BrickworkAttention):
 
     def forward(self, q, k, v, att_mask=None, key_padding_mask=None, *_: Any, **__: Any) -> torch.Tensor:  # type: ignore[override]
         """q ``[B*H, Tq, D]``, k/v ``[B*H, Tk, D]`` -> ``[B*H, Tq, D]``."""
-        if self.causal and q.shape[-2] != k.shape[-2]:
+        if self.causal and q.shape[-2] != k.shape[-2]:  # xformers' top-left causal mask
             keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-            folded = q.ndim == 3
-            q4, k4, v4 = (t.unsqueeze(1) for t in (q, k, v)) if folded else (q, k, v)
-            mask = _restrict(self.brickwork_mask(q4, k4, att_mask, key_padding_mask), keep)
-            p = self.mechanism.dropout if self.training else 0.0
-            out = dense_attention(q4, k4, v4, mask, dropout_p=p)
-            return out.squeeze(1) if folded else out
+            return self.run(q, k, v, att_mask, key_padding_mask, exact=True, keep=keep)
         return self.run(q, k, v, att_mask, key_padding_mask)
 
 
@@ -301,13 +302,6 @@ class NystromAttention(BrickworkAttention):
         """q/k/v ``[B*H, T, D]``; ``key_padding_mask`` ``[B, Tk]``, True = keep."""
         if att_mask is not None:
             logger.warning("NystromAttention: att_mask is ignored; pass key_padding_mask instead")
-        if key_padding_mask is not None:
-            require(
-                key_padding_mask.ndim == 2
-                and q.shape[0] % key_padding_mask.shape[0] == 0
-                and key_padding_mask.shape[1] == k.shape[-2],
-                f"key_padding_mask of shape {tuple(key_padding_mask.shape)} is not [batch, {k.shape[-2]}]",
-            )
         return self.run(q, k, v, None, key_padding_mask)
 
 
@@ -341,13 +335,8 @@ class OrthoFormerAttention(BrickworkAttention):
         if att_mask is not None and self.num_landmarks != k.shape[-2]:
             logger.warning("OrthoFormerAttention: the attention mask is ignored when landmarks are used")
             att_mask = None
-        if att_mask is not None:  # every key is a landmark: exact attention, as xformers
-            q4, k4, v4 = (t.unsqueeze(1) for t in (q, k, v))
-            p = self.mechanism.dropout if self.training else 0.0
-            return dense_attention(
-                q4, k4, v4, self.brickwork_mask(q4, k4, att_mask, None), dropout_p=p
-            ).squeeze(1)
-        return self.run(q, k, v)
+        # A mask left means every key is a landmark: exact attention, as xformers
+        return self.run(q, k, v, att_mask, exact=att_mask is not None)
 
 
 class FourierMix(BrickworkAttention):
