@@ -22,6 +22,7 @@ from brickwork.factory.xformers.stack import (
     choose,
     off_only,
     read_stack,
+    require,
     take,
     translate_stack,
 )
@@ -129,9 +130,7 @@ class _Converter:
         )
         off_only(patches, path, {"padding": 0})
         dim = first["dim_model"]
-        for key in ("in_channels", "out_channels", "kernel_size"):
-            if key not in patches:
-                raise ConfigError("missing required key", join_path(path, key))
+        require(patches, path, ("in_channels", "out_channels", "kernel_size"))
         if patches["out_channels"] != dim:
             raise ConfigError(f"must equal dim_model={dim}", join_path(path, "out_channels"))
         size = patches["kernel_size"]
@@ -223,9 +222,7 @@ class _Converter:
             if c.get("dim_model", dim) != dim:
                 raise ConfigError(f"must equal the block's dim_model={dim}", join_path(path, "dim_model"))
             if name == "vocab":
-                for key in ("vocab_size", "seq_len"):
-                    if key not in c:
-                        raise ConfigError("missing required key", join_path(path, key))
+                require(c, path, ("vocab_size", "seq_len"))
                 out["vocab_size"] = c["vocab_size"]
                 self.map("vocab_size", join_path(path, "vocab_size"))
             elif "vocab_size" in c:

@@ -10,7 +10,7 @@ lacks, drops keys documented as inert, and raises ConfigError at the xformers ke
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from brickwork.components.attention import ATTENTION_REGISTRY
@@ -105,6 +105,13 @@ def take(cfg: Mapping[str, Any], path: str, known: set[str]) -> dict[str, Any]:
         if key not in known:
             raise ConfigError("unknown or unsupported xformers key", join_path(path, str(key)), known, key)
     return dict(cfg)
+
+
+def require(cfg: Mapping[str, Any], path: str, keys: Iterable[str]) -> None:
+    """ConfigError at the first of ``keys`` that ``cfg`` lacks."""
+    for key in keys:
+        if key not in cfg:
+            raise ConfigError("missing required key", join_path(path, key))
 
 
 def choose(value: Any, choices: Any, path: str, what: str) -> Any:
@@ -212,9 +219,7 @@ def translate_stack(path: str, cfg: Any) -> dict[str, Any]:
     }  # fmt: skip
     take(c, path, known)
     off_only(c, path, OFF_ONLY_BLOCK)
-    for key in ("dim_model", "feedforward_config", *BLOCK_KEYS[kind]):
-        if key not in c:
-            raise ConfigError("missing required key", join_path(path, key))
+    require(c, path, ("dim_model", "feedforward_config", *BLOCK_KEYS[kind]))
     style = choose(c["residual_norm_style"], RESIDUAL, join_path(path, "residual_norm_style"),
                    "unknown residual style")  # fmt: skip
     norm = choose(
@@ -257,9 +262,7 @@ def translate_attention(
         if c.get(key) not in (None, dim):
             raise ConfigError(f"brickwork projects to dim_model={dim}; only that or null is supported",
                               join_path(path, key))  # fmt: skip
-    for key in ("num_heads", "attention"):
-        if key not in c:
-            raise ConfigError("missing required key", join_path(path, key))
+    require(c, path, ("num_heads", "attention"))
     bias = c.get("bias", True)
     if isinstance(bias, (list, tuple)):
         if len(set(bias)) != 1:
@@ -379,9 +382,7 @@ def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
                 raise ConfigError(f"only MixtureOfExperts takes {key}", join_path(path, key))
     if c.get("dim_model", dim) != dim:
         raise ConfigError(f"must equal the block's dim_model={dim}", join_path(path, "dim_model"))
-    for key in ("activation", "hidden_layer_multiplier"):
-        if key not in c:
-            raise ConfigError("missing required key", join_path(path, key))
+    require(c, path, ("activation", "hidden_layer_multiplier"))
     multiplier = c["hidden_layer_multiplier"]
     hidden = multiplier * dim if isinstance(multiplier, (int, float)) and isinstance(dim, int) else None
     if hidden is None or isinstance(multiplier, bool) or hidden != int(hidden) or hidden <= 0:
@@ -392,8 +393,7 @@ def translate_feedforward(cfg: Any, path: str, dim: Any) -> dict[str, Any]:
            "activation": getattr(c["activation"], "value", c["activation"]),
            "dropout": c.get("dropout", 0.0), "bias": c.get("bias", True)}  # fmt: skip
     if out["name"] == "moe":
-        if "number_of_experts" not in c:
-            raise ConfigError("missing required key", join_path(path, "number_of_experts"))
+        require(c, path, ("number_of_experts",))
         out["num_experts"] = c["number_of_experts"]
         gate = getattr(c.get("gate", "top_2"), "value", c.get("gate", "top_2"))
         out["top_k"] = MOE_GATES[choose(gate, MOE_GATES, join_path(path, "gate"), "unsupported gate")]
