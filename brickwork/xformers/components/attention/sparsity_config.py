@@ -11,10 +11,16 @@ from typing import Any
 from brickwork.components.attention import block_layouts as bl
 
 
-def _direction(kwargs: dict[str, Any]) -> None:
-    attention = kwargs.get("attention", "bidirectional")
-    if attention not in bl.DIRECTIONS:
-        raise NotImplementedError(f'only "uni/bi-directional" attentions are supported, got {attention!r}')
+class _Directed:
+    """Refuses, before the brickwork layout is built, an ``attention`` direction it has no form for."""
+
+    def __init__(self, num_heads: int, **kwargs: Any) -> None:
+        attention = kwargs.get("attention", "bidirectional")
+        if attention not in bl.DIRECTIONS:
+            raise NotImplementedError(
+                f'only "uni/bi-directional" attentions are supported, got {attention!r}'
+            )
+        super().__init__(num_heads, **kwargs)
 
 
 class SparsityConfig(bl.BlockLayout):
@@ -25,25 +31,17 @@ class DenseSparsityConfig(bl.DenseLayout):
     pass
 
 
-class FixedSparsityConfig(bl.FixedLayout):
-    def __init__(self, num_heads: int, **kwargs: Any) -> None:
-        _direction(kwargs)
-        super().__init__(num_heads, **kwargs)
+class FixedSparsityConfig(_Directed, bl.FixedLayout):
+    pass
 
 
-class VariableSparsityConfig(bl.VariableLayout):
-    def __init__(self, num_heads: int, **kwargs: Any) -> None:
-        _direction(kwargs)
-        super().__init__(num_heads, **kwargs)
+class VariableSparsityConfig(_Directed, bl.VariableLayout):
+    pass
 
 
-class BigBirdSparsityConfig(bl.BigBirdLayout):
-    def __init__(self, num_heads: int, **kwargs: Any) -> None:
-        _direction(kwargs)
-        super().__init__(num_heads, **kwargs)
+class BigBirdSparsityConfig(_Directed, bl.BigBirdLayout):
+    pass
 
 
-class BSLongformerSparsityConfig(bl.LongformerLayout):
-    def __init__(self, num_heads: int, **kwargs: Any) -> None:
-        _direction(kwargs)
-        super().__init__(num_heads, **kwargs)
+class BSLongformerSparsityConfig(_Directed, bl.LongformerLayout):
+    pass

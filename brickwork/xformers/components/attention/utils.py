@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from brickwork.components.attention.masks import restrict
 from brickwork.xformers._compat import require
 
 
@@ -40,9 +41,7 @@ def maybe_merge_masks(
     padding = _reshape_key_padding_mask(key_padding_mask, batch_size, src_len, num_heads)
     if att_mask is None:
         return padding.expand(-1, tgt_len, -1)
-    if att_mask.dtype == torch.bool:
-        return att_mask.logical_and(padding)
-    return att_mask.masked_fill(~padding, float("-inf"))
+    return restrict(att_mask, padding, att_mask.dtype)
 
 
 def bool_mask_to_additive(mask: torch.Tensor, dtype: torch.dtype | None = torch.float32) -> torch.Tensor:
