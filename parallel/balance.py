@@ -17,6 +17,7 @@ remainders), every rank keeping at least one row.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from torch import nn
@@ -61,9 +62,7 @@ def split_stages(
     speed = list(weights) if weights is not None else [1.0] * num_stages
     if len(speed) != num_stages or any(w <= 0 for w in speed):
         raise ConfigError(f"need {num_stages} positive stage weights, got {list(speed)}", "device_weights")
-    prefix = [0.0]
-    for c in costs:
-        prefix.append(prefix[-1] + c)
+    prefix = list(itertools.accumulate(costs, initial=0.0))
 
     def time(stage: int, start: int, end: int) -> float:
         extra = (first_extra if stage == 0 else 0.0) + (last_extra if stage == num_stages - 1 else 0.0)
