@@ -274,7 +274,4 @@ def _stage_ids_to_counts(key: str, stage_ids: Any) -> tuple[int, ...]:
     ids = list(stage_ids)
     if not ids or any(not isinstance(i, int) or i < 0 for i in ids) or ids != sorted(ids):
         raise ConfigError(f"must be a non-decreasing list of stage ids >= 0, got {stage_ids!r}", key)
-    counts = [0] * (ids[-1] + 1)
-    for i in ids:
-        counts[i] += 1
-    return tuple(counts)
+    return tuple(ids.count(stage) for stage in range(ids[-1] + 1))
