@@ -262,19 +262,14 @@ def _check_tied(family: Family, variant: Variant, state: Mapping[str, torch.Tens
         head, embedding = state.get(key), state.get(source)
         if head is None or embedding is None or head is embedding:
             continue
-        if head.shape != embedding.shape or not torch.equal(head, embedding):
-            gap = (
-                (head.float() - embedding.float()).abs().max().item()
-                if head.shape == embedding.shape
-                else None
-            )
-            how = (
-                f"by up to {gap:.3g}"
-                if gap is not None
-                else f"in shape ({tuple(head.shape)} vs {tuple(embedding.shape)})"
-            )
-            raise ConfigError(
-                f"the config ties the word embeddings (tie_word_embeddings=True), but {key} differs from "
-                f"{source} {how}; set tie_word_embeddings=False to keep both, or make them one tensor",
-                f"hf_config.tie_word_embeddings ({family.name})",
-            )
+        if head.shape != embedding.shape:
+            how = f"in shape ({tuple(head.shape)} vs {tuple(embedding.shape)})"
+        elif not torch.equal(head, embedding):
+            how = f"by up to {(head.float() - embedding.float()).abs().max().item():.3g}"
+        else:
+            continue
+        raise ConfigError(
+            f"the config ties the word embeddings (tie_word_embeddings=True), but {key} differs from "
+            f"{source} {how}; set tie_word_embeddings=False to keep both, or make them one tensor",
+            f"hf_config.tie_word_embeddings ({family.name})",
+        )
