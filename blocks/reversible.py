@@ -67,9 +67,7 @@ class _ReversibleFunction(torch.autograd.Function):
                 _set_rng_state(g_state, y1)
                 y1 = y1.detach().requires_grad_()
                 g_out = _feed(block, y1)
-                g_params = [p for p in block.feedforward_norm.parameters()] + list(
-                    block.feedforward.parameters()
-                )
+                g_params = [*block.feedforward_norm.parameters(), *block.feedforward.parameters()]
                 grads = torch.autograd.grad(g_out, (y1, *g_params), dy2, allow_unused=True)
             x2 = y2 - g_out.detach()
             dx1 = dy1 + grads[0]
@@ -78,7 +76,7 @@ class _ReversibleFunction(torch.autograd.Function):
                 _set_rng_state(f_state, x2)
                 x2 = x2.detach().requires_grad_()
                 f_out = _attend(block, x2, ctx.attn_mask, None, ctx.positions)
-                f_params = list(block.attention_norm.parameters()) + list(block.attention.parameters())
+                f_params = [*block.attention_norm.parameters(), *block.attention.parameters()]
                 grads = torch.autograd.grad(f_out, (x2, *f_params), dx1, allow_unused=True)
             x1 = y1.detach() - f_out.detach()
             dx2 = dy2 + grads[0]
@@ -105,8 +103,7 @@ def _accumulate(into: dict[int, torch.Tensor], params: Sequence[torch.Tensor], g
 
 
 def _unique(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    seen: set[int] = set()
-    return [p for p in params if not (id(p) in seen or seen.add(id(p)))]
+    return list({id(p): p for p in params}.values())  # in first-seen order
 
 
 class ReversibleLayers(nn.ModuleList):
