@@ -184,22 +184,18 @@ class _Converter:
         return out
 
     def map_block(self, prefix: str, st: Mapping[str, Any]) -> None:
-        path = st["path"]
-        heads = BLOCK_KEYS[st["kind"]]
-        for brickwork, xformers in (
+        pairs = [
             ("", ""), ("residual", "residual_norm_style"), ("norm", "normalization"),
-            ("attention", heads[0]), ("attention.dropout", f"{heads[0]}.residual_dropout"),
-            ("attention.mechanism", f"{heads[0]}.attention"), ("feedforward", "feedforward_config"),
+            ("feedforward", "feedforward_config"),
             ("feedforward.hidden_dim", "feedforward_config.hidden_layer_multiplier"),
             ("feedforward.num_experts", "feedforward_config.number_of_experts"),
             ("feedforward.top_k", "feedforward_config.gate"),
-        ):  # fmt: skip
-            self.map(join_path(prefix, brickwork), join_path(path, xformers))
-        if len(heads) > 1:
-            cross = join_path(path, heads[1])
-            self.map(join_path(prefix, "cross_attention"), cross)
-            self.map(join_path(prefix, "cross_attention.dropout"), join_path(cross, "residual_dropout"))
-            self.map(join_path(prefix, "cross_attention.mechanism"), join_path(cross, "attention"))
+        ]  # fmt: skip
+        for attention, head in zip(("attention", "cross_attention"), BLOCK_KEYS[st["kind"]]):
+            pairs += [(attention, head), (f"{attention}.dropout", f"{head}.residual_dropout"),
+                      (f"{attention}.mechanism", f"{head}.attention")]  # fmt: skip
+        for brickwork, xformers in pairs:
+            self.map(join_path(prefix, brickwork), join_path(st["path"], xformers))
 
     def embedding(self, stacks: list[dict[str, Any]], dim: Any) -> dict[str, Any]:
         """vocab_size, max_seq_len, position and dropout from the first stack's position encoding."""
