@@ -67,8 +67,6 @@ class CompositionalAttention(BrickworkAttention):
         )  # fmt: skip
         self.out_proj = nn.Linear(dim_model, dim_model, bias=bias)
         self.requires_skip_multi_head = True
-        self.supports_attention_mask = True
-        self.supports_key_padding_mask = False
 
     def forward(self, q, k, v, att_mask: MaskLike | None = None, *_: Any, **__: Any) -> torch.Tensor:  # type: ignore[override]
         """q ``[B, Tq, E]``, k/v ``[B, Tk, E]`` -> ``[B, Tq, E]``."""

@@ -153,7 +153,6 @@ class FavorAttention(BrickworkAttention):
         self.feature_map_type = feature
         self.mechanism = self._build(as_int(dim_head)) if dim_head is not None else None
         self.supports_attention_mask = False
-        self.supports_key_padding_mask = False
 
     def _build(self, dim_head: int) -> nn.Module:
         return bw.FavorAttention(dim_head=dim_head, **self._options)
@@ -200,7 +199,6 @@ class GlobalAttention(BrickworkAttention):
         )
         self.requires_same_k_q_dimensions = True
         self.supports_attention_mask = False
-        self.supports_key_padding_mask = False
 
 
 class LocalAttention(BrickworkAttention):
@@ -221,8 +219,6 @@ class LocalAttention(BrickworkAttention):
             window_size=as_int(window_size), causal=causal, dropout=float(dropout)
         )
         self.requires_same_k_q_dimensions = True
-        self.supports_attention_mask = True
-        self.supports_key_padding_mask = False
 
 
 class RandomAttention(BrickworkAttention):
@@ -244,8 +240,6 @@ class RandomAttention(BrickworkAttention):
         self.causal, self.r = causal, r
         self.mechanism = bw.RandomAttention(r=float(r), causal=causal, dropout=float(dropout))
         self.requires_same_k_q_dimensions = True
-        self.supports_attention_mask = True
-        self.supports_key_padding_mask = False
 
 
 class LinformerAttention(BrickworkAttention):
@@ -327,8 +321,6 @@ class OrthoFormerAttention(BrickworkAttention):
             dropout=float(dropout),
             landmark_selection=selection,
         )
-        self.supports_attention_mask = True
-        self.supports_key_padding_mask = False
 
     def forward(self, q, k, v, att_mask=None, *_: Any, **__: Any) -> torch.Tensor:  # type: ignore[override]
         """q ``[B*H, Tq, D]``, k/v ``[B*H, Tk, D]`` -> ``[B*H, Tq, D]``."""
@@ -370,7 +362,6 @@ class LambdaLayer(BrickworkAttention):
         self.attn_drop = nn.Dropout(float(dropout))  # xformers dropped out of the layer's output
         self.requires_same_k_q_dimensions = True
         self.supports_attention_mask = False
-        self.supports_key_padding_mask = False
 
     def forward(self, q, k, v, *_: Any, **__: Any) -> torch.Tensor:  # type: ignore[override]
         """q ``[B*H, Tq, D]``, k/v ``[B*H, Tk, D]`` -> ``[B*H, Tq, D]``."""
