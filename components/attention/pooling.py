@@ -47,14 +47,12 @@ class Pooling(AttentionMechanism):
         """q/k/v ``[B, H, T, D]`` (only v is read) -> ``[B, H, T, D]``."""
         self.check_inputs(q, k, v, attn_mask)
         b, h, t, d = v.shape
-        size = self.pool_size
+        shape, pool = (t,), F.avg_pool1d  # pool along the sequence
         if self.grid:
             side = math.isqrt(t)
             if side * side != t:
                 raise ValueError(f"Pooling with grid=True needs a square number of tokens, got {t}")
-            x = v.transpose(-2, -1).reshape(b * h, d, side, side)
-            pooled = F.avg_pool2d(x, size, stride=1, padding=size // 2, count_include_pad=False)
-            return pooled.reshape(b, h, d, t).transpose(-2, -1) - v
-        x = v.transpose(-2, -1).reshape(b * h, d, t)  # pool along the sequence
-        pooled = F.avg_pool1d(x, size, stride=1, padding=size // 2, count_include_pad=False)
+            shape, pool = (side, side), F.avg_pool2d
+        x = v.transpose(-2, -1).reshape(b * h, d, *shape)
+        pooled = pool(x, self.pool_size, stride=1, padding=self.pool_size // 2, count_include_pad=False)
         return pooled.reshape(b, h, d, t).transpose(-2, -1) - v
