@@ -177,8 +177,7 @@ def _model_state(
     """
     state = parallel_state(model)
     local = model.state_dict() if state is None else state.local_state_dict()
-    padded = _padded(model)
-    packed = _packed(model)
+    padded, packed = _reordered(model)
     out, copies = {}, {}
     for name, value in local.items():
         value = _unwrapped(value)
@@ -225,9 +224,13 @@ def _write_back(target: torch.Tensor, full: torch.Tensor) -> None:
     target.to_local().copy_(local)
 
 
-def _packed(model: nn.Module) -> dict[str, tuple[int, torch.Tensor]]:
+def _reordered(
+    model: nn.Module,
+) -> tuple[dict[str, VocabPadding], dict[str, tuple[int, torch.Tensor]]]:
+    """By name, the padded vocabularies and the packed ``colwise:N`` parameters of ``model``."""
     state = parallel_state(model)
-    return packed_names(state.modules if state is not None else [model])
+    modules = state.modules if state is not None else [model]
+    return padded_names(modules), packed_names(modules)
 
 
 def _dist_dict(model: nn.Module) -> dict[str, Any] | None:
@@ -261,7 +264,7 @@ def _as_global(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
 
 def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     local = _local_optimizer(model, optimizer)
-    padded, packed = _padded(model), _packed(model)
+    padded, packed = _reordered(model)
     out = {}
     for name, param in _trainable(model).items():
         for key, value in local.state.get(param, {}).items():
@@ -273,11 +276,6 @@ def _optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
                     value = natural_order_view(value, *packed[name])
                 out[f"optim.{name}.{key}"] = value
     return out
-
-
-def _padded(model: nn.Module) -> dict[str, VocabPadding]:
-    state = parallel_state(model)
-    return padded_names(state.modules if state is not None else [model])
 
 
 def _param_shape(param: torch.Tensor) -> torch.Size:
@@ -307,7 +305,7 @@ def _optimizer_destinations(
     optimizer holds."""
     local = _local_optimizer(model, optimizer)
     owned = {id(p) for group in local.param_groups for p in group["params"]}
-    padded, packed = _padded(model), _packed(model)
+    padded, packed = _reordered(model)
     out: dict[str, _Destination] = {}
     done: set[int] = set()
     for name, param in _trainable(model).items():
