@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from brickwork.errors import ConfigError
 from brickwork.layout.vocab_padding import unpadded_state_dict
 from brickwork.parallel.mesh import mesh_device
-from brickwork.parallel.tensor.styles import PACKED_ATTR
+from brickwork.parallel.tensor.styles import packed_names
 from brickwork.parallel.tensor.vocab_padding import pad_source
 
 
@@ -97,9 +97,7 @@ def materialize(model: nn.Module, source: dict[str, torch.Tensor], device: torch
             module._buffers[name] = buffer
     if source:
         source = dict(source)
-        for prefix, module in model.named_modules():
-            for pname, (dim, order) in getattr(module, PACKED_ATTR, {}).items():
-                key = f"{prefix}.{pname}" if prefix else pname
-                source[key] = source[key].index_select(dim, order)
+        for key, (dim, order) in packed_names([model]).items():
+            source[key] = source[key].index_select(dim, order)
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, source, options=options)
