@@ -30,7 +30,8 @@ from .spec import (
     attention_spec,
     block,
     check_blocks,
-    hf_activation,
+    hf_mlp,
+    hf_sizes,
     mlp_spec,
     spec_attention,
     spec_feedforward,
@@ -173,18 +174,12 @@ class Bert(Family):
                 self.name, "head_activation", "HF BERT uses one hidden_act for the MLM head and the MLP"
             )
         config = {
-            "vocab_size": spec["vocab_size"],
-            "hidden_size": spec["dim_model"],
-            "num_hidden_layers": spec["encoder"]["num_layers"],
-            "num_attention_heads": attn["num_heads"],
-            "intermediate_size": ff["hidden_dim"],
-            "hidden_act": hf_activation(ff, self.name, "gelu"),
+            **hf_sizes(spec),
+            **hf_mlp(ff, self.name, "gelu"),
             "hidden_dropout_prob": spec["dropout"],
             "attention_probs_dropout_prob": attn["mechanism"].get("dropout", 0.0),
-            "max_position_embeddings": spec["max_seq_len"],
             "type_vocab_size": spec["type_vocab_size"],
             "layer_norm_eps": spec_norm(spec)["eps"],
-            "tie_word_embeddings": spec["tie_embeddings"],
         }
         return (
             "BertForMaskedLM" if mlm else "BertModel+pooler" if spec.get("pooler") else "BertModel"

@@ -26,7 +26,8 @@ from .spec import (
     check_blocks,
     decoder_spec,
     head_dim_of,
-    hf_activation,
+    hf_mlp,
+    hf_sizes,
     spec_attention,
     spec_block,
     spec_feedforward,
@@ -162,15 +163,10 @@ class Llama(Family):
         if attention["dropout"] or spec_block(spec)["feedforward"].get("dropout") or spec["dropout"]:
             raise unsupported(self.name, "dropout", f"HF {self.name} drops attention probabilities only")
         config = {
-            "vocab_size": spec["vocab_size"],
-            "hidden_size": spec["dim_model"],
-            "num_hidden_layers": spec["decoder"]["num_layers"],
-            "num_attention_heads": attention["num_heads"],
+            **hf_sizes(spec),
             "num_key_value_heads": attention["num_kv_heads"] or attention["num_heads"],
             "head_dim": head_dim_of(spec),
-            "max_position_embeddings": spec["max_seq_len"],
             "rms_norm_eps": spec_norm(spec)["eps"],
-            "tie_word_embeddings": spec["tie_embeddings"],
             "rope_parameters": hf_rope(spec["position"], self.name, fraction_allowed=False),
             "attention_dropout": attention["mechanism"].get("dropout", 0.0),
         }
@@ -184,7 +180,7 @@ class Llama(Family):
 
     def hf_feedforward(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         ff = spec_feedforward(spec, self.name, names=("swiglu", "glu"))
-        return hf_gated_mlp(ff, self.name) | {"mlp_bias": ff["bias"]}
+        return hf_mlp(ff, self.name, "silu") | {"mlp_bias": ff["bias"]}
 
     def hf_windows(self, windows: Sequence[int | None]) -> dict[str, Any]:
         """The HF config options of the layers' windows."""
@@ -226,8 +222,3 @@ def gated_mlp(cfg: HFConfig, activation: str, bias: bool) -> dict[str, Any]:
         "dropout": 0.0,
     }
     return feedforward if activation == "silu" else feedforward | {"activation": activation}
-
-
-def hf_gated_mlp(ff: Mapping[str, Any], family: str) -> dict[str, Any]:
-    """The HF config options of a SwiGLU or GLU feedforward (or expert)."""
-    return {"intermediate_size": ff["hidden_dim"], "hidden_act": hf_activation(ff, family, "silu")}

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 from .config import HFConfig
 from .family import Variant, causal_lm
-from .llama import Llama, gated_mlp, hf_gated_mlp
-from .spec import spec_feedforward, unsupported
+from .llama import Llama, gated_mlp
+from .spec import hf_mlp, spec_feedforward, unsupported
 
 
 class Mistral(Llama):
@@ -51,7 +51,7 @@ class Mistral(Llama):
             raise unsupported(
                 self.name, "decoder.block.feedforward.bias", f"HF {self.name}'s MLP has no biases"
             )
-        return hf_gated_mlp(ff, self.name)
+        return hf_mlp(ff, self.name, "silu")
 
     def hf_windows(self, windows: Sequence[int | None]) -> dict[str, Any]:
         if len(set(windows)) > 1:

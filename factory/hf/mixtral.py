@@ -24,9 +24,9 @@ import torch
 
 from .config import HFConfig
 from .family import Packed, Rule, Variant, causal_lm
-from .llama import GATED_LAYER_PLAN, Llama, gated_mlp, hf_gated_mlp
+from .llama import GATED_LAYER_PLAN, Llama, gated_mlp
 from .mistral import Mistral
-from .spec import spec_feedforward, unsupported
+from .spec import hf_mlp, spec_feedforward, unsupported
 
 _LM = causal_lm("MixtralForCausalLM")
 # The same class as its checkpoints hold it, one tensor per expert and projection: a variant of its
@@ -113,7 +113,7 @@ class Mixtral(Mistral):
             if not ok:
                 raise unsupported(self.name, f"{path}.{key}", why)
         expert = {"hidden_dim": moe["hidden_dim"], "activation": moe["activation"] or "silu"}
-        return hf_gated_mlp(expert, self.name) | {
+        return hf_mlp(expert, self.name, "silu") | {
             "num_local_experts": moe["num_experts"],
             "num_experts_per_tok": moe["top_k"],
             "output_router_logits": False,

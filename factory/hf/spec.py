@@ -93,6 +93,23 @@ def hf_activation(ff: Mapping[str, Any], family: str, default: str) -> str:
     return HF_ACTIVATIONS[name]
 
 
+def hf_mlp(ff: Mapping[str, Any], family: str, default: str) -> dict[str, Any]:
+    """The HF config keys of an MLP (plain, gated, or an expert): its width and activation."""
+    return {"intermediate_size": ff["hidden_dim"], "hidden_act": hf_activation(ff, family, default)}
+
+
+def hf_sizes(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The HF config keys that GPT-NeoX, BERT and the Llama families name alike."""
+    return {
+        "vocab_size": spec["vocab_size"],
+        "hidden_size": spec["dim_model"],
+        "num_hidden_layers": stack(spec)["num_layers"],
+        "num_attention_heads": spec_attention(spec)["num_heads"],
+        "max_position_embeddings": spec["max_seq_len"],
+        "tie_word_embeddings": spec["tie_embeddings"],
+    }
+
+
 def head_dim_of(spec: Mapping[str, Any]) -> int:
     attn = spec_attention(spec)
     return attn.get("dim_head") or spec["dim_model"] // attn["num_heads"]
