@@ -87,9 +87,7 @@ class FavorAttention(AttentionMechanism):
             raise ConfigError(f"must be even for sm_hyp, got {features}", "dim_features")
 
     def _draw(self) -> torch.Tensor:
-        generator = None
-        if self.seed is not None:
-            generator = torch.Generator().manual_seed(self.seed + self.draws)
+        generator = None if self.seed is None else torch.Generator().manual_seed(self.seed + self.draws)
         self.draws += 1
         hyperbolic = self.feature_map_type == "sm_hyp"
         rows = self.dim_features // 2 if hyperbolic else self.dim_features
