@@ -147,11 +147,8 @@ class OrthoformerAttention(AttentionMechanism):
         """``[B, H, m, D]`` landmarks from the candidate keys ``pool`` ``[B, H, T, D]``, as
         ``landmark_selection`` says: the most orthogonal keys, random keys, or k-means centroids
         (Euclidean or spherical) grown from the orthogonal picks."""
-        m = self.num_landmarks
-        if self.landmark_selection == "random":
-            index = random_landmarks(pool, m, keep)
-        else:
-            index = orthogonal_landmarks(pool, m, keep)  # (B, H, m)
+        pick = random_landmarks if self.landmark_selection == "random" else orthogonal_landmarks
+        index = pick(pool, self.num_landmarks, keep)  # (B, H, m)
         picked = pool.gather(-2, index[..., None].expand(*index.shape, pool.shape[-1]))
         if self.landmark_selection.startswith("kmeans"):
             return kmeans_landmarks(
