@@ -60,6 +60,29 @@ def get_registry_decorator(
     return register_item
 
 
+def make_registry(
+    reference_class: type, default_config: Any
+) -> tuple[dict[str, Item], set[str], Callable[..., Callable[[type], type]], Callable[[Any], Any]]:
+    """One family's registry, as xformers kept it per family: the name -> :class:`Item` dict, the set of
+    registered class names, the ``register(name, config)`` decorator and the ``build(config)`` function."""
+    registry: dict[str, Item] = {}
+    class_names: set[str] = set()
+
+    def build(config: dict[str, Any] | Any) -> Any:
+        """The component registered as ``config["name"]``, from its config dataclass or from a dict (keys
+        its config does not declare are ignored, as in xformers: :func:`generate_matching_config`)."""
+        if not isinstance(config, default_config):
+            config = generate_matching_config(config, registry[config["name"]].config)
+        return registry[config.name].constructor.from_config(config)
+
+    return (
+        registry,
+        class_names,
+        get_registry_decorator(registry, class_names, reference_class, default_config),
+        build,
+    )
+
+
 def generate_matching_config(superset: dict[str, Any], config_class: Any) -> Any:
     """``config_class`` built from the keys of ``superset`` it declares; the others are ignored (as in
     xformers, where one dict configures every component) and missing fields are None."""

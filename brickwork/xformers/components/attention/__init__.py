@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -13,32 +12,26 @@ from brickwork.factory.xformers.stack import XFORMERS_MECHANISMS
 from brickwork.xformers.components.attention._sputnik_sparse import SparseCS
 from brickwork.xformers.components.attention.attention_mask import AttentionMask
 from brickwork.xformers.components.attention.base import Attention, AttentionConfig
-from brickwork.xformers.utils import generate_matching_config, get_registry_decorator
+from brickwork.xformers.utils import make_registry
 
 logger = logging.getLogger("brickwork.xformers")
 
-ATTENTION_REGISTRY: dict[str, Any] = {}
-ATTENTION_CLASS_NAMES: set[str] = set()
+ATTENTION_REGISTRY, ATTENTION_CLASS_NAMES, register_attention, _build = make_registry(
+    Attention, AttentionConfig
+)
 
 # Patterns denser than this stay dense masks (the threshold xformers took from the Sputnik paper).
 _DENSITY_THRESHOLD = 0.30
 _USE_SPUTNIK = True
 
-register_attention: Callable[..., Callable[[type], type]] = get_registry_decorator(
-    ATTENTION_REGISTRY, ATTENTION_CLASS_NAMES, Attention, AttentionConfig
-)
-
 
 def build_attention(config: dict[str, Any] | AttentionConfig) -> Attention:
     """The attention registered as ``config["name"]``, from the config keys its class declares (others
     are ignored, as in xformers, where one dict configures every mechanism)."""
-    if not isinstance(config, AttentionConfig):
-        name = config["name"]
-        if name not in ATTENTION_REGISTRY:
-            logger.warning(f"{name} not available among {sorted(ATTENTION_REGISTRY)}")
-            raise KeyError(name)
-        config = generate_matching_config(config, ATTENTION_REGISTRY[name].config)
-    return ATTENTION_REGISTRY[config.name].constructor.from_config(config)
+    if not isinstance(config, AttentionConfig) and config["name"] not in ATTENTION_REGISTRY:
+        logger.warning(f"{config['name']} not available among {sorted(ATTENTION_REGISTRY)}")
+        raise KeyError(config["name"])
+    return _build(config)
 
 
 def sparsify(matrix: torch.Tensor) -> SparseCS | torch.Tensor:

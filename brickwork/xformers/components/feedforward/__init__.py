@@ -7,25 +7,12 @@ FairScale xformers needed for it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from brickwork.xformers.components.feedforward.base import Feedforward, FeedforwardConfig
-from brickwork.xformers.utils import generate_matching_config, get_registry_decorator
+from brickwork.xformers.utils import make_registry
 
-FEEDFORWARD_REGISTRY: dict[str, Any] = {}
-FEEDFORWARD_CLASS_NAMES: set[str] = set()
-
-register_feedforward: Callable[..., Callable[[type], type]] = get_registry_decorator(
-    FEEDFORWARD_REGISTRY, FEEDFORWARD_CLASS_NAMES, Feedforward, FeedforwardConfig
+FEEDFORWARD_REGISTRY, FEEDFORWARD_CLASS_NAMES, register_feedforward, build_feedforward = make_registry(
+    Feedforward, FeedforwardConfig
 )
-
-
-def build_feedforward(config: dict[str, Any] | FeedforwardConfig) -> Feedforward:
-    """The feedforward registered as ``config["name"]``; keys its config does not declare are ignored."""
-    if not isinstance(config, FeedforwardConfig):
-        config = generate_matching_config(config, FEEDFORWARD_REGISTRY[config["name"]].config)
-    return FEEDFORWARD_REGISTRY[config.name].constructor.from_config(config)
 
 
 from brickwork.xformers.components.feedforward.mixture_of_experts import (  # noqa: E402

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from brickwork.xformers.components.positional_embedding.base import PositionEmbedding, PositionEmbeddingConfig
-from brickwork.xformers.utils import generate_matching_config, get_registry_decorator
+from brickwork.xformers.utils import make_registry
 
-POSITION_EMBEDDING_REGISTRY: dict[str, Any] = {}
-POSITION_EMBEDDING_CLASS_NAMES: set[str] = set()
-
-register_positional_embedding: Callable[..., Callable[[type], type]] = get_registry_decorator(
-    POSITION_EMBEDDING_REGISTRY, POSITION_EMBEDDING_CLASS_NAMES, PositionEmbedding, PositionEmbeddingConfig
-)
-
-
-def build_positional_embedding(config: dict[str, Any] | PositionEmbeddingConfig) -> PositionEmbedding:
-    """The embedding registered as ``config["name"]``; keys its config does not declare are ignored."""
-    if not isinstance(config, PositionEmbeddingConfig):
-        config = generate_matching_config(config, POSITION_EMBEDDING_REGISTRY[config["name"]].config)
-    return POSITION_EMBEDDING_REGISTRY[config.name].constructor.from_config(config)
+(
+    POSITION_EMBEDDING_REGISTRY,
+    POSITION_EMBEDDING_CLASS_NAMES,
+    register_positional_embedding,
+    build_positional_embedding,
+) = make_registry(PositionEmbedding, PositionEmbeddingConfig)
 
 
 from brickwork.xformers.components.positional_embedding.embeddings import (  # noqa: E402
