@@ -172,14 +172,15 @@ class ParallelConfig(CheckedConfig):
             )
 
     @property
+    def mesh_shape(self) -> tuple[int, int, int, int]:
+        """(pp, dp, cp, tp): the sizes of the device mesh's dims, in order (parallel/mesh.py)."""
+        pp, dp = self.pipeline_parallel_size, self.data_parallel_size
+        return pp, dp, self.context_parallel_size, self.tensor_parallel_size
+
+    @property
     def world_size(self) -> int:
         """pp × dp × cp × tp: the number of processes this layout needs."""
-        return (
-            self.pipeline_parallel_size
-            * self.data_parallel_size
-            * self.context_parallel_size
-            * self.tensor_parallel_size
-        )
+        return math.prod(self.mesh_shape)
 
     def check_world_size(self, world_size: int) -> None:
         """Raise ConfigError, naming every number, unless pp × dp × cp × tp equals ``world_size``."""

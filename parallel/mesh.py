@@ -38,13 +38,7 @@ def build_mesh(dist_config: Mapping[str, Any] | ParallelConfig) -> DeviceMesh:
     device_type = mesh_device_type(config)
     if device_type == "cuda":  # again, for a process group the caller started
         torch.cuda.set_device(local_device_index())
-    shape = (
-        config.pipeline_parallel_size,
-        config.data_parallel_size,
-        config.context_parallel_size,
-        config.tensor_parallel_size,
-    )
-    return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
+    return init_device_mesh(device_type, config.mesh_shape, mesh_dim_names=MESH_DIMS)
 
 
 def launched_config(dist_config: Mapping[str, Any] | ParallelConfig) -> ParallelConfig:
