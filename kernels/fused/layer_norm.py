@@ -107,37 +107,7 @@ def _layer_norm_bwd_kernel(
     first_row = pid * rows_per_program
     last_row = tl.minimum(first_row + rows_per_program, n_rows)
     partial_row = pid * n_cols
-    if SINGLE_BLOCK:
-        cols = tl.arange(0, BLOCK_N)
-        inside = cols < n_cols
-        if HAS_WEIGHT:
-            w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-        dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
-        dbias = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for row in range(first_row, last_row):
-            x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
-            dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
-            dy = dy.to(tl.float32)
-            rstd = tl.load(rstd_ptr + row)
-            xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
-            # w*dy as an explicit FMA with +0 is one rounded value the compiler cannot fold: as a plain
-            # product it would be fused into the subtraction below (an FMA), differ from the summed one
-            # by a rounding, and rstd would magnify that (width 1 must give 0).
-            wdy = tl.fma(dy, w, 0.0) if HAS_WEIGHT else dy
-            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
-            c2 = tl.div_rn(tl.sum(wdy, axis=0), n_cols * 1.0)
-            # A non-finite row reduction makes the whole row NaN, as in the twin (0 * inf is NaN).
-            dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
-            tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
-            if HAS_WEIGHT:
-                dweight += dy * xhat
-            if HAS_BIAS:
-                dbias += dy
-        if HAS_WEIGHT:
-            tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
-        if HAS_BIAS:
-            tl.store(dbias_ptr + partial_row + cols, dbias, mask=inside)
-    else:
+    if not SINGLE_BLOCK:
         # Pass 1, row by row: each row's two sums, kept in row_sums [2, n_rows].
         for row in range(first_row, last_row):
             mean = tl.load(mean_ptr + row)
@@ -153,41 +123,50 @@ def _layer_norm_bwd_kernel(
                 xhat = tl.where(inside, (x.to(tl.float32) - mean) * rstd, 0.0)
                 if HAS_WEIGHT:
                     w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-                    dy = tl.fma(dy, w, 0.0)  # rounded as in pass 2 (see the one-block path)
+                    dy = tl.fma(dy, w, 0.0)  # rounded as in pass 2
                 sum_xhat_wdy += xhat * dy
                 sum_wdy += dy
             tl.store(row_sums_ptr + row, tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0))
             tl.store(row_sums_ptr + n_rows + row, tl.div_rn(tl.sum(sum_wdy, axis=0), n_cols * 1.0))
         # The sums stored above are read below by other threads of this program.
         tl.debug_barrier()
-        # Pass 2, one column chunk at a time over this program's rows: dx, and the parameter
-        # gradients summed in registers and stored once per chunk (no read-add-write of partial rows).
-        for start in range(0, n_cols, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            inside = cols < n_cols
-            if HAS_WEIGHT:
-                w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-            dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
-            dbias = tl.zeros([BLOCK_N], dtype=tl.float32)
-            for row in range(first_row, last_row):
-                x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
-                dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
-                dy = dy.to(tl.float32)
-                rstd = tl.load(rstd_ptr + row)
-                xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
-                wdy = tl.fma(dy, w, 0.0) if HAS_WEIGHT else dy
+    # One column chunk at a time (a single one for a one-block row) over this program's rows: dx, and
+    # the parameter gradients summed in registers and stored once per chunk (no read-add-write of
+    # partial rows). A one-block row takes its two sums here, from the row it holds.
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        inside = cols < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+        dbias = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for row in range(first_row, last_row):
+            x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+            dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+            dy = dy.to(tl.float32)
+            rstd = tl.load(rstd_ptr + row)
+            xhat = tl.where(inside, (x.to(tl.float32) - tl.load(mean_ptr + row)) * rstd, 0.0)
+            # w*dy as an explicit FMA with +0 is one rounded value the compiler cannot fold: as a plain
+            # product it would be fused into the subtraction below (an FMA), differ from the summed one
+            # by a rounding, and rstd would magnify that (width 1 must give 0).
+            wdy = tl.fma(dy, w, 0.0) if HAS_WEIGHT else dy
+            if SINGLE_BLOCK:
+                c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
+                c2 = tl.div_rn(tl.sum(wdy, axis=0), n_cols * 1.0)
+            else:
                 c1 = tl.load(row_sums_ptr + row)
                 c2 = tl.load(row_sums_ptr + n_rows + row)
-                dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
-                tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
-                if HAS_WEIGHT:
-                    dweight += dy * xhat
-                if HAS_BIAS:
-                    dbias += dy
+            # A non-finite row reduction makes the whole row NaN, as in the twin (0 * inf is NaN).
+            dx = (wdy - (xhat * c1 + c2)) * rstd + (c1 + c2) * 0.0
+            tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
             if HAS_WEIGHT:
-                tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
+                dweight += dy * xhat
             if HAS_BIAS:
-                tl.store(dbias_ptr + partial_row + cols, dbias, mask=inside)
+                dbias += dy
+        if HAS_WEIGHT:
+            tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
+        if HAS_BIAS:
+            tl.store(dbias_ptr + partial_row + cols, dbias, mask=inside)
 
 
 def layer_norm_forward(

@@ -73,32 +73,7 @@ def _rms_norm_bwd_kernel(
     first_row = pid * rows_per_program
     last_row = tl.minimum(first_row + rows_per_program, n_rows)
     partial_row = pid * n_cols
-    if SINGLE_BLOCK:
-        cols = tl.arange(0, BLOCK_N)
-        inside = cols < n_cols
-        if HAS_WEIGHT:
-            w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-        dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for row in range(first_row, last_row):
-            x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
-            dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
-            dy = dy.to(tl.float32)
-            rstd = tl.load(rstd_ptr + row)
-            xhat = x.to(tl.float32) * rstd
-            if HAS_WEIGHT:
-                wdy = dy * w
-                dweight += dy * xhat
-            else:
-                wdy = dy
-            c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
-            # At width 1, 1 - xhat**2 is eps * rstd**2 exactly: no cancellation. Adding (xhat + c1) * 0
-            # keeps the NaN that a non-finite x or dy gives the general formula.
-            exact = wdy * (eps * rstd * rstd) + (xhat + c1) * 0.0
-            dx = tl.where(n_cols == 1, exact, wdy - xhat * c1) * rstd
-            tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
-        if HAS_WEIGHT:
-            tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
-    else:
+    if not SINGLE_BLOCK:
         # Pass 1, row by row: each row's sum, kept in row_sums [n_rows].
         for row in range(first_row, last_row):
             rstd = tl.load(rstd_ptr + row)
@@ -115,29 +90,37 @@ def _rms_norm_bwd_kernel(
             tl.store(row_sums_ptr + row, tl.div_rn(tl.sum(sum_xhat_wdy, axis=0), n_cols * 1.0))
         # The sums stored above are read below by other threads of this program.
         tl.debug_barrier()
-        # Pass 2, one column chunk at a time over this program's rows: dx, and the weight gradient
-        # summed in registers and stored once per chunk (no read-add-write of partial rows).
-        for start in range(0, n_cols, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            inside = cols < n_cols
+    # One column chunk at a time (a single one for a one-block row) over this program's rows: dx, and
+    # the weight gradient summed in registers and stored once per chunk (no read-add-write of partial
+    # rows). A one-block row takes its sum here, from the row it holds.
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        inside = cols < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+        dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for row in range(first_row, last_row):
+            x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
+            dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
+            dy = dy.to(tl.float32)
+            rstd = tl.load(rstd_ptr + row)
+            xhat = x.to(tl.float32) * rstd
             if HAS_WEIGHT:
-                w = tl.load(weight_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-            dweight = tl.zeros([BLOCK_N], dtype=tl.float32)
-            for row in range(first_row, last_row):
-                x = tl.load(x_ptr + row * x_row_stride + cols * x_col_stride, mask=inside, other=0.0)
-                dy = tl.load(dy_ptr + row * dy_row_stride + cols * dy_col_stride, mask=inside, other=0.0)
-                dy = dy.to(tl.float32)
-                rstd = tl.load(rstd_ptr + row)
-                xhat = x.to(tl.float32) * rstd
-                if HAS_WEIGHT:
-                    wdy = dy * w
-                    dweight += dy * xhat
-                else:
-                    wdy = dy
+                wdy = dy * w
+                dweight += dy * xhat
+            else:
+                wdy = dy
+            if SINGLE_BLOCK:
+                c1 = tl.div_rn(tl.sum(xhat * wdy, axis=0), n_cols * 1.0)
+                # At width 1, 1 - xhat**2 is eps * rstd**2 exactly: no cancellation. Adding (xhat + c1)
+                # * 0 keeps the NaN that a non-finite x or dy gives the general formula.
+                exact = wdy * (eps * rstd * rstd) + (xhat + c1) * 0.0
+                dx = tl.where(n_cols == 1, exact, wdy - xhat * c1) * rstd
+            else:
                 dx = (wdy - xhat * tl.load(row_sums_ptr + row)) * rstd
-                tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
-            if HAS_WEIGHT:
-                tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
+            tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+        if HAS_WEIGHT:
+            tl.store(dweight_ptr + partial_row + cols, dweight, mask=inside)
 
 
 def rms_norm_forward(
