@@ -128,9 +128,7 @@ class GPT2(Family):
         check_blocks(
             _without_layers(spec) if by_layer else spec, self.name, ("pre",), "layernorm", True, True
         )
-        ff = spec_feedforward(spec, self.name, names=("mlp",))
-        if not ff["bias"]:
-            raise unsupported(self.name, "decoder.block.feedforward.bias", "GPT-2's MLP has biases")
+        ff = spec_feedforward(spec, self.name, ("mlp",), bias=True)
         config = {
             "vocab_size": spec["vocab_size"],
             "n_positions": spec["max_seq_len"],

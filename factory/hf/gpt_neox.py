@@ -126,9 +126,7 @@ class GPTNeoX(Family):
         attn = spec_attention(spec)
         if attn["num_kv_heads"] not in (None, attn["num_heads"]) or attn.get("dim_head"):
             raise unsupported(self.name, "decoder.block.attention", "GPT-NeoX has no GQA and D = dim / H")
-        ff = spec_feedforward(spec, self.name, names=("mlp",))
-        if not ff["bias"]:
-            raise unsupported(self.name, "decoder.block.feedforward.bias", "GPT-NeoX's MLP always has biases")
+        ff = spec_feedforward(spec, self.name, ("mlp",), bias=True)
         config = {
             **hf_sizes(spec),
             **hf_mlp(ff, self.name, "gelu"),

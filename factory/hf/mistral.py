@@ -46,12 +46,7 @@ class Mistral(Llama):
         return {}
 
     def hf_feedforward(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        ff = spec_feedforward(spec, self.name, names=("swiglu", "glu"))
-        if ff["bias"]:
-            raise unsupported(
-                self.name, "decoder.block.feedforward.bias", f"HF {self.name}'s MLP has no biases"
-            )
-        return hf_mlp(ff, self.name, "silu")
+        return hf_mlp(spec_feedforward(spec, self.name, ("swiglu", "glu"), bias=False), self.name, "silu")
 
     def hf_windows(self, windows: Sequence[int | None]) -> dict[str, Any]:
         if len(set(windows)) > 1:

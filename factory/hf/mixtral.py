@@ -100,11 +100,10 @@ class Mixtral(Mistral):
         return Llama.matches(self, spec) and spec["decoder"]["block"]["feedforward"]["name"] == "moe"
 
     def hf_feedforward(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        moe = spec_feedforward(spec, self.name, names=("moe",))
+        moe = spec_feedforward(spec, self.name, ("moe",), bias=False)
         path = "decoder.block.feedforward"
         checks = [
             (moe["expert"] in ("swiglu", "glu"), "expert", "HF Mixtral's experts are gated (swiglu or glu)"),
-            (not moe["bias"], "bias", "HF Mixtral's experts have no biases"),
             (moe["normalize_top_k"], "normalize_top_k", "HF Mixtral renormalises the top-k probabilities"),
             (not moe["aux_loss_weight"], "aux_loss_weight",
              "HF Mixtral's load-balancing loss is computed otherwise (over all layers at once); set it to 0"),

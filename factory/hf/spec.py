@@ -78,10 +78,18 @@ def spec_norm(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec_block(spec)["norm"]
 
 
-def spec_feedforward(spec: Mapping[str, Any], family: str, names: tuple[str, ...]) -> Mapping[str, Any]:
+def spec_feedforward(
+    spec: Mapping[str, Any], family: str, names: tuple[str, ...], bias: bool | None = None
+) -> Mapping[str, Any]:
+    """The blocks' feedforward; refused unless it is one of ``names``, with biases or without as ``bias``
+    says (None: either, as a config option says)."""
     ff = spec_block(spec)["feedforward"]
     if ff["name"] not in names:
         raise unsupported(family, "feedforward.name", f"HF {family} has a {' or '.join(names)} feedforward")
+    if bias is not None and ff["bias"] != bias:
+        kind = "decoder" if spec.get("model") == "decoder_lm" else "encoder"
+        has = "has" if bias else "has no"
+        raise unsupported(family, f"{kind}.block.feedforward.bias", f"HF {family}'s feedforward {has} biases")
     return ff
 
 
