@@ -32,9 +32,13 @@ from brickwork.xformers.factory.block_configs import (
 logger = logging.getLogger("brickwork.xformers")
 
 
-def _ln_factory(d_model: int, style: ResidualNormStyle, residual: bool, normalization: NormalizationType,
-                residual_scale: float = 1.0) -> Any:  # fmt: skip
-    """Wraps a sublayer in the residual path and norm placement ``style`` asks for."""
+def _ln_factory(config: xFormerEncoderConfig | xFormerDecoderConfig, residual: bool = True) -> Any:
+    """Wraps a sublayer in the residual path and norm placement ``config.residual_norm_style`` asks for.
+    DeepNorm scales the residual by the alpha of a stack of ``config.num_layers`` blocks alone (the same
+    for an encoder and a decoder stack), as xformers did also in encoder-decoder models."""
+    d_model, style, normalization = config.dim_model, config.residual_norm_style, config.normalization
+    deepnorm = style == ResidualNormStyle.DeepNorm
+    scale = get_deepnorm_coefficients(config.num_layers, 0)[0].alpha if deepnorm else None
 
     def wrap(sublayer: nn.Module) -> nn.Module:
         if not residual:
@@ -45,7 +49,6 @@ def _ln_factory(d_model: int, style: ResidualNormStyle, residual: bool, normaliz
             )
         if style == ResidualNormStyle.Pre:
             return Residual(PreNorm(d_model, sublayer, normalization))
-        scale = residual_scale if style == ResidualNormStyle.DeepNorm else None
         return PostNorm(d_model, Residual(sublayer, scale=scale), normalization)
 
     return wrap
@@ -85,10 +88,7 @@ class xFormerEncoderBlock(nn.Module):
         self.reversible_f = self.reversible_g = None
         self.residual_norm_style, self.dim_model = config.residual_norm_style, config.dim_model
         _position_encoding(self, config, config.multi_head_config["dim_model"])
-        scale = 1.0
-        if config.residual_norm_style == ResidualNormStyle.DeepNorm:
-            scale = get_deepnorm_coefficients(config.num_layers, 0)[0].alpha
-        wrap = _ln_factory(config.dim_model, config.residual_norm_style, True, config.normalization, scale)
+        wrap = _ln_factory(config)
         mha = build_multi_head_attention(config.multi_head_config)
         feedforward = build_feedforward(dataclasses.asdict(config.feedforward_config))
         self.supports_attention_mask = mha.attention.supports_attention_mask
@@ -112,7 +112,7 @@ class xFormerEncoderBlock(nn.Module):
     @staticmethod
     def get_reversible_layer(config: xFormerEncoderConfig) -> tuple[nn.Module, nn.Module]:
         """The (f, g) halves of a reversible block: normed attention and normed feedforward."""
-        wrap = _ln_factory(config.dim_model, config.residual_norm_style, False, config.normalization)
+        wrap = _ln_factory(config, residual=False)
         mha = build_multi_head_attention(config.multi_head_config)
         feedforward = build_feedforward(dataclasses.asdict(config.feedforward_config))
         return wrap(mha), wrap(feedforward)
@@ -135,10 +135,7 @@ class xFormerDecoderBlock(nn.Module):
     def __init__(self, config: xFormerDecoderConfig, **_: Any) -> None:
         super().__init__()
         _position_encoding(self, config, config.multi_head_config_masked["dim_model"])
-        scale = 1.0
-        if config.residual_norm_style == ResidualNormStyle.DeepNorm:
-            scale = get_deepnorm_coefficients(0, config.num_layers)[1].alpha
-        wrap = _ln_factory(config.dim_model, config.residual_norm_style, True, config.normalization, scale)
+        wrap = _ln_factory(config)
         mha = build_multi_head_attention(config.multi_head_config_masked)
         cross_mha = build_multi_head_attention(config.multi_head_config_cross)
         feedforward = build_feedforward(config.feedforward_config)
