@@ -110,11 +110,8 @@ class xFormer(nn.Module):
             and (decoders[0].pose_encoding is not None)
         ):
             encoders[0].pose_encoding = decoders[0].pose_encoding
-        self.encoders: nn.Module = (
-            ReversibleSequence(nn.ModuleList(encoders))
-            if self.reversible_encoder
-            else (nn.ModuleList(encoders))
-        )
+        stack = nn.ModuleList(encoders)
+        self.encoders: nn.Module = ReversibleSequence(stack) if self.reversible_encoder else stack
         self.decoders = nn.ModuleList(decoders)
         use_deepnorm = stack_configs[0].residual_norm_style == ResidualNormStyle.DeepNorm
         self.init_weights(xFormerWeightInit(weight_init), use_deepnorm)
@@ -125,17 +122,12 @@ class xFormer(nn.Module):
 
     def init_weights(self, weight_init: xFormerWeightInit, use_deep_norm: bool) -> None:
         """``weight_init`` everywhere, scaled by DeepNorm's beta for each part when it is used."""
-        encoder_gain = decoder_gain = 1.0
-        if use_deep_norm:
-            n_enc = len(self.encoders.blocks) if self.reversible_encoder else len(self.encoders)
-            enc, dec = get_deepnorm_coefficients(n_enc, len(self.decoders))
-            encoder_gain = enc.beta if enc is not None else 1.0
-            decoder_gain = dec.beta if dec is not None else 1.0
+        n_enc = len(self.encoders.blocks) if self.reversible_encoder else len(self.encoders)
+        coefficients = get_deepnorm_coefficients(n_enc, len(self.decoders)) if use_deep_norm else (None, None)
         init = get_weight_init_fn(weight_init)
-        for name, module in self.encoders.named_children():
-            init(module=module, name=name, gain=encoder_gain)
-        for name, module in self.decoders.named_children():
-            init(module=module, name=name, gain=decoder_gain)
+        for stack, coefficient in zip((self.encoders, self.decoders), coefficients):
+            for name, module in stack.named_children():
+                init(module=module, name=name, gain=coefficient.beta if coefficient is not None else 1.0)
 
     def forward(
         self,
