@@ -6,7 +6,6 @@ from typing import TypeVar
 
 import torch
 
-from brickwork.components.attention.masks import causal_keep
 from brickwork.xformers._compat import require
 
 Self = TypeVar("Self", bound="AttentionMask")
@@ -54,9 +53,7 @@ class AttentionMask:
     ) -> Self:
         """The ``[seq_len, to_seq_len]`` causal mask, aligned top-left as xformers did (key j > i skipped)."""
         to_seq_len = to_seq_len or seq_len
-        keep = causal_keep(seq_len, seq_len, device)
-        if to_seq_len != seq_len:
-            keep = torch.ones(seq_len, to_seq_len, dtype=torch.bool, device=device).tril()
+        keep = torch.ones(seq_len, to_seq_len, dtype=torch.bool, device=device).tril()
         values = torch.zeros(seq_len, to_seq_len, device=device, dtype=dtype or torch.float32)
         return cls(values.masked_fill(~keep, float("-inf")), is_causal=True)
 

@@ -22,9 +22,7 @@ def dense_mask(att_mask: MaskLike | None) -> torch.Tensor | None:
         return None
     if isinstance(att_mask, AttentionMask):
         return att_mask.values
-    if isinstance(att_mask, SparseCS):
-        return att_mask.to_dense()
-    if att_mask.layout != torch.strided:
+    if isinstance(att_mask, SparseCS) or att_mask.layout != torch.strided:
         return att_mask.to_dense()
     return att_mask
 
