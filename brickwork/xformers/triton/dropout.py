@@ -41,8 +41,7 @@ class FusedDropoutBias(nn.Module):
 
     def init_weights(self, *args: object, **kwargs: object) -> None:
         if self.bias is not None:
-            with torch.no_grad():
-                self.bias.zero_()
+            nn.init.zeros_(self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.p if self.training else 0.0

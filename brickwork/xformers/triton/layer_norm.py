@@ -25,11 +25,9 @@ class FusedLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(normalized_shape)) if affine else None
 
     def init_weights(self, *args: object, **kwargs: object) -> None:
-        with torch.no_grad():
-            if self.weight is not None:
-                self.weight.fill_(1.0)
-            if self.bias is not None:
-                self.bias.fill_(0.0)
+        if self.weight is not None:  # affine: a weight and a bias
+            nn.init.ones_(self.weight)
+            nn.init.zeros_(self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.weight, self.bias, self.epsilon)
