@@ -17,6 +17,7 @@ forward the inner ``moe`` holds ``aux_loss`` (the load-balancing loss) and ``exp
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -88,9 +89,7 @@ class MixtureOfExperts(Feedforward):
             raise ConfigError(f"unknown gate {gate!r}", "gate", [g.value for g in GateConfig], gate) from None
         if expert_constructor is None:
             multiplier = DEFAULT_MULTIPLIER if hidden_layer_multiplier is None else hidden_layer_multiplier
-
-            def expert_constructor() -> nn.Module:
-                return MLP(dim_model, dropout, activation, multiplier)
+            expert_constructor = functools.partial(MLP, dim_model, dropout, activation, multiplier)
 
         with torch.device("meta"):  # brickwork's own experts and router are replaced: allocate neither
             if gate is GateConfig.Top2:
