@@ -9,6 +9,7 @@ from torch import nn
 
 from brickwork.kernels import masked_softmax
 from brickwork.xformers._compat import require
+from brickwork.xformers.utils import FromConfig
 
 
 @dataclasses.dataclass
@@ -17,7 +18,7 @@ class SimplicialEmbeddingConfig:
     temperature: float
 
 
-class SimplicialEmbedding(nn.Module):
+class SimplicialEmbedding(FromConfig, nn.Module):
     """Lavoie et al., "Simplicial Embeddings" (2022): softmax over each of ``L`` chunks of the features,
     scaled by 1 / ``temperature``; x ``[B, T, E]`` with E divisible by L."""
 
@@ -33,7 +34,3 @@ class SimplicialEmbedding(nn.Module):
         )
         scale = 1.0 / self.temperature if self.temperature is not None else 1.0
         return masked_softmax(x.reshape(b, t, self.L, e // self.L), scale=scale).reshape(b, t, e)
-
-    @classmethod
-    def from_config(cls, config: SimplicialEmbeddingConfig) -> SimplicialEmbedding:
-        return cls(**dataclasses.asdict(config))
