@@ -25,10 +25,24 @@ def attach_ddp(
     accumulates: bool = False,
     ignore: Sequence[nn.Parameter] = (),
 ) -> DistributedDataParallel:
-    """DDP over ``dp_mesh`` driven by hooks on ``module`` itself (torch ``replicate``'s way), so
-    ``module`` needs no wrapper; ``ignore``: parameters it leaves alone. Returns the DDP object,
-    which holds the reducer."""
-    ddp = apply_ddp(module, dp_mesh, accumulates=accumulates, ignore=ignore)
+    """ZeRO-0/1: replicate ``module`` over ``dp_mesh``; gradients are averaged in backward. DDP is
+    driven by hooks on ``module`` itself (torch ``replicate``'s way), so ``module`` needs no wrapper.
+    Returns the DDP object, which holds the reducer.
+
+    ``ignore``: parameters DDP neither broadcasts nor reduces (experts, which differ between ranks).
+
+    ``accumulates``: several backward passes feed one reduction (pipeline microbatches). DDP's
+    rebuild of its buckets after the first iteration would then record every parameter once per
+    microbatch and fail, so it is turned off by ``find_unused_parameters``, which never rebuilds.
+    """
+    replicated = LocalShards(module) if any(isinstance(p, DTensor) for p in module.parameters()) else module
+    if ignore:
+        skip = {id(p) for p in ignore}
+        names = [name for name, p in replicated.named_parameters() if id(p) in skip]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(replicated, names)
+    ddp = DistributedDataParallel(
+        replicated, process_group=dp_mesh.get_group(), find_unused_parameters=accumulates
+    )
 
     def before(_: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         DistributedDataParallel._active_ddp_module = ddp
@@ -41,32 +55,6 @@ def attach_ddp(
     module.register_forward_pre_hook(before, with_kwargs=True)
     module.register_forward_hook(after)
     return ddp
-
-
-def apply_ddp(
-    module: nn.Module,
-    dp_mesh: DeviceMesh,
-    accumulates: bool = False,
-    ignore: Sequence[nn.Parameter] = (),
-) -> DistributedDataParallel:
-    """ZeRO-0/1: replicate ``module`` over ``dp_mesh``; gradients are averaged in backward.
-
-    ``ignore``: parameters DDP neither broadcasts nor reduces (experts, which differ between ranks).
-
-    DDP works on plain tensors, so a tensor-parallel model is handed to it as :class:`LocalShards`.
-    ``accumulates``: several backward passes feed one reduction (pipeline microbatches). DDP's
-    rebuild of its buckets after the first iteration would then record every parameter once per
-    microbatch and fail, so it is turned off by ``find_unused_parameters``, which never rebuilds.
-    """
-    if any(isinstance(p, DTensor) for p in module.parameters()):
-        module = LocalShards(module)
-    if ignore:
-        skip = {id(p) for p in ignore}
-        names = [name for name, p in module.named_parameters() if id(p) in skip]
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)
-    return DistributedDataParallel(
-        module, process_group=dp_mesh.get_group(), find_unused_parameters=accumulates
-    )
 
 
 class LocalShards(nn.Module):
