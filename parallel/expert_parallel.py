@@ -157,11 +157,6 @@ class ExpertParallel:
         """The expert parameters this rank holds."""
         return [p for bank in self.banks.values() for p in bank.parameters()]
 
-    def expert_keys(self, keys: list[str]) -> list[str]:
-        """Those of ``keys`` that belong to an expert."""
-        prefixes = tuple(f"{name}.experts." for name in self.banks)
-        return [k for k in keys if k.startswith(prefixes)]
-
     @torch.no_grad()
     def finish_gradients(self) -> None:
         """Divide the expert gradients by ep (see the module docstring); once, after the last backward."""
@@ -172,7 +167,8 @@ class ExpertParallel:
     def gather_full_state(self, local: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """This rank's full state (its experts only) completed with its ep peers' experts, in the
         single-process key order. Collective over the ep group."""
-        mine = {k: local[k] for k in self.expert_keys(list(local))}
+        prefixes = tuple(f"{name}.experts." for name in self.banks)
+        mine = {k: v for k, v in local.items() if k.startswith(prefixes)}
         parts: list[dict[str, torch.Tensor] | None] = [None] * self.ep
         dist.all_gather_object(parts, mine, group=self.group)
         merged = dict(local)
