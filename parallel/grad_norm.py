@@ -75,25 +75,23 @@ def clip_grad_norm(
         return torch.nn.utils.clip_grad_norm_([param for param, _, _ in pieces], max_norm)
     skip = {id(p) for p in duplicates}
     spread = {id(p): (group,) for params, group in split_over for p in params}
-    counted: dict[tuple[int, ...], list[torch.Tensor]] = {}
-    groups_of: dict[tuple[int, ...], tuple[dist.ProcessGroup, ...]] = {}
+    # The counted local pieces by the groups they are summed over (keyed by the groups' ids).
+    counted: dict[tuple[int, ...], tuple[tuple[dist.ProcessGroup, ...], list[torch.Tensor]]] = {}
     locals_ = []
     for param, local, groups in pieces:
         locals_.append(local)
         if id(param) in skip:
             continue
         groups += spread.get(id(param), ())
-        key = tuple(id(g) for g in groups)
-        groups_of[key] = groups
-        counted.setdefault(key, []).append(local)
+        counted.setdefault(tuple(id(g) for g in groups), (groups, []))[1].append(local)
     device = locals_[0].device if locals_ else torch.device("cpu")
     total = torch.zeros((), dtype=torch.float64, device=device)
     # Same parameters in the same order on every rank of a stage, so the collectives line up.
-    for key, tensors in counted.items():
+    for groups, tensors in counted.values():
         # One list-wide call, not several per tensor: each call costs the host a dispatch, which on a
         # small model's CPU step adds up to more than the arithmetic. The norms are float64, as the sums.
         value = torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float64)).square().sum()
-        for group in groups_of[key]:
+        for group in groups:
             dist.all_reduce(value, group=group)
         total = total + value.to(device)
     for group in extra_groups:
