@@ -236,9 +236,7 @@ class PipelineStageModule(nn.Module):
 
     def forward(self, *carried: torch.Tensor, **extras: torch.Tensor) -> Any:
         out = self._recipe[0].run(self, carried, extras)
-        if not self.is_last:
-            return out
-        if isinstance(out, DTensor):
+        if self.is_last and isinstance(out, DTensor):
             self.output_layout = (out.device_mesh, out.placements, out.shape, out.stride())
             out = out.to_local()
         return out
