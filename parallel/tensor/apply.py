@@ -35,7 +35,7 @@ from brickwork.parallel.tensor.checks import (
     divided_attributes,
 )
 from brickwork.parallel.tensor.layers import ids_in_range_hook
-from brickwork.parallel.tensor.parts import keep_whole, whole_modules
+from brickwork.parallel.tensor.parts import whole_modules
 from brickwork.parallel.tensor.plan import (
     PlanEntry,
     component_plan,
@@ -81,7 +81,8 @@ def tensor_parallel_plan(
     whole = whole_modules(model, dict(config.parts))
     if config.expert_parallel_size > 1:
         whole |= expert_module_paths(model)
-    entries = keep_whole(merge_plans(component_plan(model), name_plan(model, plan) if plan else []), whole)
+    merged = merge_plans(component_plan(model), name_plan(model, plan) if plan else [])
+    entries = [entry for entry in merged if entry.path not in whole]  # those keep their full weights
     tp = config.tensor_parallel_size
     if tp > 1:
         if not entries:
@@ -216,7 +217,8 @@ def _common_parent(paths: Sequence[str]) -> str:
 
 
 def _gather_owner_input(owner: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> None:
-    name = _first_parameter_name(owner)
+    params = list(inspect.signature(owner.forward).parameters)
+    name = params[0] if params else ""  # the input, where it is passed by keyword
     source = [Shard(1)] if sequence_parallel else [Replicate()]
 
     def to_replicated(x: Any) -> Any:
@@ -292,8 +294,3 @@ def _retie(model: nn.Module, tied: list[list[tuple[nn.Module, str]]], laid_out: 
             elif isinstance(current, DTensor) != isinstance(source, DTensor) and id(module) in laid_out:
                 raise ConfigError("a tied weight is sharded in one of its modules but not in the other")
             module.register_parameter(name, source)
-
-
-def _first_parameter_name(module: nn.Module) -> str:
-    params = list(inspect.signature(module.forward).parameters)
-    return params[0] if params else ""

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 
 from torch import nn
 from torch.nn.modules.module import register_module_module_registration_hook
 from torch.utils.hooks import RemovableHandle
 
 from brickwork.errors import ConfigError
-from brickwork.parallel.tensor.plan import PlanEntry
 
 PART_STRATEGIES = ("replicate", "split")
 PART_ATTR = "_brickwork_part"
@@ -124,8 +123,3 @@ def _strategy(path: str, decided: Mapping[str, str]) -> str:
         if strategy is not None:
             return strategy
     return "split"
-
-
-def keep_whole(entries: Sequence[PlanEntry], whole: set[str]) -> list[PlanEntry]:
-    """``entries`` without those for modules kept whole: those modules keep their full weights."""
-    return [entry for entry in entries if entry.path not in whole]
