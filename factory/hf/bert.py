@@ -165,7 +165,7 @@ class Bert(Family):
     def hf_config(self, spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         check_blocks(spec, self.name, ("post",), "layernorm", fused_qkv=False, bias=True)
         attn = spec_attention(spec)
-        ff = spec_feedforward(spec, self.name, names=("mlp",))
+        ff = spec_feedforward(spec, self.name, names=("mlp",), bias=True)
         mlm = spec.get("head") == "mlm"
         if mlm and spec.get("pooler"):
             raise unsupported(self.name, "pooler", "HF's BertForMaskedLM has no pooler")

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
+from brickwork.errors import ConfigError
 from brickwork.layout import ModelPlan, StageRecipe
 
 from .config import HFConfig
@@ -90,10 +91,10 @@ class Llama(Family):
         )
         position = read_rope(cfg, head_dim, max_len, default_fraction=1.0)
         if position["fraction"] != 1.0:
-            raise unsupported(
-                self.name,
+            raise ConfigError(
+                f"{self.name} option partial_rotary_factor={position['fraction']} is not supported: HF "
+                f"{self.name} rotates every channel",
                 "hf_config.rope_parameters.partial_rotary_factor",
-                f"HF {self.name} rotates every channel",
             )
         layers = cfg.require("num_hidden_layers")
         spec = decoder_spec(

@@ -37,7 +37,7 @@ def _config(family: str, **changes) -> dict:
          "rope_parameters.spin"),
         ("llama", {"hidden_act": "tanh"}, "hidden_act"),
         ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
-                                       "partial_rotary_factor": 0.5}}, "partial_rotary_factor"),
+                                       "partial_rotary_factor": 0.5}}, "factor=0.5 is not supported"),
         ("gpt_neox", {"brand_new_option": 3}, "brand_new_option"),
         ("gpt_neox", {"attn_dropout_typo": 0.1}, "attn_dropout_typo"),
         ("mistral", {"attention_bias": True}, "attention_bias"),  # HF's Mistral has none, whatever this says
@@ -118,6 +118,7 @@ def _with(spec: dict, path: str, value) -> dict:
         ("mistral", "decoder.layers.1.attention.dropout", 0.1, "window only"),
         ("gpt_neox", "decoder.block.attention.qk_norm", {"name": "layernorm"}, "qk_norm"),
         ("gpt2", "decoder.block.attention.bias", "qkv", "bias"),
+        ("bert", "encoder.block.feedforward.bias", False, "has biases"),
     ],
 )  # fmt: skip
 def test_to_hf_refuses_what_the_family_cannot_express(family: str, path: str, value, named: str) -> None:
