@@ -37,10 +37,6 @@ class MultiHeadDispatchConfig:
         return getattr(self, item)
 
 
-def _split_heads(t: torch.Tensor, b: int, s: int, h: int, d: int) -> torch.Tensor:
-    return t.view(b, s, h, d).transpose(1, 2)  # (B, H, S, D)
-
-
 class MultiHeadDispatch(FromConfig, nn.Module):
     """``forward(query, key=None, value=None, att_mask=None, key_padding_mask=None)``: ``[B, T, E]`` in
     and out. Heads are folded into the batch (``[B*H, T, D]``) for the mechanism unless it
@@ -132,9 +128,8 @@ class MultiHeadDispatch(FromConfig, nn.Module):
                 f"the {name} embeddings need to be divisible by the number of heads",
             )
         h = self.num_heads
-        q = _split_heads(q, b, s_q, h, self.dim_key_head)
-        k = _split_heads(k, b, s_k, h, self.dim_key_head)
-        v = _split_heads(v, b, s_k, h, self.dim_value_head)
+        head_dims = ((q, self.dim_key_head), (k, self.dim_key_head), (v, self.dim_value_head))
+        q, k, v = (t.view(b, t.shape[1], h, d).transpose(1, 2) for t, d in head_dims)  # (B, H, T, D)
         if self.rotary_embeddings is not None:
             q, k = self.rotary_embeddings(q=q, k=k)
         if not self.attention.requires_head_dimension:
