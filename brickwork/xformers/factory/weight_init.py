@@ -42,29 +42,24 @@ _LINEAR_INITS: dict[xFormerWeightInit, Callable[[torch.Tensor, float], torch.Ten
 }
 
 
-def _init_module(module: nn.Module, choice: xFormerWeightInit, gain: float) -> None:
-    for child in module.modules():
-        own = list(child.parameters(recurse=False))
-        if isinstance(child, nn.Linear):
-            _LINEAR_INITS[choice](child.weight, gain)
-            if child.bias is not None:
-                nn.init.zeros_(child.bias)
-        elif hasattr(child, "init_weights"):
-            child.init_weights()
-        elif hasattr(child, "reset_parameters"):
-            child.reset_parameters()
-        elif own:
-            message = f"{type(child).__name__} holds parameters that the {choice.value} init does not set"
-            if _assert_if_not_initialized:
-                raise XformersCompatError(message)
-            logger.info(message)
-
-
 def get_weight_init_fn(init_choice: xFormerWeightInit | str) -> Callable[..., None]:
     """``fn(module, name="", gain=1.0)`` applying ``init_choice`` to every layer of ``module``."""
     choice = xFormerWeightInit(init_choice)
 
     def init(module: nn.Module, name: str = "", gain: float = 1.0) -> None:
-        _init_module(module, choice, gain)
+        for child in module.modules():
+            if isinstance(child, nn.Linear):
+                _LINEAR_INITS[choice](child.weight, gain)
+                if child.bias is not None:
+                    nn.init.zeros_(child.bias)
+            elif hasattr(child, "init_weights"):
+                child.init_weights()
+            elif hasattr(child, "reset_parameters"):
+                child.reset_parameters()
+            elif list(child.parameters(recurse=False)):
+                message = f"{type(child).__name__} holds parameters that the {choice.value} init does not set"
+                if _assert_if_not_initialized:
+                    raise XformersCompatError(message)
+                logger.info(message)
 
     return init
