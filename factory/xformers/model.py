@@ -69,6 +69,9 @@ class _Converter:
                 head = join_path(st["path"], BLOCK_KEYS[st["kind"]][0])
                 raise ConfigError("brickwork applies rotary embeddings to every self-attention or to none",
                                   join_path(head, "use_rotary_embeddings"))  # fmt: skip
+            if st["patches"] is not None:
+                raise ConfigError("only the first stack of an image encoder embeds patches",
+                                  join_path(st["path"], "patch_embedding_config"))  # fmt: skip
         causal = {st["causal"] for st in encoders}
         causal_key = ("multi_head_config", "attention", "causal")
         if len(causal) > 1:
@@ -90,10 +93,6 @@ class _Converter:
             return self.image_model(first, stacks, top)
         else:
             kind = "decoder_lm" if causal == {True} else "encoder"
-        for st in stacks[1:]:
-            if st["patches"] is not None:
-                raise ConfigError("only the first stack of an image encoder embeds patches",
-                                  join_path(st["path"], "patch_embedding_config"))  # fmt: skip
         embedding = self.embedding(stacks, first["dim_model"])
         spec: dict[str, Any] = {"model": kind, "vocab_size": embedding.pop("vocab_size")}
         spec["dim_model"] = first["dim_model"]

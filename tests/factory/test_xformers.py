@@ -442,6 +442,10 @@ def test_vit_converts_and_trains_a_step() -> None:
     cfg[0]["patch_embedding_config"]["stride"] = 2
     with pytest.raises(ConfigError, match=r"^0\.patch_embedding_config\.stride: .*kernel_size"):
         from_xformers_config(cfg)
+    second = copy.deepcopy(vit_config())
+    second[0]["num_layers"], second[0]["position_encoding_config"] = 1, None
+    with pytest.raises(ConfigError, match=r"^1\.patch_embedding_config: only the first stack"):
+        from_xformers_config(vit_config() + second)
 
 
 @pytest.mark.parametrize(
