@@ -63,11 +63,10 @@ def kmeans_landmarks(
         points = F.normalize(points, dim=-1)
     centroids = seeds.detach().float()
     for _ in range(KMEANS_ITERATIONS):
-        probe = F.normalize(centroids, dim=-1) if spherical else centroids
         if spherical:
-            nearest = (points @ probe.transpose(-2, -1)).argmax(dim=-1)  # (B, H, T)
+            nearest = (points @ F.normalize(centroids, dim=-1).transpose(-2, -1)).argmax(dim=-1)  # (B, H, T)
         else:
-            nearest = torch.cdist(points, probe).argmin(dim=-1)
+            nearest = torch.cdist(points, centroids).argmin(dim=-1)
         assign = F.one_hot(nearest, centroids.shape[-2]).float() * weight[..., None]  # (B, H, T, m)
         count = assign.sum(dim=-2)[..., None]  # (B, H, m, 1)
         means = assign.transpose(-2, -1) @ points / count.clamp_min(1.0)
