@@ -41,15 +41,10 @@ def _ln_factory(config: xFormerEncoderConfig | xFormerDecoderConfig, residual: b
     scale = get_deepnorm_coefficients(config.num_layers, 0)[0].alpha if deepnorm else None
 
     def wrap(sublayer: nn.Module) -> nn.Module:
-        if not residual:
-            return (
-                PreNorm(d_model, sublayer, normalization)
-                if style == ResidualNormStyle.Pre
-                else PostNorm(d_model, sublayer, normalization)
-            )
         if style == ResidualNormStyle.Pre:
-            return Residual(PreNorm(d_model, sublayer, normalization))
-        return PostNorm(d_model, Residual(sublayer, scale=scale), normalization)
+            normed = PreNorm(d_model, sublayer, normalization)
+            return Residual(normed) if residual else normed
+        return PostNorm(d_model, Residual(sublayer, scale=scale) if residual else sublayer, normalization)
 
     return wrap
 
