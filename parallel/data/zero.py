@@ -27,13 +27,14 @@ class ZeroOptimizers:
     def __init__(self, dp_mesh: DeviceMesh, experts: Sequence[nn.Parameter] = ()) -> None:
         self.group = dp_mesh.get_group()
         self._experts = {id(p) for p in experts}
-        self._by_user: dict[int, tuple[torch.optim.Optimizer, Any]] = {}
+        # By id of the user's optimizer, which the step pre-hook below keeps alive (its id stays unique).
+        self._by_user: dict[int, ZeroRedundancyOptimizer | ZeroBesideExperts] = {}
 
     def get(self, optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer | ZeroBesideExperts:
         if isinstance(optimizer, ZeroRedundancyOptimizer | ZeroBesideExperts):
             return optimizer
-        entry = self._by_user.get(id(optimizer))
-        if entry is None:
+        stepped = self._by_user.get(id(optimizer))
+        if stepped is None:
             # Only what the class's constructor takes: defaults may hold derived keys (AdamW's
             # decoupled_weight_decay) that its __init__ does not accept.
             accepted = set(inspect.signature(type(optimizer).__init__).parameters)
@@ -50,10 +51,8 @@ class ZeroOptimizers:
             stepped = ZeroBesideExperts(zero, optimizer, self._experts, options) if self._experts else zero
             # A schedule sets the user's lr between steps, long after this was first asked for.
             zero.register_step_pre_hook(functools.partial(_copy_settings, optimizer, stepped))
-            entry = (optimizer, stepped)
-            self._by_user[id(optimizer)] = entry
-        user, stepped = entry
-        _copy_settings(user, stepped)
+            self._by_user[id(optimizer)] = stepped
+        _copy_settings(optimizer, stepped)
         return stepped
 
 
@@ -118,5 +117,4 @@ class _RoutedState:
         return self._owner(param).state[param]
 
     def get(self, param: torch.Tensor, default: Any = None) -> Any:
-        state = self._owner(param).state
-        return state.get(param, default)
+        return self._owner(param).state.get(param, default)
