@@ -106,6 +106,5 @@ def split_rows(batch: int, weights: Sequence[float] | None, parts: int) -> tuple
         rows[order[k % parts]] += 1
         k += 1
     while sum(rows) > batch:
-        r = max(range(parts), key=lambda i: rows[i])
-        rows[r] -= 1
+        rows[rows.index(max(rows))] -= 1
     return tuple(rows)
