@@ -34,14 +34,14 @@ def check_tensor_parallel(
             continue
         if entry.style in _SPLIT:  # only colwise has packed segments (parse_style)
             size, what = _split_size(module, entry.style)
-            check_divides(entry.path, what, size, tp * entry.segments, tp, entry.segments)
+            check_divides(entry.path, what, size, tp, entry.segments)
     for name, module in model.named_modules():
         if name in whole:
             continue
         for attr in tp_divide(module):
             value = getattr(module, attr, None)
             if isinstance(value, int):
-                check_divides(name or type(module).__name__, attr, value, tp, tp)
+                check_divides(name or type(module).__name__, attr, value, tp)
 
 
 def check_sequence_parallel(model: nn.Module, whole: Set[str]) -> None:
@@ -62,9 +62,9 @@ def check_sequence_parallel(model: nn.Module, whole: Set[str]) -> None:
         )
 
 
-def check_divides(path: str, what: str, value: int, by: int, tp: int, segments: int = 1) -> None:
-    """ConfigError at ``path`` unless ``by`` (tp × packed segments) divides ``what`` = ``value``."""
-    if value % by:
+def check_divides(path: str, what: str, value: int, tp: int, segments: int = 1) -> None:
+    """ConfigError at ``path`` unless tp × ``segments`` (packed segments) divides ``what`` = ``value``."""
+    if value % (tp * segments):
         packed = f" × {segments} packed segments" if segments > 1 else ""
         raise ConfigError(f"{what}={value} is not divisible by tensor_parallel_size={tp}{packed}", path)
 
@@ -105,6 +105,6 @@ def divided_attributes(
                 value = getattr(names[name], attr, None)
                 if not isinstance(value, int):
                     raise ConfigError(f"{name}.{attr} is not an integer attribute", f"divide.{pattern}")
-                check_divides(name, attr, value, tp, tp)
+                check_divides(name, attr, value, tp)
                 out.append((names[name], attr))
     return out
