@@ -14,6 +14,7 @@ sharded on the vocabulary for loss-parallel cross entropy. Integer attributes a 
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
@@ -208,12 +209,8 @@ def _divide_attributes(
 def _common_parent(paths: Sequence[str]) -> str:
     """The innermost module holding every one of ``paths``: the one whose input feeds only them
     (an owner's own input may also feed a residual, as in HF BERT's attention)."""
-    parents = [path.split(".")[:-1] for path in paths]
-    common = parents[0]
-    for parent in parents[1:]:
-        while parent[: len(common)] != common:
-            common = common[:-1]
-    return ".".join(common)
+    columns = zip(*(path.split(".")[:-1] for path in paths))  # the i-th parent name of each path
+    return ".".join(names[0] for names in itertools.takewhile(lambda names: len(set(names)) == 1, columns))
 
 
 def _gather_owner_input(owner: nn.Module, mesh: DeviceMesh, sequence_parallel: bool) -> None:
