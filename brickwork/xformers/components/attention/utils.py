@@ -12,16 +12,7 @@ def reshape_key_padding_mask(key_padding_mask: torch.Tensor, batched_dim: int) -
     """``[B, Tk]`` -> ``[B*H, 1, Tk]`` for ``batched_dim = B*H``."""
     require(key_padding_mask.ndim == 2, f"a key padding mask is [B, Tk], got {tuple(key_padding_mask.shape)}")
     batch_size, src_len = key_padding_mask.shape
-    return _reshape_key_padding_mask(key_padding_mask, batch_size, src_len, batched_dim // batch_size)
-
-
-def _reshape_key_padding_mask(
-    key_padding_mask: torch.Tensor, batch_size: int, src_len: int, num_heads: int
-) -> torch.Tensor:
-    require(
-        tuple(key_padding_mask.shape) == (batch_size, src_len),
-        f"key padding mask of shape {tuple(key_padding_mask.shape)}, expected {(batch_size, src_len)}",
-    )
+    num_heads = batched_dim // batch_size
     expanded = key_padding_mask.view(batch_size, 1, 1, src_len).expand(-1, num_heads, -1, -1)
     return expanded.reshape(batch_size * num_heads, 1, src_len)
 
@@ -38,7 +29,11 @@ def maybe_merge_masks(
     tgt_len = src_len if tgt_len is None else tgt_len
     if key_padding_mask is None:
         return att_mask
-    padding = _reshape_key_padding_mask(key_padding_mask, batch_size, src_len, num_heads)
+    require(
+        tuple(key_padding_mask.shape) == (batch_size, src_len),
+        f"key padding mask of shape {tuple(key_padding_mask.shape)}, expected {(batch_size, src_len)}",
+    )
+    padding = reshape_key_padding_mask(key_padding_mask, batch_size * num_heads)
     if att_mask is None:
         return padding.expand(-1, tgt_len, -1)
     return restrict(att_mask, padding, att_mask.dtype)
