@@ -32,9 +32,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         return local
     parts: list[dict[str, torch.Tensor] | None] = [None] * state.config.pipeline_parallel_size
     dist.all_gather_object(parts, local, group=state.mesh["pp"].get_group())
-    merged: dict[str, torch.Tensor] = {}
-    for part in parts:
-        merged.update(part or {})
+    merged = {name: value for part in parts for name, value in (part or {}).items()}
     order = getattr(model, "key_order", list(merged))
     return {name: merged[name] for name in order if name in merged}
 
