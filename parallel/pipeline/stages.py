@@ -77,8 +77,17 @@ class EmbedLayersHead(StageRecipe):
 
 
 def stage_recipe(model: nn.Module) -> StageRecipe:
-    """The recipe for ``model``; ConfigError naming what a pipeline needs when none fits."""
-    return _check_stacks(model, _recipe_for(model))
+    """The recipe for ``model``; ConfigError naming what a pipeline needs when none fits, or for a
+    reversible stack: its blocks run as one coupled function, not one by one."""
+    recipe = _recipe_for(model)
+    for stack in recipe.stacks:
+        if isinstance(model.get_submodule(stack), ReversibleLayers):
+            raise ConfigError(
+                f"pipeline parallel cannot split the reversible stack {stack!r}: its blocks are coupled "
+                "(each reads two streams), so a run of them is not a stage; build it with reversible: false",
+                "pipeline_parallel_size",
+            )
+    return recipe
 
 
 def _recipe_for(model: nn.Module) -> StageRecipe:
@@ -101,18 +110,6 @@ def _recipe_for(model: nn.Module) -> StageRecipe:
             "pipeline_parallel_size",
         )
     return EmbedLayersHead(model)
-
-
-def _check_stacks(model: nn.Module, recipe: StageRecipe) -> StageRecipe:
-    """ConfigError for a reversible stack: its blocks run as one coupled function, not one by one."""
-    for stack in recipe.stacks:
-        if isinstance(model.get_submodule(stack), ReversibleLayers):
-            raise ConfigError(
-                f"pipeline parallel cannot split the reversible stack {stack!r}: its blocks are coupled "
-                "(each reads two streams), so a run of them is not a stage; build it with reversible: false",
-                "pipeline_parallel_size",
-            )
-    return recipe
 
 
 def stage_layer_counts(model: nn.Module, config: ParallelConfig) -> tuple[int, ...]:
