@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from brickwork.factory.xformers.stack import read_head
@@ -19,6 +18,7 @@ from brickwork.xformers.components.residual import (
     Residual,
     ResidualNormStyle,
 )
+from brickwork.xformers.utils import generate_matching_config
 
 
 def build_multi_head_attention(
@@ -28,11 +28,9 @@ def build_multi_head_attention(
     fields (None) and its ``attention`` sub-config inherits the layer's sizes (``read_head``, the one
     reading of xformers configs) before the mechanism is built; the caller's dict is not changed."""
     if not isinstance(multi_head_config, MultiHeadDispatchConfig):
-        given = read_head(multi_head_config)
-        cfg = {f.name: given.get(f.name) for f in dataclasses.fields(MultiHeadDispatchConfig)}
-        if not isinstance(cfg["attention"], Attention):
-            cfg["attention"] = build_attention(cfg["attention"])
-        multi_head_config = MultiHeadDispatchConfig(**cfg)
+        multi_head_config = generate_matching_config(read_head(multi_head_config), MultiHeadDispatchConfig)
+        if not isinstance(multi_head_config.attention, Attention):
+            multi_head_config.attention = build_attention(multi_head_config.attention)
     return MultiHeadDispatch.from_config(multi_head_config)
 
 
