@@ -123,10 +123,9 @@ class _Colwise(ColwiseParallel):
             setattr(module, PACKED_ATTR, orders)
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        # Else a packed or transposed linear: checks.py refused any other module before the layout.
         if isinstance(module, nn.Embedding) or (isinstance(module, nn.Linear) and self.segments == 1):
             return super()._apply(module, device_mesh)
-        if not (isinstance(module, nn.Linear) or is_transposed_linear(module)):
-            raise ConfigError(f"colwise needs a linear layer, got {type(module).__name__}")
         return _distribute(self, module, device_mesh)
 
 
@@ -143,8 +142,7 @@ class _Rowwise(RowwiseParallel):
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         if isinstance(module, nn.Linear | nn.Embedding):
             return super()._apply(module, device_mesh)
-        if not is_transposed_linear(module):
-            raise ConfigError(f"rowwise needs a linear layer, got {type(module).__name__}")
+        # A transposed linear: checks.py refused any other module before the layout.
         self.desired_input_layouts = (Shard(-1),)
         return _distribute(self, module, device_mesh)
 
