@@ -67,8 +67,9 @@ def check_context_parallel(model: nn.Module, config: ParallelConfig) -> None:
     for path, layer in layers:
         mechanism = type(layer.mechanism)
         if not mechanism.context_parallel_safe:
+            name = next((n for n in ATTENTION_REGISTRY if ATTENTION_REGISTRY.get(n) is mechanism), None)
             raise ConfigError(
-                f"attention {_registered_name(mechanism)!r} at {path} cannot run under context_parallel_size"
+                f"attention {name or mechanism.__name__!r} at {path} cannot run under context_parallel_size"
                 f"={cp}: it does not compute exact softmax attention from q, k and v, so keys gathered "
                 f"from other ranks would change what it computes; mechanisms that can: {safe}",
                 KEY,
@@ -136,10 +137,6 @@ def sequence_shard(tensor: torch.Tensor, cp_mesh: DeviceMesh, name: str, dim: in
             f"pad or cut the sequences to a multiple of {cp}"
         )
     return tensor.chunk(cp, dim=dim)[cp_mesh.get_local_rank()]
-
-
-def _registered_name(cls: type[AttentionMechanism]) -> str:
-    return next((n for n in ATTENTION_REGISTRY.names() if ATTENTION_REGISTRY.get(n) is cls), cls.__name__)
 
 
 class SliceDocumentMask(DocumentMask):
