@@ -284,20 +284,6 @@ def linear_cross_entropy(
     )
 
 
-def _chunk_loss_sum(
-    chunk: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    labels: torch.Tensor,
-    ignore_index: int,
-    vocab: int | None,
-) -> torch.Tensor:
-    """The summed loss of one chunk [C, D] over the first ``vocab`` classes (None: all): logits in the
-    weight's dtype, the softmax in float32 or wider."""
-    logits = F.linear(chunk, weight, bias)[:, :vocab].to(_compute_dtype(chunk))
-    return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
-
-
 def checkpointed_chunks(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -314,15 +300,17 @@ def checkpointed_chunks(
     Each chunk's loss is checkpointed, so the backward pass recomputes its logits rather than keeping
     them: one chunk of logits is alive at a time, at the cost of one more matmul per chunk.
     """
+
+    def chunk_loss_sum(chunk: torch.Tensor, chunk_labels: torch.Tensor) -> torch.Tensor:
+        # Logits in the weight's dtype, the softmax in float32 or wider.
+        logits = F.linear(chunk, weight, bias)[:, :vocab_size].to(_compute_dtype(chunk))
+        return F.cross_entropy(logits, chunk_labels, ignore_index=ignore_index, reduction="sum")
+
     total = sum(
         checkpoint(
-            _chunk_loss_sum,
+            chunk_loss_sum,
             hidden[start : start + chunk_size],
-            weight,
-            bias,
             labels[start : start + chunk_size],
-            ignore_index,
-            vocab_size,
             use_reentrant=False,
         )
         for start in range(0, hidden.shape[0], chunk_size)
