@@ -72,12 +72,7 @@ def bias_gelu(
     x: torch.Tensor, bias: torch.Tensor | None, approximate: str = "none", backend: str | None = None
 ) -> torch.Tensor:
     """``gelu(x + bias)``. x [..., N]; bias [N] or None; approximate "none" (erf) or "tanh"."""
-    if use_triton(backend, x):
-        from .fused.bias_gelu import bias_gelu_triton
-
-        return bias_gelu_triton(x, bias, approximate)
-    check_gelu(x, bias, approximate)
-    return bias_gelu_ref(x, bias, approximate)
+    return bias_gelu_dropout(x, bias, 0.0, 0, approximate, backend=backend)
 
 
 def bias_gelu_dropout(

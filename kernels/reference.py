@@ -37,15 +37,9 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6
     return F.rms_norm(x.to(ct), x.shape[-1:], _upcast(weight, ct), eps).to(x.dtype)
 
 
-def _bias_gelu_compute(x: torch.Tensor, bias: torch.Tensor | None, approximate: str) -> torch.Tensor:
-    ct = _compute_dtype(x)
-    z = x.to(ct) if bias is None else x.to(ct) + bias.to(ct)
-    return F.gelu(z, approximate=approximate)
-
-
 def bias_gelu_ref(x: torch.Tensor, bias: torch.Tensor | None, approximate: str = "none") -> torch.Tensor:
     """``gelu(x + bias)``. x [..., N]; bias [N] or None; approximate "none" or "tanh"."""
-    return _bias_gelu_compute(x, bias, approximate).to(x.dtype)
+    return bias_gelu_dropout_ref(x, bias, 0.0, 0, approximate)
 
 
 def bias_gelu_dropout_ref(
@@ -61,7 +55,8 @@ def bias_gelu_dropout_ref(
     Element ``i`` in row-major order of x's shape is kept when the Philox bits for (seed, i) pass
     :func:`brickwork.kernels.philox.dropout_threshold`; kept values are scaled by ``1 / (1 - p)``.
     """
-    y = _bias_gelu_compute(x, bias, approximate)
+    ct = _compute_dtype(x)
+    y = F.gelu(x.to(ct) if bias is None else x.to(ct) + bias.to(ct), approximate=approximate)
     if training and p > 0:
         keep = dropout_keep_mask(seed, p, x.numel(), x.device).view(x.shape)
         y = torch.where(keep, y * (1.0 / (1.0 - p)), 0.0)
