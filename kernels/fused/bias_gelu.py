@@ -145,9 +145,8 @@ def bias_gelu_forward(
 
     Takes inputs checked by :func:`bias_gelu_triton`. ``wrap`` wraps the kernel before launch.
     """
-    n_cols = x.shape[-1]
-    x2 = x.reshape(-1, n_cols)
-    n_rows = x2.shape[0]
+    x2 = x.reshape(-1, x.shape[-1])
+    n_rows, n_cols = x2.shape
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     block_m, block_n, warps = _tile(n_cols, max_tile)
     if n_rows > 0:
@@ -172,10 +171,8 @@ def bias_gelu_backward(
     wrap=direct,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dbias [N]); without a bias, dbias has shape [0]."""
-    n_cols = x.shape[-1]
-    x2 = x.reshape(-1, n_cols)
-    dy2 = dy.reshape(-1, n_cols)
-    n_rows = x2.shape[0]
+    x2, dy2 = (t.reshape(-1, x.shape[-1]) for t in (x, dy))
+    n_rows, n_cols = x2.shape
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     block_m, block_n, warps = _tile(n_cols, min(max_tile, BACKWARD_TILE))
     col_blocks = triton.cdiv(n_cols, block_n)

@@ -130,9 +130,8 @@ def rms_norm_forward(
 
     Takes inputs checked by :func:`rms_norm_triton`. ``wrap`` wraps the kernel before launch.
     """
-    n_cols = x.shape[-1]
-    x2 = x.reshape(-1, n_cols)
-    n_rows = x2.shape[0]
+    x2 = x.reshape(-1, x.shape[-1])
+    n_rows, n_cols = x2.shape
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     launch = row_launch(n_cols, max_block)
@@ -155,10 +154,8 @@ def rms_norm_backward(
     wrap=direct,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dy, x [..., N] -> (dx [..., N], dweight [N]); without a weight, dweight has shape [0]."""
-    n_cols = x.shape[-1]
-    x2 = x.reshape(-1, n_cols)
-    dy2 = dy.reshape(-1, n_cols)
-    n_rows = x2.shape[0]
+    x2, dy2 = (t.reshape(-1, x.shape[-1]) for t in (x, dy))
+    n_rows, n_cols = x2.shape
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows, n_cols)
     launch = row_launch(n_cols, max_block)
