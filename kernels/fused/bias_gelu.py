@@ -177,9 +177,8 @@ def bias_gelu_backward(
     block_m, block_n, warps = _tile(n_cols, min(max_tile, BACKWARD_TILE))
     col_blocks = triton.cdiv(n_cols, block_n)
     rows_per_program = _backward_rows_per_program(n_rows, col_blocks, block_m, x.device)
-    row_programs = max(1, triton.cdiv(n_rows, rows_per_program))
-    # Every program stores its partial row once; with no rows it must read as zero.
-    dbias = partial_sums(bias, row_programs, n_cols, x.device, zeroed=n_rows == 0)
+    row_programs = triton.cdiv(n_rows, rows_per_program)
+    dbias = partial_sums(bias, row_programs, n_cols, x.device)
     if n_rows > 0:
         wrap(_bias_gelu_bwd_kernel)[(row_programs, col_blocks)](
             x2, x2 if bias is None else bias, dy2, dx, dbias,

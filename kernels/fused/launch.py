@@ -91,21 +91,22 @@ def reduction_programs(device: torch.device, n_rows: int, n_cols: int) -> int:
 
     Each writes one row of partial sums, which torch then adds up: a fixed order, so the result is
     deterministic. Two per SM keeps every SM busy on wide rows, more on narrow ones (see
-    ``NARROW_ROW``); on CPU a few exercise the same path.
+    ``NARROW_ROW``); on CPU a few exercise the same path. No rows, no programs.
     """
     per_sm = NARROW_PROGRAMS_PER_SM if n_cols <= NARROW_ROW else 2
-    return max(1, min(n_rows, device_programs(device, per_sm)))
+    return min(n_rows, device_programs(device, per_sm))
 
 
 def partial_sums(
-    param: torch.Tensor | None, programs: int, n_cols: int, device: torch.device, zeroed: bool = True
+    param: torch.Tensor | None, programs: int, n_cols: int, device: torch.device
 ) -> torch.Tensor:
     """A float32 [programs, n_cols] buffer, one row of ``param``'s gradient per program; [0] without it.
 
-    ``zeroed=False`` is for kernels that store each row once rather than adding into it.
+    Left uninitialised: each program stores its row once (never adds into it), and with no rows there
+    are no programs, so the buffer is empty and sums to zeros.
     """
     shape = (programs, n_cols) if param is not None else (0,)
-    return (torch.zeros if zeroed else torch.empty)(shape, dtype=torch.float32, device=device)
+    return torch.empty(shape, dtype=torch.float32, device=device)
 
 
 def sum_partials(partials: torch.Tensor, param: torch.Tensor | None) -> torch.Tensor:

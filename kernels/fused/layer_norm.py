@@ -213,9 +213,8 @@ def layer_norm_backward(
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows, n_cols)
     launch = row_launch(n_cols, min(max_block, BACKWARD_MAX_BLOCK))
-    # Every program stores each of its partial rows once; with no rows they must read as zero.
-    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=n_rows == 0)
-    dbias = partial_sums(bias, programs, n_cols, x.device, zeroed=n_rows == 0)
+    dweight = partial_sums(weight, programs, n_cols, x.device)
+    dbias = partial_sums(bias, programs, n_cols, x.device)
     # The looped path keeps each row's two sums between its passes.
     row_sums = mean if launch.single else torch.empty(2 * n_rows, dtype=torch.float32, device=x.device)
     if n_rows > 0:

@@ -159,8 +159,7 @@ def rms_norm_backward(
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     programs = reduction_programs(x.device, n_rows, n_cols)
     launch = row_launch(n_cols, max_block)
-    # Every program stores each of its partial rows once; with no rows they must read as zero.
-    dweight = partial_sums(weight, programs, n_cols, x.device, zeroed=n_rows == 0)
+    dweight = partial_sums(weight, programs, n_cols, x.device)
     # The looped path keeps each row's sum between its passes.
     row_sums = rstd if launch.single else torch.empty(n_rows, dtype=torch.float32, device=x.device)
     if n_rows > 0:
