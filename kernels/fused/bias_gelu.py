@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import KERNEL_DTYPES, check_dropout, check_float, check_gelu
+from .._checks import check_dropout, check_gelu
 from ..philox import dropout_threshold
 from .launch import check_launch, check_max_block, device_programs, direct, partial_sums, sum_partials
 from .op import TritonOp
@@ -220,7 +220,6 @@ def bias_gelu_triton(
     """
     check_gelu(x, bias, approximate)
     check_dropout(p, seed)
-    check_float("x", x, KERNEL_DTYPES)
     check_max_block(max_tile, "max_tile")
-    check_launch(x, bias)
+    check_launch("x", x)
     return _BIAS_GELU(x, bias, approximate, p, seed, max_tile)

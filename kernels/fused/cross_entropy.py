@@ -19,7 +19,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import KERNEL_DTYPES, check_float
 from ..linear_cross_entropy import linear_cross_entropy
 from .launch import check_launch, row_launch
 
@@ -97,8 +96,7 @@ def linear_cross_entropy_triton(
     Adds the Triton path's own checks (dtype, device). The chunk step launches the kernel directly;
     while compiling, the loss takes no chunk step (``linear_cross_entropy.checkpointed_chunks``).
     """
-    check_float("hidden", hidden, KERNEL_DTYPES)
-    check_launch(hidden, weight, labels, bias)
+    check_launch("hidden", hidden)
     return linear_cross_entropy(
         hidden, weight, labels, bias, ignore_index, reduction, chunk_size, cross_entropy_chunk_forward,
         vocab_size=vocab_size,

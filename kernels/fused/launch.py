@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 import triton
 
+from .._checks import KERNEL_DTYPES, check_float
 from ..backend import CPU_TRITON_REFUSED
 from .interpreter import INTERPRETED
 
@@ -114,17 +115,14 @@ def sum_partials(partials: torch.Tensor, param: torch.Tensor | None) -> torch.Te
     return partials.sum(0).to(param.dtype) if param is not None else partials
 
 
-def check_launch(*tensors: torch.Tensor | None) -> None:
-    """All tensors on one device, and a device the kernel can run on in this process.
+def check_launch(name: str, x: torch.Tensor) -> None:
+    """``x`` (the argument ``name``) in a dtype the kernels load, on a device they run on in this process.
 
-    Called once where a Triton call enters (the ``*_triton`` functions); the launchers trust it.
+    Called once where a Triton call enters (the ``*_triton`` functions), after the op's own checks,
+    which put its other tensors on x's device; the launchers trust it.
     """
-    present = [t for t in tensors if t is not None]
-    devices = {t.device for t in present}
-    if len(devices) > 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
-    device = present[0].device
-    if device.type == "cpu" and not INTERPRETED:
+    check_float(name, x, KERNEL_DTYPES)
+    if x.device.type == "cpu" and not INTERPRETED:
         raise RuntimeError(CPU_TRITON_REFUSED)
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"the Triton kernels run on CUDA (or CPU through the interpreter), got {device}")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"the Triton kernels run on CUDA (or CPU through the interpreter), got {x.device}")

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import KERNEL_DTYPES, check_float, check_norm
+from .._checks import check_norm
 from .launch import (
     DEFAULT_MAX_BLOCK,
     check_launch,
@@ -257,7 +257,6 @@ def layer_norm_triton(
     Checks its inputs once; nothing below does. The way in (eager or compiled) is ``op.py``'s.
     """
     check_norm(x, weight, bias, eps)
-    check_float("x", x, KERNEL_DTYPES)
     check_max_block(max_block)
-    check_launch(x, weight, bias)
+    check_launch("x", x)
     return _LAYER_NORM(x, weight, bias, eps, max_block)

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._checks import KERNEL_DTYPES, check_float, check_softmax
+from .._checks import check_softmax
 from .launch import DEFAULT_MAX_BLOCK, check_launch, check_max_block, direct, row_launch
 from .op import TritonOp
 
@@ -266,7 +266,6 @@ def masked_softmax_triton(
     Checks its inputs once; nothing below does. The way in (eager or compiled) is ``op.py``'s.
     """
     check_softmax(scores, mask, causal)
-    check_float("scores", scores, KERNEL_DTYPES)
     check_max_block(max_block)
-    check_launch(scores, mask)
+    check_launch("scores", scores)
     return _MASKED_SOFTMAX(scores, mask, scale, causal, max_block)
