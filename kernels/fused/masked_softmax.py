@@ -159,21 +159,31 @@ def _masked_softmax_bwd_kernel(
 
 def _as_4d(t: torch.Tensor) -> torch.Tensor:
     """[..., Tq, Tk] (or [Tk]) -> [B, H, Tq, Tk], a view unless three or more leading dims cannot merge."""
-    if t.dim() == 1:
-        return t.view(1, 1, 1, -1)
     if t.dim() <= 4:
         return t.view((1,) * (4 - t.dim()) + tuple(t.shape))
     return t.reshape(-1, *t.shape[-3:])
 
 
-def _mask_view(
-    mask: torch.Tensor | None, like: torch.Tensor, like4: torch.Tensor
-) -> tuple[int, torch.Tensor]:
-    """(mask kind, the mask as a [B, H, Tq, Tk] stride-0 broadcast view; ``like4`` stands in for none)."""
+def _launch(
+    kernel, inputs: tuple[torch.Tensor, ...], mask: torch.Tensor | None, out: torch.Tensor, scale: float,
+    causal: bool, max_block: int,
+) -> None:  # fmt: skip
+    """Launch ``kernel`` with one program per row of ``out`` [..., Tq, Tk] (contiguous: row r of its
+    [B, H, Tq, Tk] view starts at r * Tk). ``inputs`` are [B, H, Tq, Tk], the last one read through
+    its strides; the mask is viewed as [B, H, Tq, Tk] with stride 0 where it broadcasts."""
+    n_batch, n_heads, n_queries, n_keys = inputs[-1].shape
     if mask is None:
-        return _NO_MASK, like4
-    kind = _BOOL_MASK if mask.dtype == torch.bool else _ADDITIVE_MASK
-    return kind, _as_4d(mask.expand(like.shape))
+        kind, m4 = _NO_MASK, inputs[0]  # stands in for the pointer the kernel does not read
+    else:
+        kind = _BOOL_MASK if mask.dtype == torch.bool else _ADDITIVE_MASK
+        m4 = _as_4d(mask.expand(out.shape))
+    launch = row_launch(n_keys, max_block)
+    if out.numel() > 0:
+        kernel[(n_batch * n_heads * n_queries,)](
+            *inputs, m4, out, *inputs[-1].stride(), *m4.stride(), n_heads, n_queries, n_keys, scale,
+            MASK=kind, CAUSAL=causal, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
+            num_warps=launch.warps,
+        )  # fmt: skip
 
 
 def masked_softmax_forward(
@@ -188,18 +198,8 @@ def masked_softmax_forward(
 
     Takes inputs checked by :func:`masked_softmax_triton`. ``wrap`` wraps the kernel before launch.
     """
-    s4 = _as_4d(scores)
-    n_batch, n_heads, n_queries, n_keys = s4.shape
-    # Contiguous in the shape of scores: row r of the [B, H, Tq, Tk] view starts at r * Tk.
     y = torch.empty(scores.shape, dtype=scores.dtype, device=scores.device)
-    kind, m4 = _mask_view(mask, scores, s4)
-    launch = row_launch(n_keys, max_block)
-    if y.numel() > 0:
-        wrap(_masked_softmax_fwd_kernel)[(n_batch * n_heads * n_queries,)](
-            s4, m4, y, *s4.stride(), *m4.stride(), n_heads, n_queries, n_keys, scale,
-            MASK=kind, CAUSAL=causal, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
-            num_warps=launch.warps,
-        )  # fmt: skip
+    _launch(wrap(_masked_softmax_fwd_kernel), (_as_4d(scores),), mask, y, scale, causal, max_block)
     return y
 
 
@@ -216,18 +216,9 @@ def masked_softmax_backward(
 
     ``mask`` and ``causal`` are the forward's: hidden keys get no gradient.
     """
-    y4 = _as_4d(y.contiguous())
-    dy4 = _as_4d(dy)
-    n_batch, n_heads, n_queries, n_keys = y4.shape
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
-    kind, m4 = _mask_view(mask, y, y4)
-    launch = row_launch(n_keys, max_block)
-    if dx.numel() > 0:
-        wrap(_masked_softmax_bwd_kernel)[(n_batch * n_heads * n_queries,)](
-            y4, dy4, m4, dx, *dy4.stride(), *m4.stride(), n_heads, n_queries, n_keys, scale,
-            MASK=kind, CAUSAL=causal, BLOCK_N=launch.block, SINGLE_BLOCK=launch.single,
-            num_warps=launch.warps,
-        )  # fmt: skip
+    inputs = (_as_4d(y.contiguous()), _as_4d(dy))
+    _launch(wrap(_masked_softmax_bwd_kernel), inputs, mask, dx, scale, causal, max_block)
     return dx
 
 
