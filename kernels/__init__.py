@@ -37,7 +37,8 @@ __all__ = [
     "use_triton_interpreter",
 ]
 
-# Each function checks its inputs once: the twin's path here, the Triton path in its ``*_triton`` entry.
+# Each function checks its inputs once: the twin's path here, the Triton path in its ``*_triton`` entry
+# (for the fused loss, whose two paths differ only in the chunk step, here too).
 
 
 def layer_norm(
@@ -152,7 +153,12 @@ def fused_linear_cross_entropy(
     check_linear_cross_entropy(hidden, weight, labels, bias, ignore_index, reduction, chunk_size, vocab_size)
     args = (hidden, weight, labels, bias, ignore_index, reduction, chunk_size)
     if use_triton(backend, hidden):
-        from .fused.cross_entropy import linear_cross_entropy_triton
+        from .fused.cross_entropy import cross_entropy_chunk_forward
+        from .fused.launch import check_launch
+        from .linear_cross_entropy import linear_cross_entropy
 
-        return linear_cross_entropy_triton(*args, vocab_size=vocab_size)
+        # The chunk step launches the kernel directly; while compiling, the loss takes no chunk step
+        # (``linear_cross_entropy.checkpointed_chunks``).
+        check_launch("hidden", hidden)
+        return linear_cross_entropy(*args, cross_entropy_chunk_forward, vocab_size=vocab_size)
     return linear_cross_entropy_torch(*args, vocab_size=vocab_size)

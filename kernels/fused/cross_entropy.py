@@ -1,5 +1,4 @@
-"""Cross-entropy over one chunk of logits, with its gradient written in place: Triton kernel, launcher,
-and the Triton entry point of ``fused_linear_cross_entropy``.
+"""Cross-entropy over one chunk of logits, with its gradient written in place: Triton kernel and launcher.
 
 This is the per-chunk step of :func:`brickwork.kernels.fused_linear_cross_entropy`. For each row of a
 [C, V] logits chunk (any float dtype) it computes, in float32, ``loss = logsumexp(row) - row[label]``
@@ -19,8 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..linear_cross_entropy import linear_cross_entropy
-from .launch import check_launch, row_launch
+from .launch import row_launch
 
 # Columns per step of the two passes over a row; vocabulary rows are far wider than this.
 MAX_BLOCK = 4096
@@ -79,25 +77,3 @@ def cross_entropy_chunk_forward(
             COMPUTE_GRAD=compute_grad, BLOCK_V=launch.block, num_warps=launch.warps,
         )  # fmt: skip
     return losses
-
-
-def linear_cross_entropy_triton(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    labels: torch.Tensor,
-    bias: torch.Tensor | None,
-    ignore_index: int,
-    reduction: str,
-    chunk_size: int | None,
-    vocab_size: int | None = None,
-) -> torch.Tensor:
-    """``fused_linear_cross_entropy`` with the Triton chunk step, on inputs its checks accepted.
-
-    Adds the Triton path's own checks (dtype, device). The chunk step launches the kernel directly;
-    while compiling, the loss takes no chunk step (``linear_cross_entropy.checkpointed_chunks``).
-    """
-    check_launch("hidden", hidden)
-    return linear_cross_entropy(
-        hidden, weight, labels, bias, ignore_index, reduction, chunk_size, cross_entropy_chunk_forward,
-        vocab_size=vocab_size,
-    )  # fmt: skip
