@@ -3,7 +3,6 @@ dispatch and the feedforward, with xformers' attribute names (``pose_encoding``,
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -52,7 +51,7 @@ def _ln_factory(config: xFormerEncoderConfig | xFormerDecoderConfig, residual: b
 def _position_encoding(block: nn.Module, config: Any, mha_dim: int) -> None:
     block.pose_encoding = None
     if config.position_encoding_config is not None and config.layer_position.is_first():
-        block.pose_encoding = build_positional_embedding(dataclasses.asdict(config.position_encoding_config))
+        block.pose_encoding = build_positional_embedding(config.position_encoding_config)
         if config.position_encoding_config.dim_model != mha_dim:
             logger.warning("the embedding and model dims differ: adding a projection")
             block.embedding_projector = nn.Linear(config.position_encoding_config.dim_model, mha_dim)
@@ -85,7 +84,7 @@ class xFormerEncoderBlock(nn.Module):
         _position_encoding(self, config, config.multi_head_config["dim_model"])
         wrap = _ln_factory(config)
         mha = build_multi_head_attention(config.multi_head_config)
-        feedforward = build_feedforward(dataclasses.asdict(config.feedforward_config))
+        feedforward = build_feedforward(config.feedforward_config)
         self.supports_attention_mask = mha.attention.supports_attention_mask
         self.requires_same_k_q_dimensions = mha.attention.requires_same_k_q_dimensions
         self.causal = getattr(mha.attention, "causal", False)
@@ -109,7 +108,7 @@ class xFormerEncoderBlock(nn.Module):
         """The (f, g) halves of a reversible block: normed attention and normed feedforward."""
         wrap = _ln_factory(config, residual=False)
         mha = build_multi_head_attention(config.multi_head_config)
-        feedforward = build_feedforward(dataclasses.asdict(config.feedforward_config))
+        feedforward = build_feedforward(config.feedforward_config)
         return wrap(mha), wrap(feedforward)
 
     def forward(
