@@ -38,12 +38,9 @@ class RandomAttention(PatternAttention):
 
     @staticmethod
     def check_options(options: Any) -> None:
-        if (
-            isinstance(options.seed, bool)
-            or not isinstance(options.seed, int)
-            or not 0 <= options.seed < 2**31
-        ):
-            raise ConfigError(f"must be an integer in [0, 2^31), got {options.seed!r}", "seed")
+        seed = options.seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+            raise ConfigError(f"must be an integer in [0, 2^31), got {seed!r}", "seed")
 
     def keep(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         # int32 arithmetic wraps the same way on every backend, so both paths draw the same keys.
