@@ -52,13 +52,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _encode(value: Any) -> bytes:
-    # torch.save keeps tensors inside the bytes, so nothing relies on shared memory of an exited child.
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    return buffer.getvalue()
-
-
 def _worker(
     fn: Callable[..., Any],
     rank: int,
@@ -80,8 +73,10 @@ def _worker(
     torch.set_num_threads(threads)
     try:
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout))
-        value = fn(*args)
-        results.put((rank, "ok", _encode(value)))
+        buffer = io.BytesIO()
+        # torch.save keeps tensors inside the bytes, so nothing relies on shared memory of an exited child.
+        torch.save(fn(*args), buffer)
+        results.put((rank, "ok", buffer.getvalue()))
     except BaseException as error:  # every failure must reach the parent, or it would wait for nothing
         results.put((rank, "error", (type(error).__name__, str(error), traceback.format_exc())))
     finally:
