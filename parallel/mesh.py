@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -60,6 +60,17 @@ def data_mesh(mesh: DeviceMesh) -> DeviceMesh:
     if mesh["cp"].size() == 1:
         return mesh["dp"]
     return mesh["dp", "cp"]._flatten("dp_cp")
+
+
+def own_group(rank_lists: Iterable[list[int]]) -> dist.ProcessGroup | None:
+    """A process group of each list of global ranks, created on every rank in the same order
+    (``new_group`` is collective); returns the one that holds this rank, None if none does."""
+    found = None
+    for ranks in rank_lists:
+        group = dist.new_group(ranks)
+        if dist.get_rank() in ranks:
+            found = group
+    return found
 
 
 def start_process_group(config: ParallelConfig) -> None:

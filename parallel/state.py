@@ -21,7 +21,7 @@ from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data.ddp import LocalShards
 from brickwork.parallel.data.zero import ZeroOptimizers
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
-from brickwork.parallel.mesh import data_mesh, mesh_device
+from brickwork.parallel.mesh import data_mesh, mesh_device, own_group
 
 if TYPE_CHECKING:
     from brickwork.parallel.expert_parallel import ExpertParallel
@@ -143,16 +143,8 @@ def _batch_group(mesh: DeviceMesh) -> dist.ProcessGroup | None:
     """The group of this rank's pipeline-, context- and tensor-parallel peers (one data-parallel index),
     whose first rank the others take the batch from; None when it is this rank alone. Context-parallel
     peers share the batch and each takes its slice of the sequence.
-
-    ``new_group`` is collective, so every rank creates every group, in the same order.
     """
     grid = mesh.mesh  # [pp, dp, cp, tp] global ranks
     if grid.numel() == grid.shape[1]:
         return None
-    found = None
-    for dp_index in range(grid.shape[1]):
-        ranks = [int(r) for r in grid[:, dp_index].flatten()]
-        group = dist.new_group(ranks)
-        if dist.get_rank() in ranks:
-            found = group
-    return found
+    return own_group([int(r) for r in grid[:, dp_index].flatten()] for dp_index in range(grid.shape[1]))

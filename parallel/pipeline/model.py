@@ -29,6 +29,7 @@ from torch.distributed.tensor import DTensor
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.data.ddp import named_trainable
 from brickwork.parallel.grad_norm import clip_grad_norm, settle_gradients
+from brickwork.parallel.mesh import own_group
 from brickwork.parallel.pipeline.stages import PipelineStageModule
 from brickwork.parallel.state import STATE_ATTR, ParallelState
 
@@ -73,18 +74,12 @@ class PipelineState(ParallelState):
         pp = self.config.pipeline_parallel_size
         grid = self.mesh.mesh  # [pp, dp, cp, tp] global ranks
         trainable = self.trainable()
-        me = dist.get_rank()
         held_here = {s.stage_index for s in self.stages}
         ties = []
         for held in shared:
             pp_ranks = sorted({s % pp for s in held})
-            group = None
-            # Every rank creates every group, in the same order (new_group is collective).
-            for place in itertools.product(*map(range, grid.shape[1:])):
-                ranks = [int(grid[(r, *place)]) for r in pp_ranks]
-                new = dist.new_group(ranks)
-                if me in ranks:
-                    group = new
+            places = itertools.product(*map(range, grid.shape[1:]))  # each (dp, cp, tp) place
+            group = own_group([int(grid[(r, *place)]) for r in pp_ranks] for place in places)
             # Stages on one rank share the very tensor (an encoder-decoder's embedding on its first
             # stage and again where the decoder starts): it is reduced once per rank.
             here = {s: name for s, name in held.items() if s in held_here}
