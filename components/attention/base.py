@@ -76,14 +76,8 @@ class AttentionMechanism(Configurable):
             )
         hq, hk = q.shape[1], k.shape[1]
         if hq != hk and not (self.supports_gqa and hk > 0 and hq % hk == 0):
-            raise ValueError(
-                f"{name}: q has {hq} heads but k/v have {hk}"
-                + (
-                    "; q heads must be a multiple of kv heads"
-                    if self.supports_gqa
-                    else "; expand kv heads first"
-                )
-            )
+            hint = "q heads must be a multiple of kv heads" if self.supports_gqa else "expand kv heads first"
+            raise ValueError(f"{name}: q has {hq} heads but k/v have {hk}; {hint}")
         if attn_mask is not None:
             check_mask(name, self.mask_support, attn_mask, (q.shape[0], hq, q.shape[2], k.shape[2]))
         if not self.requires_input_projection and q.shape[-2] != v.shape[-2]:
