@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
 from torch import nn
 
 from brickwork.xformers.utils import FromConfig
@@ -36,8 +35,3 @@ class Attention(FromConfig, nn.Module):
         self.requires_squared_context = False
         self.supports_attention_mask = True
         self.supports_key_padding_mask = False
-
-    def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> torch.Tensor:
-        raise NotImplementedError(f"{type(self).__name__} does not define forward")
