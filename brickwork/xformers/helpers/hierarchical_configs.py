@@ -73,7 +73,6 @@ def get_hierarchical_configuration(
         }
         in_channels = base.embedding
         configs.append(layer)
-        repeat = copy.deepcopy(layer)
-        repeat.pop("patch_embedding_config")
+        repeat = {key: value for key, value in layer.items() if key != "patch_embedding_config"}
         configs += [copy.deepcopy(repeat) for _ in range(base.repeat_layer - 1)]
     return configs
