@@ -91,15 +91,14 @@ class MixtureOfExperts(Feedforward):
             multiplier = DEFAULT_MULTIPLIER if hidden_layer_multiplier is None else hidden_layer_multiplier
             expert_constructor = functools.partial(MLP, dim_model, dropout, activation, multiplier)
 
+        top2 = gate is GateConfig.Top2
         with torch.device("meta"):  # brickwork's own experts and router are replaced: allocate neither
-            if gate is GateConfig.Top2:
+            if top2:
                 self.moe = BrickworkMoE(dim_model, number_of_experts, top_k=min(2, number_of_experts))
             else:
                 self.moe = RoundRobinMoE(dim_model, number_of_experts, top_k=1, aux_loss_weight=0.0)
         # Round robin reads no router: no parameter that never gets a gradient.
-        self.moe.router = (
-            nn.Linear(dim_model, number_of_experts, bias=False) if gate is GateConfig.Top2 else None
-        )
+        self.moe.router = nn.Linear(dim_model, number_of_experts, bias=False) if top2 else None
         self.moe.experts = Experts([expert_constructor() for _ in range(number_of_experts)])
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
