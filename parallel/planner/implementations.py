@@ -38,8 +38,9 @@ class Implementation:
       gathered again in backward (Korthikanti et al. 4.2.2).
     - ``selective``: what selective recomputation keeps. ``"matmuls"``: the outputs of every matmul
       and of attention, recomputing the element-wise work (brickwork,
-      parallel/activation_checkpointing.py); ``"alternate_matmuls"``: attention's output and every
-      other matmul's, recomputing the rest (torchtitan's per-op policy); ``"attention_core"``:
+      parallel/activation_checkpointing.py); ``"alternate_matmuls"``: attention's output and the 1st,
+      3rd, 5th ... matmul's of each layer, recomputing the rest (torchtitan's per-op policy,
+      activations.layer_matmuls); ``"attention_core"``:
       everything but the attention core (Korthikanti et al. 5), which with a fused attention kernel
       that keeps no scores saves next to nothing; None: there is none, only full recomputation.
     - ``overlaps_tensor_parallel``: tensor-parallel collectives run under the matmuls they feed, and

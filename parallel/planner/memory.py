@@ -14,7 +14,8 @@
   buffer in place has none.
 - **compute weights**: the 16-bit weights the matmuls read: autocast's copy of every weight (cached
   from its first use in a forward until the step's backward has used it), FSDP's gathered layers
-  (every layer from its forward to its backward under ZeRO-2, two at a time under ZeRO-3); none
+  (every layer from its forward to its backward under ZeRO-2, two at a time under ZeRO-3, every
+  layer of the stage in a pipeline, whose schedule keeps them whole between micro-batches); none
   when the parameters are 16-bit already.
 - **activations**: what every in-flight micro-batch keeps for backward (activations.py); a decoder
   stage of an encoder-decoder also keeps the encoder's output once per micro-batch.
@@ -187,19 +188,33 @@ def state_bytes(facts: ModelFacts, groups: tuple[int | str, ...], layout: Layout
     return StateBytes(params, grads, optimizer, full, largest)
 
 
+def chunk_saved(
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
+) -> list[tuple[int, int]]:
+    """Per chunk of pipeline rank ``rank`` (one without interleaving), in its schedule's order: (bytes
+    one micro-batch of ``rows`` rows keeps for backward in the chunk's layers, the encoder output its
+    decoder layers read and the embedding's on the first stage included; those the head keeps where
+    the chunk holds it)."""
+    out = []
+    for start, end in placement.chunks[rank]:
+        layers = range(start, end)
+        saved = sum(layer_activation_bytes(facts.layers[i], layout, seq_len, rows).saved for i in layers)
+        if facts.decoder_start is not None and any(i >= facts.decoder_start for i in layers):
+            saved += layer_activation_bytes(facts.layers[start], layout, seq_len, rows).boundary
+        if placement.holds_first(rank) and start == 0:
+            saved += embedding_activation_bytes(facts, layout, seq_len, rows)
+        last = end == placement.num_layers
+        out.append((saved, head_activation_bytes(facts, layout, seq_len, rows).saved if last else 0))
+    return out
+
+
 def microbatch_saved(
     facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
 ) -> tuple[int, int]:
     """(bytes one micro-batch of ``rows`` rows keeps for backward in pipeline rank ``rank``'s layers,
     the encoder output its decoder layers read included; those its head keeps)."""
-    layers = placement.layers(rank)
-    saved = sum(layer_activation_bytes(facts.layers[i], layout, seq_len, rows).saved for i in layers)
-    if facts.decoder_start is not None and any(i >= facts.decoder_start for i in layers):
-        saved += layer_activation_bytes(facts.layers[layers[0]], layout, seq_len, rows).boundary
-    if placement.holds_first(rank):
-        saved += embedding_activation_bytes(facts, layout, seq_len, rows)
-    head = head_activation_bytes(facts, layout, seq_len, rows).saved if placement.holds_last(rank) else 0
-    return saved, head
+    chunks = chunk_saved(facts, layout, placement, rank, seq_len, rows)
+    return sum(layers for layers, _ in chunks), sum(head for _, head in chunks)
 
 
 def rank_memory(
@@ -212,17 +227,9 @@ def rank_memory(
     per_layer = [layer_activation_bytes(facts.layers[i], layout, seq_len, rows) for i in layers]
     last = placement.holds_last(rank)
     head = head_activation_bytes(facts, layout, seq_len, rows) if last else None
-    chunk_layers = max(len(range(s, e)) for s, e in placement.chunks[rank])
     biggest = max(per_layer, key=lambda a: a.saved, default=None)
-    # Each in-flight micro-batch keeps what its chunk saved; with v chunks a rank's in-flight count
-    # is counted in chunk-micro-batches (interleaved_1f1b's warm-up), each holding one chunk's layers.
-    in_flight = in_flight_chunks(layout, rank)
-    stage_saved, head_saved = microbatch_saved(facts, layout, placement, rank, seq_len, rows)
-    if c.virtual_pipeline_size > 1:
-        activations = int(stage_saved * chunk_layers / max(len(layers), 1) * in_flight)
-    else:
-        activations = stage_saved * in_flight
-    activations += head_saved * min(in_flight, layout.microbatches)
+    chunks = tuple(a + b for a, b in chunk_saved(facts, layout, placement, rank, seq_len, rows))
+    activations = peak_in_flight(layout, rank, chunks)
     recomputed = biggest.recomputed if biggest is not None else 0
     transients = 2 * biggest.boundary if biggest is not None else 0
     if head is not None:
@@ -232,13 +239,15 @@ def rank_memory(
     compute_bytes = layout.activation_bytes
     dp = c.data_parallel_size
     compute_weights = copies = 0
-    if c.zero_stage == 3 and dp > 1:
+    if c.zero_stage == 3 and dp > 1 and c.pipeline_parallel_size == 1:
         # Two layers whole at a time (the one computing and the one prefetched), and one layer's
         # whole gradient before its reduce-scatter.
         compute_weights = 2 * state.largest_layer * compute_bytes
         transients += state.largest_layer * 4
-    elif c.zero_stage == 2 and dp > 1:
-        # reshard_after_forward=False keeps every layer whole from its forward to its backward.
+    elif c.zero_stage >= 2 and dp > 1:
+        # reshard_after_forward=False keeps every layer whole from its forward to its backward; in a
+        # pipeline, torch's schedule keeps them whole after every backward but the last
+        # (set_reshard_after_backward(False)), so under ZeRO-3 too.
         compute_weights = state.local_parameters * compute_bytes
         transients += state.largest_layer * 4
     elif layout.precision != "fp32" and layout.implementation.master_weights == "parameters":
@@ -263,14 +272,36 @@ def rank_memory(
     )
 
 
-def in_flight_chunks(layout: Layout, rank: int) -> int:
-    """Micro-batches (chunk-micro-batches when interleaved) whose activations rank ``rank`` holds at once."""
+def peak_in_flight(layout: Layout, rank: int, chunks: tuple[int, ...]) -> int:
+    """The most bytes the in-flight micro-batches of pipeline rank ``rank`` keep at once, where one
+    micro-batch keeps ``chunks[k]`` bytes in its chunk k. Without a pipeline micro-batches run one
+    after another; GPipe keeps all of them; 1F1B ``min(m, p - rank)``. Interleaved 1F1B (torch's
+    ``ScheduleInterleaved1F1B``, as Megatron-LM's) runs ``(v - 1)·n + 2·(p - 1 - rank)`` forwards
+    first, ``n = p`` micro-batches a round through chunk 0, 1, ... in turn, then one forward and one
+    backward (chunks in the reverse turn) until the forwards run out: followed op by op, so that
+    chunks of unequal layers are counted as they come."""
     c = layout.config
     p, v, m = c.pipeline_parallel_size, c.virtual_pipeline_size, layout.microbatches
     if p == 1:
-        return 1  # micro-batches accumulate one after another
+        return chunks[0]
     if c.pipeline_schedule == "gpipe":
-        return m
-    if c.pipeline_schedule == "1f1b":
-        return min(m, p - rank)
-    return min(m * v, 2 * (p - rank - 1) + (v - 1) * p + 1)
+        return m * sum(chunks)
+    if v == 1:
+        return min(m, p - rank) * chunks[0]
+    return _interleaved_peak(p, v, m, rank, chunks)
+
+
+@lru_cache(maxsize=4096)
+def _interleaved_peak(p: int, v: int, m: int, rank: int, chunks: tuple[int, ...]) -> int:
+    per_round = m // max(1, m // p)
+    total = m * v
+    warmup = min((v - 1) * per_round + 2 * (p - 1 - rank), total)
+    held = sum(chunks[(k // per_round) % v] for k in range(warmup))
+    peak = held
+    # The steady phase repeats every per_round * v steps, each chunk coming in and going out per_round
+    # times, so its peak is reached within the first of them.
+    for j in range(min(total - warmup, per_round * v)):
+        held += chunks[((warmup + j) // per_round) % v]
+        peak = max(peak, held)
+        held -= chunks[v - 1 - (j // per_round) % v]
+    return peak

@@ -5,8 +5,9 @@ then of what choices.py enumerates (micro-batch size and count, pipeline schedul
 recomputation). Sizes must divide what they split (heads, kv heads, the feedforward width, experts,
 the sequence, the global batch) and every stage needs a layer. Sequence parallel is on whenever
 tensor parallel is (it saves activation memory for the same communication). Context parallel is
-tried for sequences of 8192 tokens and more, where it is the tool; ZeRO-2/3 are tried without a
-pipeline, where FSDP's per-micro-batch gathers do not multiply by the pipeline's micro-batches. On a
+tried for sequences of 8192 tokens and more, where it is the tool; ZeRO-2/3 wherever the
+implementation has FSDP, but ZeRO-3 not in a pipeline, where torch's schedule keeps a stage's
+parameters whole between micro-batches (memory.py) and ZeRO-3 only adds gathers to ZeRO-2. On a
 mixed cluster, a pipeline without data parallel gets ``device_weights`` per stage and a data-parallel
 layout without a pipeline per rank, from each device's achievable rate, as Whale balances work over
 heterogeneous GPUs.
@@ -92,8 +93,9 @@ def size_configs(
                 if shape.feedforward == "moe" and p == 1 and cp == 1:
                     experts = [e for e in divisors(d) if shape.num_experts % e == 0]
                 for ep in experts:
-                    fsdp = p == 1 and step["implementation"].fsdp
-                    zero_stages = (0,) if d == 1 else (0, 1, 2, 3) if fsdp else (0, 1)
+                    zero_stages = (0,) if d == 1 else (0, 1)
+                    if d > 1 and step["implementation"].fsdp:
+                        zero_stages += (2, 3) if p == 1 else (2,)
                     configs = []
                     for zero in zero_stages:
                         config = planned_config(

@@ -25,13 +25,14 @@ and the pipeline bubble.
 - **Data parallel**: the fp32 gradients are all-reduced once per step (ZeRO 0 and 1; ZeRO-1 then
   all-gathers the updated parameters) or reduce-scattered (ZeRO 2 and 3, which also all-gather the
   parameters for every micro-batch: once under ZeRO-2, for forward and backward under ZeRO-3,
-  prefetched under compute). DDP's reduction runs bucket by bucket under the last micro-batch's
-  backward, which hides as much of it as that backward lasts; FSDP's reduce-scatters run unit by
-  unit under that backward too, sharing the link with ZeRO-3's backward gathers, and only the first
-  unit's gather and the last unit's reduce-scatter have no compute beside them. With the master
-  weights in the optimizer, ZeRO-1 reduce-scatters the gradients and all-gathers the updated 16-bit
-  parameters under the next step's first forward (Megatron-LM's ``--overlap-grad-reduce`` and
-  ``--overlap-param-gather``); brickwork's ZeRO-1 all-gathers its fp32 parameters after the step.
+  prefetched under compute; in a pipeline ZeRO-2 gathers once a step, :func:`gathered_microbatches`).
+  DDP's reduction runs bucket by bucket under the last micro-batch's backward, which hides as much
+  of it as that backward lasts; FSDP's reduce-scatters run unit by unit under that backward too,
+  sharing the link with ZeRO-3's backward gathers, and only the first unit's gather and the last
+  unit's reduce-scatter have no compute beside them. With the master weights in the optimizer,
+  ZeRO-1 reduce-scatters the gradients and all-gathers the updated 16-bit parameters under the next
+  step's first forward (Megatron-LM's ``--overlap-grad-reduce`` and ``--overlap-param-gather``);
+  brickwork's ZeRO-1 all-gathers its fp32 parameters after the step.
 - **Bubble**: with stage times ``t_s`` per micro-batch and ``m`` micro-batches, GPipe and 1F1B take
   ``(m - 1)·max(t_s) + Σ t_s`` (``(m + p - 1)·t`` for equal stages, a bubble of ``(p - 1)/m`` of the
   ideal); interleaved 1F1B with ``v`` chunks shrinks the fill and drain v-fold.
@@ -48,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from brickwork.parallel.planner.activations import layer_activation_bytes
+from brickwork.parallel.planner.activations import layer_activation_bytes, layer_matmuls
 from brickwork.parallel.planner.devices import Device
 from brickwork.parallel.planner.flops import head_flops, layer_flops, passes
 from brickwork.parallel.planner.layout import Layout, StagePlacement
@@ -213,7 +214,8 @@ def stage_cost(
         elif mode == "selective" and core_only:
             recompute_flops += f.attention_executed * share
         elif mode == "selective" and layout.implementation.selective == "alternate_matmuls":
-            recompute_flops += f.matmul / 2 * share  # the matmuls whose outputs it does not keep
+            # The matmuls whose outputs it does not keep.
+            recompute_flops += 2 * sum(weights for _, weights in layer_matmuls(shape, 1)[1::2]) * share
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
         traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes * eager
     flops += recompute_flops if mode == "selective" else 0.0
@@ -267,9 +269,21 @@ def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
             out["dp all-gather"] = local_parameters * layout.parameter_bytes
     else:
         gathers = 1 if c.zero_stage == 2 else 2
-        out["dp all-gather"] = gathers * local_parameters * layout.activation_bytes * layout.microbatches
+        out["dp all-gather"] = (
+            gathers * local_parameters * layout.activation_bytes * gathered_microbatches(layout)
+        )
         out["dp reduce-scatter"] = grads
     return out
+
+
+def gathered_microbatches(layout: Layout) -> int:
+    """How many of the step's micro-batches FSDP gathers the parameters for: every one without a
+    pipeline; in a pipeline, whose schedule keeps them whole from one micro-batch to the next
+    (``set_reshard_after_backward(False)``), ZeRO-2's first only; ZeRO-3, which reshards after each
+    forward, every one (counted as without a pipeline: an upper bound, the forwards right after a
+    backward find them whole)."""
+    c = layout.config
+    return 1 if c.pipeline_parallel_size > 1 and c.zero_stage == 2 else layout.microbatches
 
 
 def data_parallel_seconds(
@@ -291,7 +305,7 @@ def data_parallel_seconds(
         gather = _gather(volumes["dp all-gather"], d, links.dp)
         hidden = forward if layout.implementation.master_weights == "optimizer" else 0.0
         return _beside(reduce, backward, k) + _beside(gather, hidden, k), 0.0
-    m = layout.microbatches
+    m = gathered_microbatches(layout)
     per_microbatch = _gather(volumes["dp all-gather"], d, links.dp) / m
     # FSDP prefetches unit by unit: the forward's gathers run beside the forward, the backward's
     # (ZeRO-3 gathers again) beside the backward, and the last micro-batch's reduce-scatters share

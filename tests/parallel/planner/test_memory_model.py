@@ -3,13 +3,16 @@ bytes exactly, saved activations (autograd's saved-tensor hooks) within 10%."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from planner_cases import BATCH, SEQ, bert_spec, gpt_spec, llama_spec, measure_steps, t5_spec
+from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
 
 from brickwork.parallel import ParallelConfig, spawn
 from brickwork.parallel.planner.estimate import layer_costs
 from brickwork.parallel.planner.layout import Layout, stage_placement
-from brickwork.parallel.planner.memory import microbatch_saved, stage_groups, state_bytes
+from brickwork.parallel.planner.memory import microbatch_saved, peak_in_flight, stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import model_facts
 
 
@@ -91,3 +94,40 @@ def test_a_pipeline_stage_holds_its_layers_and_the_copies_of_shared_weights() ->
     # The encoder-decoder's second stage starts its decoder: it holds a copy of the shared embedding
     # and the encoder's final norm, and its tied head uses that copy.
     check([(gpt_spec(layers=3), pipeline, False), (t5_spec(), pipeline, False)], 2)
+
+
+def schedule_peak(p: int, v: int, m: int, rank: int, chunks: tuple[int, ...]) -> int:
+    """The most bytes in flight on ``rank``, walking the op list torch's ScheduleInterleaved1F1B
+    computes for it (a forward of stage s adds ``chunks[s // p]``, its backward frees them)."""
+    schedule = ScheduleInterleaved1F1B.__new__(ScheduleInterleaved1F1B)  # the order needs no stages
+    schedule.pp_group_size, schedule.n_local_stages, schedule._n_microbatches = p, v, m
+    schedule.rank, schedule.number_of_rounds = rank, max(1, m // p)
+    schedule.microbatches_per_round = m // schedule.number_of_rounds
+    held = peak = 0
+    for action in schedule._calculate_single_rank_operations(rank):
+        if action is None:
+            continue
+        sign = {_ComputationType.FORWARD: 1, _ComputationType.FULL_BACKWARD: -1}[action.computation_type]
+        held += sign * chunks[action.stage_index // p]
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.parametrize("p, v, m", [(2, 2, 2), (4, 2, 8), (4, 4, 8), (4, 2, 4), (8, 3, 16), (16, 4, 16)])
+def test_interleaved_in_flight_memory_follows_torchs_schedule(p: int, v: int, m: int) -> None:
+    """Unequal chunks (Llama 3 405B's first and last stages hold a layer fewer) are counted op by op."""
+    rng = random.Random(p * 100 + v * 10 + m)
+    config = ParallelConfig.from_dict(
+        {
+            "pipeline_parallel_size": p,
+            "data_parallel_size": 1,
+            "pipeline_schedule": "interleaved_1f1b",
+            "virtual_pipeline_size": v,
+            "num_microbatches": m,
+        },
+        world_size=p,
+    )
+    layout = Layout(config, 1)
+    for rank in range(p):
+        chunks = tuple(rng.randint(1, 9) * 1000 for _ in range(v))
+        assert peak_in_flight(layout, rank, chunks) == schedule_peak(p, v, m, rank, chunks), (rank, chunks)
