@@ -186,3 +186,31 @@ def _mapped_bytes() -> int:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no VmSize in /proc/self/status")
+
+
+def fsdp_pipeline_states(spec: dict[str, Any], dist: dict[str, Any], batch: int) -> list[dict[str, Any]]:
+    """On each rank: two steps of ``batch`` rows of ``spec`` under ``dist`` (a pipeline under ZeRO-2/3);
+    before each forward of each stage in the second (the first also infers the shapes the stages
+    exchange), ahead of FSDP's own hook: whether the stage's parameters are whole (not the DTensor
+    shards FSDP registers between gathers) and whether they hold whole gradients."""
+    torch.manual_seed(0)
+    model = parallelize(build_model(spec), dist)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = TrainStep(model, optimizer, "causal_lm")
+    records: list[dict[str, Any]] = []
+    for stage in model.stages:
+
+        def look(module: nn.Module, _: Any, index: int = stage.stage_index) -> None:
+            params = list(module.parameters())
+            whole = not any(isinstance(p, DTensor) for p in params)
+            grads = whole and all(p.grad is not None and p.grad.shape == p.shape for p in params)
+            done = sum(r["stage"] == index for r in records)
+            records.append({"stage": index, "microbatch": done, "whole": whole, "gradients": grads})
+
+        stage.register_forward_pre_hook(look, prepend=True)
+    ids = torch.randint(0, spec["vocab_size"], (batch, SEQ), generator=torch.Generator().manual_seed(1))
+    rows = batch // parallel_state(model).mesh["dp"].size()
+    step({"input_ids": ids[:rows], "labels": ids[:rows]})
+    records.clear()
+    step({"input_ids": ids[:rows], "labels": ids[:rows]})
+    return records

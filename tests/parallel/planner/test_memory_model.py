@@ -6,7 +6,16 @@ from __future__ import annotations
 import random
 
 import pytest
-from planner_cases import BATCH, SEQ, bert_spec, gpt_spec, llama_spec, measure_steps, t5_spec
+from planner_cases import (
+    BATCH,
+    SEQ,
+    bert_spec,
+    fsdp_pipeline_states,
+    gpt_spec,
+    llama_spec,
+    measure_steps,
+    t5_spec,
+)
 from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
 
 from brickwork.parallel import ParallelConfig, spawn
@@ -131,3 +140,22 @@ def test_interleaved_in_flight_memory_follows_torchs_schedule(p: int, v: int, m:
     for rank in range(p):
         chunks = tuple(rng.randint(1, 9) * 1000 for _ in range(v))
         assert peak_in_flight(layout, rank, chunks) == schedule_peak(p, v, m, rank, chunks), (rank, chunks)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fsdp_in_a_pipeline_keeps_weights_and_gradients_whole_between_micro_batches() -> None:
+    """What the planner prices ZeRO-2 in a pipeline on (memory.py, step_time.gathered_microbatches):
+    torch's schedule leaves a stage's parameters whole after every backward but the last, and its
+    gradients whole and unreduced; ZeRO-2 also keeps them whole after a forward, so it gathers once a
+    step, while ZeRO-3 reshards after each forward. pp2 × dp2, 1F1B over 4 micro-batches: stage 0 runs
+    F0 F1 B0 F2 B1 F3 B2 B3, stage 1 F0 B0 F1 B1 F2 B2 F3 B3."""
+    pipeline = {"pipeline_parallel_size": 2, "data_parallel_size": 2, "num_microbatches": 4}
+    pipeline["pipeline_schedule"] = "1f1b"
+    for zero in (2, 3):
+        dist = {**pipeline, "zero_stage": zero}
+        for records in spawn(fsdp_pipeline_states, 4, gpt_spec(layers=4), dist, 16, timeout=600):
+            for r in records:
+                after_backward = r["microbatch"] >= (2 if r["stage"] == 0 else 1)
+                whole = r["microbatch"] > 0 and (zero == 2 or after_backward)
+                assert (r["whole"], r["gradients"]) == (whole, after_backward), (zero, r)
