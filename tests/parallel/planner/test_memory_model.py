@@ -122,7 +122,9 @@ def schedule_peak(p: int, v: int, m: int, rank: int, chunks: tuple[int, ...]) ->
     return peak
 
 
-@pytest.mark.parametrize("p, v, m", [(2, 2, 2), (4, 2, 8), (4, 4, 8), (4, 2, 4), (8, 3, 16), (16, 4, 16)])
+@pytest.mark.parametrize(
+    "p, v, m", [(2, 2, 2), (2, 2, 8), (4, 2, 8), (4, 4, 8), (4, 2, 4), (4, 2, 16), (8, 3, 16), (16, 4, 16)]
+)
 def test_interleaved_in_flight_memory_follows_torchs_schedule(p: int, v: int, m: int) -> None:
     """Unequal chunks (Llama 3 405B's first and last stages hold a layer fewer) are counted op by op."""
     rng = random.Random(p * 100 + v * 10 + m)
