@@ -25,7 +25,7 @@ and the pipeline bubble.
 - **Data parallel**: the fp32 gradients are all-reduced once per step (ZeRO 0 and 1; ZeRO-1 then
   all-gathers the updated parameters) or reduce-scattered (ZeRO 2 and 3, which also all-gather the
   parameters for every micro-batch: once under ZeRO-2, for forward and backward under ZeRO-3,
-  prefetched under compute; in a pipeline ZeRO-2 gathers once a step, :func:`gathered_microbatches`).
+  prefetched under compute; in a pipeline ZeRO-2 once a step, ZeRO-3 m + 1 times: :func:`gathers_per_step`).
   DDP's reduction runs bucket by bucket under the last micro-batch's backward, which hides as much
   of it as that backward lasts; FSDP's reduce-scatters run unit by unit under that backward too,
   sharing the link with ZeRO-3's backward gathers, and only the first unit's gather and the last
@@ -268,22 +268,23 @@ def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
         if c.zero_stage == 1:
             out["dp all-gather"] = local_parameters * layout.parameter_bytes
     else:
-        gathers = 1 if c.zero_stage == 2 else 2
-        out["dp all-gather"] = (
-            gathers * local_parameters * layout.activation_bytes * gathered_microbatches(layout)
-        )
+        out["dp all-gather"] = gathers_per_step(layout) * local_parameters * layout.activation_bytes
         out["dp reduce-scatter"] = grads
     return out
 
 
-def gathered_microbatches(layout: Layout) -> int:
-    """How many of the step's micro-batches FSDP gathers the parameters for: every one without a
-    pipeline; in a pipeline, whose schedule keeps them whole from one micro-batch to the next
-    (``set_reshard_after_backward(False)``), ZeRO-2's first only; ZeRO-3, which reshards after each
-    forward, every one (counted as without a pipeline: an upper bound, the forwards right after a
-    backward find them whole)."""
+def gathers_per_step(layout: Layout) -> int:
+    """How many times a ZeRO-2/3 step all-gathers the rank's parameters: without a pipeline, for every
+    micro-batch (ZeRO-3 again for its backward). In a pipeline torch's schedule keeps them whole from
+    a backward to the next forward (``set_reshard_after_backward(False)``): ZeRO-2 gathers once;
+    ZeRO-3, which reshards after each forward, gathers for every forward that follows a forward and
+    every backward that follows a forward, m + 1 times per chunk in every schedule (GPipe, 1F1B,
+    interleaved: ``test_memory_model.py`` counts them on torch's op lists)."""
     c = layout.config
-    return 1 if c.pipeline_parallel_size > 1 and c.zero_stage == 2 else layout.microbatches
+    m = layout.microbatches
+    if c.pipeline_parallel_size == 1:
+        return m if c.zero_stage == 2 else 2 * m
+    return 1 if c.zero_stage == 2 else m + 1
 
 
 def data_parallel_seconds(
@@ -305,7 +306,7 @@ def data_parallel_seconds(
         gather = _gather(volumes["dp all-gather"], d, links.dp)
         hidden = forward if layout.implementation.master_weights == "optimizer" else 0.0
         return _beside(reduce, backward, k) + _beside(gather, hidden, k), 0.0
-    m = gathered_microbatches(layout)
+    m = min(layout.microbatches, gathers_per_step(layout))  # the micro-batches that gather
     per_microbatch = _gather(volumes["dp all-gather"], d, links.dp) / m
     # FSDP prefetches unit by unit: the forward's gathers run beside the forward, the backward's
     # (ZeRO-3 gathers again) beside the backward, and the last micro-batch's reduce-scatters share

@@ -23,6 +23,7 @@ from brickwork.parallel.planner.estimate import layer_costs
 from brickwork.parallel.planner.layout import Layout, stage_placement
 from brickwork.parallel.planner.memory import microbatch_saved, peak_in_flight, stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import model_facts
+from brickwork.parallel.planner.step_time import gathers_per_step
 
 
 def predicted(spec: dict, dist: dict, world: int) -> list[dict[str, int]]:
@@ -105,49 +106,57 @@ def test_a_pipeline_stage_holds_its_layers_and_the_copies_of_shared_weights() ->
     check([(gpt_spec(layers=3), pipeline, False), (t5_spec(), pipeline, False)], 2)
 
 
-def schedule_peak(p: int, v: int, m: int, rank: int, chunks: tuple[int, ...]) -> int:
-    """The most bytes in flight on ``rank``, walking the op list torch's ScheduleInterleaved1F1B
-    computes for it (a forward of stage s adds ``chunks[s // p]``, its backward frees them)."""
+def schedule_walk(p: int, v: int, m: int, rank: int, chunks: tuple[int, ...]) -> tuple[int, list[int]]:
+    """Walking the op list torch's ScheduleInterleaved1F1B computes for ``rank`` (a forward of stage s
+    adds ``chunks[s // p]``, its backward frees them): the most bytes in flight, and per chunk the
+    ZeRO-3 gathers (a forward after a forward of its chunk, or first, resharded its parameters; a
+    backward after a forward finds them resharded; after a backward they stay whole)."""
     schedule = ScheduleInterleaved1F1B.__new__(ScheduleInterleaved1F1B)  # the order needs no stages
     schedule.pp_group_size, schedule.n_local_stages, schedule._n_microbatches = p, v, m
     schedule.rank, schedule.number_of_rounds = rank, max(1, m // p)
     schedule.microbatches_per_round = m // schedule.number_of_rounds
     held = peak = 0
+    gathers, previous = [0] * v, [None] * v
     for action in schedule._calculate_single_rank_operations(rank):
         if action is None:
             continue
-        sign = {_ComputationType.FORWARD: 1, _ComputationType.FULL_BACKWARD: -1}[action.computation_type]
-        held += sign * chunks[action.stage_index // p]
+        chunk = action.stage_index // p
+        forward = action.computation_type == _ComputationType.FORWARD
+        assert forward or action.computation_type == _ComputationType.FULL_BACKWARD
+        held += chunks[chunk] if forward else -chunks[chunk]
         peak = max(peak, held)
-    return peak
+        gathers[chunk] += previous[chunk] in ((None, "F") if forward else ("F",))
+        previous[chunk] = "F" if forward else "B"
+    return peak, gathers
 
 
 @pytest.mark.parametrize(
     "p, v, m", [(2, 2, 2), (2, 2, 8), (4, 2, 8), (4, 4, 8), (4, 2, 4), (4, 2, 16), (8, 3, 16), (16, 4, 16)]
 )
 def test_interleaved_in_flight_memory_follows_torchs_schedule(p: int, v: int, m: int) -> None:
-    """Unequal chunks (Llama 3 405B's first and last stages hold a layer fewer) are counted op by op."""
+    """Unequal chunks (Llama 3 405B's first and last stages hold a layer fewer) are counted op by op;
+    under ZeRO-3 every chunk gathers its parameters m + 1 times a step."""
     rng = random.Random(p * 100 + v * 10 + m)
-    config = ParallelConfig.from_dict(
-        {
-            "pipeline_parallel_size": p,
-            "data_parallel_size": 1,
-            "pipeline_schedule": "interleaved_1f1b",
-            "virtual_pipeline_size": v,
-            "num_microbatches": m,
-        },
-        world_size=p,
-    )
-    layout = Layout(config, 1)
+    dist = {
+        "pipeline_parallel_size": p,
+        "data_parallel_size": 2,
+        "pipeline_schedule": "interleaved_1f1b",
+        "virtual_pipeline_size": v,
+        "num_microbatches": m,
+        "zero_stage": 3,
+    }
+    layout = Layout(ParallelConfig.from_dict(dist, world_size=2 * p), 1)
     for rank in range(p):
         chunks = tuple(rng.randint(1, 9) * 1000 for _ in range(v))
-        assert peak_in_flight(layout, rank, chunks) == schedule_peak(p, v, m, rank, chunks), (rank, chunks)
+        peak, gathers = schedule_walk(p, v, m, rank, chunks)
+        assert peak_in_flight(layout, rank, chunks) == peak, (rank, chunks)
+        assert gathers == [gathers_per_step(layout)] * v, (rank, gathers)
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_fsdp_in_a_pipeline_keeps_weights_and_gradients_whole_between_micro_batches() -> None:
-    """What the planner prices ZeRO-2 in a pipeline on (memory.py, step_time.gathered_microbatches):
+    """What the planner prices ZeRO-2 in a pipeline on (memory.py, step_time.gathers_per_step):
     torch's schedule leaves a stage's parameters whole after every backward but the last, and its
     gradients whole and unreduced; ZeRO-2 also keeps them whole after a forward, so it gathers once a
     step, while ZeRO-3 reshards after each forward. pp2 × dp2, 1F1B over 4 micro-batches: stage 0 runs
