@@ -12,7 +12,8 @@ did its work, so that what is compared with it is the device and the layout, not
   train/tr11-176B-ml/README.md);
 - ``"torchtitan"``: torchtitan as its published Llama 3 benchmarks ran
   (benchmarks/llama3_h100_202412_torchtitan.md), compiled; ``"torchtitan_eager"`` the same without
-  torch.compile;
+  torch.compile; ``"torchtitan_async_tp"`` with async tensor parallel
+  (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md);
 - ``"plain"``: a plain loop such as nanoGPT's.
 """
 
@@ -98,6 +99,11 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     # Built from the same torch pieces as brickwork (FSDP2, DTensor tensor and sequence parallel,
     # selective checkpointing by op); its loss takes the whole logits.
     "torchtitan": Implementation(selective="alternate_matmuls", fused_head_loss=False),
+    # The same with async tensor parallel (torch's micro-pipelined all-gather and reduce-scatter
+    # matmuls): the tensor-parallel collectives run under the matmuls they feed, priced as Megatron's.
+    "torchtitan_async_tp": Implementation(
+        selective="alternate_matmuls", fused_head_loss=False, overlaps_tensor_parallel=True
+    ),
     # The same, without torch.compile: every element-wise op is a kernel of its own.
     "torchtitan_eager": Implementation(
         selective="alternate_matmuls", fused_head_loss=False, fused_elementwise=False

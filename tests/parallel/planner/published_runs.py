@@ -17,11 +17,12 @@ Sources (numbers copied as published):
   and shards the rest: priced as Megatron's distributed optimizer (ZeRO-1), whose fp32 gradients are
   whole on every rank where Meta shards them (docs/parallel.md, the misses).
 - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (2024-12, torchtitan 9dec370) and
-  benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: Llama 3.1 8B and 70B, bf16 rows only (the
-  Float8 rows are outside the model; so is every published 405B row, and the H200 run,
-  llama3-8b_h200_202506_trainy-whitefiber.md). Their H100s are 96 GB HBM2e boards at 500 W, "between
-  SXM and NVL" in peak: described here as 95 GiB, 2.4 TB/s and 912 dense bf16 TFLOP/s, midway between
-  the SXM's 989 and the NVL's 835. Tokens per second per GPU; memory as torchtitan reports it (GiB).
+  benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: Llama 3.1 8B and 70B, bf16 rows only, with
+  vanilla and async tensor parallel (the Float8 rows are outside the model; so is every published
+  405B row, and the H200 run, llama3-8b_h200_202506_trainy-whitefiber.md). Their H100s are 96 GB
+  HBM2e boards at 500 W, "between SXM and NVL" in peak: described here as 95 GiB, 2.4 TB/s and 912
+  dense bf16 TFLOP/s, midway between the SXM's 989 and the NVL's 835. Tokens per second per GPU;
+  memory as torchtitan reports it (GiB).
 - This project's own measurement (shared perf file h100-2026-11-27): a plain compiled
   nanoGPT-structured GPT-2 small (no dropout, tied head, tanh-GELU) on one H100 80GB HBM3, 16 × 1024
   tokens a step, bf16 autocast: 422k–427k tokens/s, peak 8.5 GiB; and brickwork's ``gpt2`` preset
@@ -193,7 +194,8 @@ def _titan(
     tokens: float,
     memory: float | None = None,
 ) -> Run:
-    """A torchtitan row; an eager one (its name says) is priced without torch.compile's fusion."""
+    """A torchtitan row; an eager one (its name says) is priced without torch.compile's fusion, an
+    async TP one with its tensor-parallel traffic under the matmuls."""
     dp = gpus // tp
     dist = {
         "data_parallel_size": dp,
@@ -210,7 +212,11 @@ def _titan(
         dist,
         rows * dp,
         8192,
-        "torchtitan_eager" if name.endswith("eager") else "torchtitan",
+        "torchtitan_eager"
+        if name.endswith("eager")
+        else "torchtitan_async_tp"
+        if "async" in name
+        else "torchtitan",
         tokens_per_gpu=tokens,
         memory_gib=memory,
         step={"grad_accum_steps": 1},
@@ -287,6 +293,8 @@ RUNS = [
     _titan("Llama 3.1 8B FSDP 128, eager", LLAMA_8B, 128, 1, 2, "selective", 5605, 67.0),
     _titan("Llama 3.1 8B FSDP 8 TP 8, compiled", LLAMA_8B, 64, 8, 12, "selective", 4378),
     _titan("Llama 3.1 70B FSDP 32 TP 8, compiled", LLAMA_70B, 256, 8, 16, "full", 597.3),
+    _titan("Llama 3.1 8B FSDP 8 async TP 8, compiled", LLAMA_8B, 64, 8, 12, "selective", 4809.4),
+    _titan("Llama 3.1 70B FSDP 32 async TP 8, compiled", LLAMA_70B, 256, 8, 16, "full", 652.4),
     _one_gpu("GPT-2 small, plain loop, compiled", "plain", tokens=425_000),
     _one_gpu("GPT-2 small, plain loop, eager", "plain", memory=16.0),
     _one_gpu("brickwork gpt2, compiled", "brickwork", tokens=338_000, memory=8.9),

@@ -158,6 +158,9 @@ RATE_MISSES = {
     # layout needs it: without it, 108 GiB a GPU on 8192 GPUs and 92 GiB on 16,384 (docs/parallel.md).
     "Llama 3 405B, 8192 GPUs": "-26%: the model needs full recomputation to fit this layout",
     "Llama 3 405B, 16384 GPUs": "-29%: the model needs full recomputation to fit this layout",
+    # torchtitan measured async TP 10% faster than vanilla TP on this 8B (4,809 against 4,378); hiding
+    # all its traffic under the matmuls, as Megatron's overlap is priced, gives 20%.
+    "Llama 3.1 8B FSDP 8 async TP 8, compiled": "+25%: async TP hides half the traffic the model hides",
 }
 PICK_MISSES = {
     "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation, against full recomputation",
@@ -169,6 +172,8 @@ PICK_MISSES = {
     # torchtitan's own FSDP-only 8B step runs 49% faster a GPU than this TP 8 one (6,514 against 4,378).
     "Llama 3.1 8B FSDP 8 TP 8, compiled": "an async-TP benchmark: FSDP with context parallel is faster",
     "Llama 3.1 70B FSDP 32 TP 8, compiled": "a pipeline with context parallel needs no full recomputation",
+    "Llama 3.1 8B FSDP 8 async TP 8, compiled": "an async-TP benchmark: FSDP with context parallel is faster",
+    "Llama 3.1 70B FSDP 32 async TP 8, compiled": "a pipeline with context parallel needs no recomputation",
     # Korthikanti et al. 2022 measured a 530B GPT 29% faster without full recomputation.
     "BLOOM 176B": "pipelines that need no recomputation (tp4 pp24 dp4, tp8 pp6 dp8: +35%, +30%)",
 }
