@@ -10,10 +10,11 @@ to published runs on that device (docs/parallel.md, "Against published runs"): t
 Table 1 of Narayanan et al. 2021 (ten GPT runs on up to 3072 A100-80GB); the H100's 0.50 to
 Megatron-LM's H100 weak-scaling table (nine GPT runs on up to 6144 GPUs), torchtitan's bf16 Llama 3
 benchmarks and this project's GPT-2 runs on one H100, which it meets within 15% but for three runs
-the docs explain (Meta's Llama 3 405B at -27% and -29%, torchtitan's async-TP 8B at +25%). The H200 is the H100's chip with more and faster memory, so it takes the H100's fraction, which this
-project's compiled GPT-2 small on one H200 meets at -10.3% (450,655 tokens/s measured); the one public
-H200 training benchmark found (torchtitan's, Llama 3.1 8B) trains in Float8, which the planner does
-not price.
+the docs explain (Meta's Llama 3 405B at -27% and -29%, torchtitan's async-TP 8B at +25%). The H200
+is the H100's chip with more and faster memory, so it takes the H100's fraction, which this project's
+compiled GPT-2 small on one H200 meets at -10.3% (450,655 tokens/s measured); the one public H200
+training benchmark found (torchtitan's, Llama 3.1 8B) trains in Float8, which the planner does not
+price.
 
 :func:`running_preset` finds the preset of the GPU a process computes on (``brickwork train`` divides
 by its peak for the MFU it logs, ``dist: auto`` plans with its rates).
