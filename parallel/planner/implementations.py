@@ -55,6 +55,11 @@ class Implementation:
     - ``sequence_parallel``: sequence parallel exists (the planner turns it on with tensor parallel).
     - ``fused_elementwise``: chains of element-wise ops run as one kernel (torch.compile, Triton or
       hand-fused CUDA kernels); False: eager PyTorch, one kernel per op, each through HBM.
+    - ``checkpoint_stops_early``: recomputation is ``torch.utils.checkpoint``'s, which replays a
+      layer's forward in backward only until what backward needs is rebuilt, and with it every
+      collective the selective policy does not save but the feedforward's closing tensor-parallel
+      reduction (step_time.recomputed_collectives); False: the implementation's own checkpoint
+      replays the whole forward of the layer, collectives and all (Megatron-LM, DeepSpeed).
     - ``glu_keeps_input_only``: a GLU's activation is one autograd function that keeps only its input
       (gate and up) and recomputes the activated gate in backward, so a GLU feedforward keeps ``3f``
       (gate, up, the down projection's input) rather than ``4f`` (Megatron-LM's
@@ -70,6 +75,7 @@ class Implementation:
     fsdp: bool = True
     sequence_parallel: bool = True
     fused_elementwise: bool = True
+    checkpoint_stops_early: bool = True
     glu_keeps_input_only: bool = False
 
 
@@ -82,6 +88,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         overlaps_tensor_parallel=True,
         fused_head_loss=False,
         fsdp=False,
+        checkpoint_stops_early=False,
         glu_keeps_input_only=True,
     ),
     # Megatron-DeepSpeed as BLOOM ran it (2022): Megatron's layers without sequence parallel,
@@ -93,6 +100,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         half_gradients=True,
         fsdp=False,
         sequence_parallel=False,
+        checkpoint_stops_early=False,
     ),
     # A plain training loop (nanoGPT's): fp32 weights under autocast, the loss over the whole logits.
     "plain": Implementation(fused_head_loss=False),

@@ -12,14 +12,16 @@ and the pipeline bubble.
   kernel of its own, through HBM: ``EAGER_ELEMENTWISE`` times the traffic.
 - **Tensor parallel** (Megatron): per layer and micro-batch, 2 all-reduces of ``b·s·h`` in forward and 2
   in backward (sequence parallel turns each into an all-gather plus a reduce-scatter of the same
-  time), 2 more with full recomputation; the vocab-parallel embedding and the head's input gradient
-  one each; an all-gather per norm in backward where sequence parallel keeps the norm outputs split.
+  time), and what recomputation replays of the forward's (:func:`recomputed_collectives`); the
+  vocab-parallel embedding and the head's input gradient one each; an all-gather per norm in
+  backward where sequence parallel keeps the norm outputs split.
   Not overlapped with compute in brickwork; an implementation that overlaps them shows only what
   outlasts the stage's matmuls, and what it slows them by.
 - **Context parallel**: per layer, an all-gather of the keys and values in forward (again when
   recomputed) and a reduce-scatter of their gradients in backward.
 - **Expert parallel**: per MoE layer, 4 all-to-alls (dispatch and combine, forward and backward) of the
-  routed rows that leave the rank, ``(ep - 1) / ep`` of them under balanced routing.
+  routed rows that leave the rank, ``(ep - 1) / ep`` of them under balanced routing; 6 when
+  recomputation replays the forward's.
 - **Pipeline**: each micro-batch sends its boundary activation forward and its gradient back, per
   stage boundary (v times as often when interleaved), on the critical path.
 - **Data parallel**: the fp32 gradients are all-reduced once per step (ZeRO 0 and 1; ZeRO-1 then
@@ -156,7 +158,7 @@ def microbatch_volumes(
     t, cp, ep = c.tensor_parallel_size, c.context_parallel_size, c.expert_parallel_size
     tokens = rows * seq_len
     act = layout.activation_bytes
-    recompute = c.activation_checkpointing == "full"
+    tp_again, cp_again, ep_again = recomputed_collectives(layout)
     boundary = tokens / cp * facts.dim_model * act
     out = {"tp all-reduce": 0.0, "cp all-gather": 0.0, "ep all-to-all": 0.0, "pp send": 0.0}
     # Split norm outputs are all-gathered again in backward: half an all-reduce each.
@@ -164,14 +166,14 @@ def microbatch_volumes(
     for i in placement.layers(rank):
         shape = facts.layers[i]
         if t > 1:
-            out["tp all-reduce"] += (6 if recompute else 4) * boundary
+            out["tp all-reduce"] += (4 + tp_again) * boundary
             out["tp all-reduce"] += (shape.attentions + 1) * boundary / 2 if regathers else 0.0
         if cp > 1:
             kv = 2 * shape.num_kv_heads * shape.dim_head / t * tokens * act
-            out["cp all-gather"] += (3 if recompute else 2) * kv
+            out["cp all-gather"] += (3 if cp_again else 2) * kv
         if shape.feedforward == "moe" and ep > 1:
             routed = tokens / cp * shape.top_k * facts.dim_model * act * (ep - 1) / ep
-            out["ep all-to-all"] += (6 if recompute else 4) * routed
+            out["ep all-to-all"] += (6 if ep_again else 4) * routed
     if t > 1:
         # The vocab-parallel embedding's output, and the head input's gradient.
         out["tp all-reduce"] += boundary * (placement.holds_first(rank) + placement.holds_last(rank))
@@ -180,6 +182,33 @@ def microbatch_volumes(
         sent = boundary / (t if c.sequence_parallel else 1)
         out["pp send"] = 2 * c.virtual_pipeline_size * sent
     return out
+
+
+def recomputed_collectives(layout: Layout) -> tuple[float, bool, bool]:
+    """What backward runs again of a layer's forward collectives under recomputation: (tensor-parallel
+    all-reduces, or all-gather and reduce-scatter pairs, of the layer's boundary activation; whether
+    the context-parallel key/value gathers; whether the expert-parallel all-to-alls).
+
+    The implementation's own checkpoint (Megatron-LM's, DeepSpeed's) replays the layer's whole
+    forward: all 2 reductions, the gathers, the all-to-alls. ``torch.utils.checkpoint`` stops once the
+    tensors backward needs are rebuilt, and a selective policy that saves no collective
+    (brickwork's) replays every one on the way: the gathers, the all-to-alls, the attention's
+    reduction, but not the feedforward's closing one (1.5 under sequence parallel, its all-gathers
+    and one reduce-scatter; 1 without). torchtitan's policy saves the reduce-scatters (1: its two
+    all-gathers). Megatron's selective recomputation redoes the attention core alone, and with it
+    only a context-parallel key/value exchange. Counted on brickwork's own step by
+    ``tests/parallel/planner/test_planner_search.py``."""
+    c = layout.config
+    mode, impl = c.activation_checkpointing, layout.implementation
+    if mode == "none":
+        return 0.0, False, False
+    if mode == "selective" and impl.selective == "attention_core":
+        return 0.0, True, False
+    if mode == "full" and not impl.checkpoint_stops_early:
+        return 2.0, True, True
+    if mode == "selective" and impl.selective == "alternate_matmuls":
+        return 1.0, True, True
+    return (1.5 if c.sequence_parallel else 1.0), True, True
 
 
 def stage_cost(

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import parallel_state, parallelize
@@ -214,3 +215,38 @@ def fsdp_pipeline_states(spec: dict[str, Any], dist: dict[str, Any], batch: int)
     records.clear()
     step({"input_ids": ids[:rows], "labels": ids[:rows]})
     return records
+
+
+def moe_spec(layers: int = 2) -> dict[str, Any]:
+    """``gpt_spec`` with mixtures of 4 experts, 2 a token, for feedforwards."""
+    spec = gpt_spec(layers)
+    spec["decoder"]["block"]["feedforward"] = {"name": "moe", "num_experts": 4, "top_k": 2, "hidden_dim": 64}
+    return spec
+
+
+class _Collectives(TorchDispatchMode):
+    """Counts the functional collectives dispatched while it is on, by name (waits left out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = func.__name__.split(".")[0]
+        if func.namespace == "_c10d_functional" and name not in ("wait_tensor", "_wrap_tensor_autograd"):
+            self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def backward_collectives(cases: list[tuple[dict[str, Any], dict[str, Any], int]]) -> list[dict[str, int]]:
+    """For each (spec, dist, rows of this rank): the collectives one backward of the model's loss runs."""
+    out = []
+    for spec, dist, length in cases:
+        torch.manual_seed(0)
+        model = parallelize(build_model(spec), dist)
+        ids = torch.randint(0, spec["vocab_size"], (2, length), generator=torch.Generator().manual_seed(1))
+        loss = model(ids).float().pow(2).mean()
+        with _Collectives() as seen:
+            loss.backward()
+        out.append(seen.counts)
+    return out

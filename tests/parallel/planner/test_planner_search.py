@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from planner_cases import gpt_spec
+from planner_cases import SEQ, backward_collectives, gpt_spec, llama_spec, moe_spec
 
 from brickwork.cli import main
 from brickwork.errors import ConfigError
-from brickwork.parallel import ParallelConfig, estimate, parallelize, plan
+from brickwork.parallel import ParallelConfig, estimate, parallelize, plan, spawn
 from brickwork.parallel.planner import parse_cluster
 from brickwork.parallel.planner.flops import layer_flops
 from brickwork.parallel.planner.layout import Layout, stage_placement
@@ -17,6 +17,7 @@ from brickwork.parallel.planner.step_time import (
     Links,
     data_parallel_seconds,
     microbatch_volumes,
+    recomputed_collectives,
     step_volumes,
 )
 
@@ -172,3 +173,43 @@ def test_the_chosen_dist_dict_parallelizes_in_one_process() -> None:
         gpt_spec(), [{"name": "cpu", "memory_gib": 1, "bf16_tflops": 0.1}], global_batch=4, seq_len=32
     )[0]
     parallelize(build_model(gpt_spec()), best.dist)
+
+
+@pytest.mark.distributed
+def test_recomputation_replays_the_collectives_the_model_says() -> None:
+    """brickwork's backward under no, selective and full recomputation, its collectives counted per
+    layer (two layers less one): what recomputation adds is what ``recomputed_collectives`` prices,
+    at tp2 with and without sequence parallel (all-gathers and reduce-scatters count half an
+    all-reduce), cp2 (a gather each of keys and values) and ep2 (dispatch and combine)."""
+    layouts = {
+        "tp2 sp": (llama_spec, {"tensor_parallel_size": 2, "sequence_parallel": True}, SEQ),
+        "tp2": (llama_spec, {"tensor_parallel_size": 2}, SEQ),
+        "cp2": (llama_spec, {"context_parallel_size": 2}, SEQ // 2),
+        "ep2": (moe_spec, {"data_parallel_size": 2, "expert_parallel_size": 2}, SEQ),
+    }
+    modes = ("none", "selective", "full")
+    cases = [
+        (make(layers), {**dist, "activation_checkpointing": mode}, length)
+        for make, dist, length in layouts.values()
+        for mode in modes
+        for layers in (1, 2)
+    ]
+    counts = iter(spawn(backward_collectives, 2, cases, timeout=300)[0])
+    for name, (_, dist, _) in layouts.items():
+        per_layer = {}
+        for mode in modes:
+            one, two = next(counts), next(counts)
+            per_layer[mode] = {k: two.get(k, 0) - one.get(k, 0) for k in set(one) | set(two)}
+        for mode in modes[1:]:
+            extra = {k: per_layer[mode].get(k, 0) - per_layer["none"].get(k, 0) for k in per_layer[mode]}
+            config = ParallelConfig.from_dict({**dist, "activation_checkpointing": mode}, world_size=2)
+            tp, cp, ep = recomputed_collectives(Layout(config, 1))
+            halves = extra.get("all_gather_into_tensor", 0) + extra.get("reduce_scatter_tensor", 0)
+            measured = {
+                "tp2 sp": (halves / 2, False, False),
+                "tp2": (extra.get("all_reduce", 0), False, False),
+                "cp2": (0.0, extra.get("all_gather_into_tensor", 0) == 2, False),
+                "ep2": (0.0, False, extra.get("all_to_all_single", 0) == 2),
+            }[name]
+            predicted = (tp if name.startswith("tp") else 0.0, cp and name == "cp2", ep and name == "ep2")
+            assert measured == predicted, (name, mode, extra)
