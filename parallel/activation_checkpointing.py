@@ -1,9 +1,12 @@
 """Activation checkpointing of the model's layers with ``torch.utils.checkpoint`` (names unchanged).
 
 - ``full``: each layer keeps only its input; everything inside is recomputed in backward.
-- ``selective``: inside each layer the outputs of matrix multiplies and attention are kept and the
-  cheap element-wise work (norms, activations, dropout masks, adds) is recomputed, which saves most
-  of the activation memory for a small part of the recompute cost.
+- ``selective``: inside each layer the outputs of matrix multiplies, attention and tensor-parallel
+  reductions are kept and the cheap element-wise work (norms, activations, dropout masks, adds) is
+  recomputed, which saves most of the activation memory for a small part of the recompute cost.
+  The recomputation replays a layer's forward, so what it does not keep of its collectives (the
+  all-gathers of sequence parallel, context parallel's keys and values, expert parallel's
+  all-to-alls) runs again.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ _SAVED_OPS = {
     _aten._scaled_dot_product_efficient_attention.default,
     _aten._scaled_dot_product_flash_attention_for_cpu.default,
     _aten._scaled_dot_product_cudnn_attention.default,
+    # A tensor-parallel reduction's output (the residual's share, 1/tp of the width under sequence
+    # parallel) is small to keep, and a recomputation that replays it pays for the collective again.
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+    torch.ops._c10d_functional.all_reduce.default,
 }
 
 

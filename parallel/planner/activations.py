@@ -34,8 +34,9 @@ in a post-norm model the layers' input (a pre-norm model's first norm keeps it).
 head is :func:`head_activation_bytes`.
 
 Under context parallel each rank keeps its ``s / c`` tokens plus the all-gathered keys and values.
-``full`` recomputation keeps only each layer's input; ``selective`` keeps the outputs of the matmuls
-and of attention (brickwork's policy, parallel/activation_checkpointing.py) and recomputes the rest
+``full`` recomputation keeps only each layer's input; ``selective`` keeps the outputs of the matmuls,
+of attention and of the tensor-parallel reductions (brickwork's policy,
+parallel/activation_checkpointing.py) and recomputes the rest
 (or, as Korthikanti et al. section 5, recomputes the attention core only); either rebuilds one
 layer's full set during that layer's backward.
 """
@@ -134,7 +135,9 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
             matmuls = sum(width for width, _ in layer_matmuls(shape, t)[::2]) * act
         else:
             matmuls = sum(width for width, _ in layer_matmuls(shape, t)) * act
-        saved = layer_input + matmuls + attention_out + n * extra_selective
+        # The policy keeps the tensor-parallel reductions' outputs: the residual's share of each.
+        reductions = (n + 1) * h * rep * act if t > 1 else 0.0
+        saved = layer_input + matmuls + reductions + attention_out + n * extra_selective
         recomputed = everything
     return ActivationBytes(
         math.ceil(saved * tokens),

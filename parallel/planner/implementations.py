@@ -37,11 +37,11 @@ class Implementation:
     - ``gathered_norm_outputs``: under sequence parallel the column-parallel projections keep their
       all-gathered input (the norm's output) whole; False: it stays split over the sequence and is
       gathered again in backward (Korthikanti et al. 4.2.2).
-    - ``selective``: what selective recomputation keeps. ``"matmuls"``: the outputs of every matmul
-      and of attention, recomputing the element-wise work (brickwork,
-      parallel/activation_checkpointing.py); ``"alternate_matmuls"``: attention's output and the 1st,
-      3rd, 5th ... matmul's of each layer, recomputing the rest (torchtitan's per-op policy,
-      activations.layer_matmuls); ``"attention_core"``:
+    - ``selective``: what selective recomputation keeps. ``"matmuls"``: the outputs of every matmul,
+      of attention and of the tensor-parallel reductions, recomputing the element-wise work
+      (brickwork, parallel/activation_checkpointing.py); ``"alternate_matmuls"``: attention's and the
+      reductions' outputs and the 1st, 3rd, 5th ... matmul's of each layer, recomputing the rest
+      (torchtitan's per-op policy, activations.layer_matmuls); ``"attention_core"``:
       everything but the attention core (Korthikanti et al. 5), which with a fused attention kernel
       that keeps no scores saves next to nothing; None: there is none, only full recomputation.
     - ``overlaps_tensor_parallel``: tensor-parallel collectives run under the matmuls they feed, and
@@ -56,10 +56,10 @@ class Implementation:
     - ``fused_elementwise``: chains of element-wise ops run as one kernel (torch.compile, Triton or
       hand-fused CUDA kernels); False: eager PyTorch, one kernel per op, each through HBM.
     - ``checkpoint_stops_early``: recomputation is ``torch.utils.checkpoint``'s, which replays a
-      layer's forward in backward only until what backward needs is rebuilt, and with it every
-      collective the selective policy does not save but the feedforward's closing tensor-parallel
-      reduction (step_time.recomputed_collectives); False: the implementation's own checkpoint
-      replays the whole forward of the layer, collectives and all (Megatron-LM, DeepSpeed).
+      layer's forward in backward only until what backward needs is rebuilt: under full
+      recomputation every collective but the feedforward's closing tensor-parallel reduction
+      (step_time.recomputed_collectives); False: the implementation's own checkpoint replays the
+      whole forward of the layer, collectives and all (Megatron-LM, DeepSpeed).
     - ``glu_keeps_input_only``: a GLU's activation is one autograd function that keeps only its input
       (gate and up) and recomputes the activated gate in backward, so a GLU feedforward keeps ``3f``
       (gate, up, the down projection's input) rather than ``4f`` (Megatron-LM's

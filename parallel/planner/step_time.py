@@ -190,25 +190,26 @@ def recomputed_collectives(layout: Layout) -> tuple[float, bool, bool]:
     the context-parallel key/value gathers; whether the expert-parallel all-to-alls).
 
     The implementation's own checkpoint (Megatron-LM's, DeepSpeed's) replays the layer's whole
-    forward: all 2 reductions, the gathers, the all-to-alls. ``torch.utils.checkpoint`` stops once the
-    tensors backward needs are rebuilt, and a selective policy that saves no collective
-    (brickwork's) replays every one on the way: the gathers, the all-to-alls, the attention's
-    reduction, but not the feedforward's closing one (1.5 under sequence parallel, its all-gathers
-    and one reduce-scatter; 1 without). torchtitan's policy saves the reduce-scatters (1: its two
-    all-gathers). Megatron's selective recomputation redoes the attention core alone, and with it
-    only a context-parallel key/value exchange. Counted on brickwork's own step by
-    ``tests/parallel/planner/test_planner_search.py``."""
+    forward: both reductions, the gathers, the all-to-alls. ``torch.utils.checkpoint`` stops once the
+    tensors backward needs are rebuilt: under full recomputation it replays all but the
+    feedforward's closing reduction (1.5 under sequence parallel, its all-gathers and one
+    reduce-scatter; 1 without). A selective policy that keeps the reductions' outputs (brickwork's,
+    torchtitan's) replays only what it does not keep: sequence parallel's two all-gathers (1), the
+    key/value gathers and the all-to-alls. Megatron's selective recomputation redoes the attention
+    core alone, and with it only a context-parallel key/value exchange. Counted on brickwork's own
+    step by ``tests/parallel/planner/test_planner_search.py``."""
     c = layout.config
     mode, impl = c.activation_checkpointing, layout.implementation
+    sp = c.sequence_parallel
     if mode == "none":
         return 0.0, False, False
     if mode == "selective" and impl.selective == "attention_core":
         return 0.0, True, False
-    if mode == "full" and not impl.checkpoint_stops_early:
+    if mode == "selective":
+        return (1.0 if sp else 0.0), True, True
+    if not impl.checkpoint_stops_early:
         return 2.0, True, True
-    if mode == "selective" and impl.selective == "alternate_matmuls":
-        return 1.0, True, True
-    return (1.5 if c.sequence_parallel else 1.0), True, True
+    return (1.5 if sp else 1.0), True, True
 
 
 def stage_cost(
