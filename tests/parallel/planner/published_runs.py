@@ -13,7 +13,8 @@ Sources (numbers copied as published):
 - Grattafiori et al. 2024, "The Llama 3 Herd of Models" (arXiv 2407.21783), Table 4: Llama 3 405B
   (126 layers, width 16384, 128 heads, 8 kv heads, feedforward 53248, vocabulary 128,256) on 8192
   and 16,384 H100s, TP 8, PP 16, DP 64 / 128, sequence 8192, 16M tokens a batch, 430 and 400
-  TFLOP/s a GPU (43% and 41% BF16 MFU). Meta's FSDP keeps the bf16 weights whole through a step
+  TFLOP/s a GPU (43% and 41% BF16 MFU); and its long-context row, 16,384 H100s at TP 8, CP 16, PP 16,
+  DP 8, sequence 131,072, 380 TFLOP/s (38%). Meta's FSDP keeps the bf16 weights whole through a step
   and shards the rest: priced as Megatron's distributed optimizer (ZeRO-1), whose fp32 gradients are
   whole on every rank where Meta shards them (docs/parallel.md, the misses).
 - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (2024-12, torchtitan 9dec370) and
@@ -73,13 +74,13 @@ def gpt(hidden: int, heads: int, layers: int, vocab: int, seq: int, **options: A
     }
 
 
-def llama(hidden: int, heads: int, layers: int, ffn: int) -> dict[str, Any]:
+def llama(hidden: int, heads: int, layers: int, ffn: int, seq: int = 8192) -> dict[str, Any]:
     """A Llama 3 decoder: rotary, RMSNorm, SwiGLU, 8 kv heads, vocabulary 128,256, untied."""
     return {
         "model": "decoder_lm",
         "vocab_size": 128256,
         "dim_model": hidden,
-        "max_seq_len": 8192,
+        "max_seq_len": seq,
         "position": {"name": "rotary", "base": 500000.0},
         "tie_embeddings": False,
         "decoder": {
@@ -163,22 +164,24 @@ def _megatron(
     )
 
 
-def _llama405(gpus: int, tflops: float) -> Run:
+def _llama405(gpus: int, tflops: float, seq: int = 8192, cp: int = 1) -> Run:
+    """A row of Table 4: 16M tokens a step, in sequences of ``seq`` tokens over ``cp`` ranks."""
     dist = {
         "tensor_parallel_size": 8,
+        "context_parallel_size": cp,
         "pipeline_parallel_size": 16,
-        "data_parallel_size": gpus // 128,
+        "data_parallel_size": gpus // (128 * cp),
         "sequence_parallel": True,
         "zero_stage": 1,
     }
     return Run(
-        f"Llama 3 405B, {gpus} GPUs",
+        f"Llama 3 405B, {gpus} GPUs" + (f", {seq:,} tokens" if seq != 8192 else ""),
         "Llama 3 paper, Table 4",
-        llama(16384, 128, 126, 53248),
+        llama(16384, 128, 126, 53248, seq),
         f"{gpus // 8}x8xH100-80GB",
         dist,
-        2048,
-        8192,
+        2048 * 8192 // seq,
+        seq,
         "megatron",
         tflops=tflops,
     )
@@ -287,6 +290,7 @@ RUNS = [
     _megatron("462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
     _llama405(8192, 430),
     _llama405(16384, 400),
+    _llama405(16384, 380, seq=131072, cp=16),
     _titan("Llama 3.1 8B FSDP 8, compiled", LLAMA_8B, 8, 1, 2, "selective", 6667, 77.0),
     _titan("Llama 3.1 8B FSDP 8, eager", LLAMA_8B, 8, 1, 2, "selective", 5762, 82.4),
     _titan("Llama 3.1 8B FSDP 128, compiled", LLAMA_8B, 128, 1, 2, "selective", 6514, 62.0),

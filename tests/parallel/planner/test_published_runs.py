@@ -165,6 +165,7 @@ RATE_MISSES = {
 PICK_MISSES = {
     "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation, against full recomputation",
     "Llama 3 405B, 16384 GPUs": "context parallel 4 without recomputation, against full recomputation",
+    "Llama 3 405B, 16384 GPUs, 131,072 tokens": "context parallel 64 without recomputation, against full",
     # Eager, selective recomputation redoes every element-wise kernel through HBM; a 2-stage pipeline
     # under ZeRO-2 keeps the weights whole but fits without it.
     "Llama 3.1 8B FSDP 8, eager": "pp2 cp2 under ZeRO-2 needs no recomputation, which eager pays per kernel",
