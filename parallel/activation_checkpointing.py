@@ -30,11 +30,14 @@ _SAVED_OPS = {
     _aten._scaled_dot_product_efficient_attention.default,
     _aten._scaled_dot_product_flash_attention_for_cpu.default,
     _aten._scaled_dot_product_cudnn_attention.default,
+}
+if torch.distributed.is_available():
     # A tensor-parallel reduction's output (the residual's share, 1/tp of the width under sequence
     # parallel) is small to keep, and a recomputation that replays it pays for the collective again.
-    torch.ops._c10d_functional.reduce_scatter_tensor.default,
-    torch.ops._c10d_functional.all_reduce.default,
-}
+    _SAVED_OPS |= {
+        torch.ops._c10d_functional.reduce_scatter_tensor.default,
+        torch.ops._c10d_functional.all_reduce.default,
+    }
 
 
 def _save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
