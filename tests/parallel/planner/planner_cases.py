@@ -250,3 +250,61 @@ def backward_collectives(cases: list[tuple[dict[str, Any], dict[str, Any], int]]
             loss.backward()
         out.append(seen.counts)
     return out
+
+
+class PeakSavedActivations:
+    """The most bytes of distinct storages autograd holds for backward at once, over a step whose
+    micro-batches overlap (a pipeline's), parameters and buffers left out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.live: dict[int, list[int]] = {}  # storage -> [saved tensors holding it, its bytes]
+        self.held = self.peak = 0
+
+    def pack(self, t: torch.Tensor) -> Any:
+        pointer = _pointer(t)
+        weights = {_pointer(w) for w in [*self.model.parameters(), *self.model.buffers()]}
+        if pointer is None or pointer in weights:
+            return t
+        entry = self.live.setdefault(pointer, [0, _local(t).untyped_storage().nbytes()])
+        if entry[0] == 0:
+            self.held += entry[1]
+            self.peak = max(self.peak, self.held)
+        entry[0] += 1
+        return _Held(self, pointer, t)
+
+    @staticmethod
+    def unpack(packed: Any) -> torch.Tensor:
+        return packed.tensor if isinstance(packed, _Held) else packed
+
+    def release(self, pointer: int) -> None:
+        entry = self.live[pointer]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.held -= entry[1]
+            del self.live[pointer]
+
+
+class _Held:
+    """A saved tensor; its storage counts as held until autograd frees the last one of it."""
+
+    def __init__(self, probe: PeakSavedActivations, pointer: int, tensor: torch.Tensor) -> None:
+        self.probe, self.pointer, self.tensor = probe, pointer, tensor
+
+    def __del__(self) -> None:
+        self.probe.release(self.pointer)
+
+
+def pipeline_peak_saved(spec: dict[str, Any], dist: dict[str, Any], batch: int) -> dict[str, int]:
+    """On each rank: its pipeline rank, and the peak saved activation bytes of one step of ``batch``
+    rows (after a first step, which also infers the shapes the stages exchange)."""
+    torch.manual_seed(0)
+    model = parallelize(build_model(spec), dist)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    step = TrainStep(model, optimizer, "causal_lm")
+    ids = torch.randint(0, spec["vocab_size"], (batch, SEQ), generator=torch.Generator().manual_seed(1))
+    step({"input_ids": ids, "labels": ids})
+    probe = PeakSavedActivations(model)
+    with torch.autograd.graph.saved_tensors_hooks(probe.pack, probe.unpack):
+        step({"input_ids": ids, "labels": ids})
+    return {"stage": parallel_state(model).mesh["pp"].get_local_rank(), "peak": probe.peak}
