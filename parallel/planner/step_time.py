@@ -306,15 +306,15 @@ def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
 def gathers_per_step(layout: Layout) -> int:
     """How many times a ZeRO-2/3 step all-gathers the rank's parameters: without a pipeline, for every
     micro-batch (ZeRO-3 again for its backward). In a pipeline torch's schedule keeps them whole from
-    a backward to the next forward (``set_reshard_after_backward(False)``): ZeRO-2 gathers once;
-    ZeRO-3, which reshards after each forward, gathers for every forward that follows a forward and
-    every backward that follows a forward, m + 1 times per chunk in every schedule (GPipe, 1F1B,
-    interleaved: ``test_memory_model.py`` counts them on torch's op lists)."""
+    a backward to the next forward (``set_reshard_after_backward(False)``) until the schedule's last
+    backward: ZeRO-2 gathers once a run of the schedule; ZeRO-3, which reshards after each forward,
+    gathers for every forward that follows a forward and every backward that follows a forward, m + 1
+    times per chunk in every schedule (GPipe, 1F1B, interleaved: ``test_memory_model.py`` counts
+    them on torch's op lists). Accumulation runs the schedule ``grad_accum_steps`` times."""
     c = layout.config
-    m = layout.microbatches
     if c.pipeline_parallel_size == 1:
-        return m if c.zero_stage == 2 else 2 * m
-    return 1 if c.zero_stage == 2 else m + 1
+        return layout.microbatches * (1 if c.zero_stage == 2 else 2)
+    return layout.grad_accum_steps * (1 if c.zero_stage == 2 else c.microbatches + 1)
 
 
 def data_parallel_seconds(
