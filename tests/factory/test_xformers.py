@@ -310,7 +310,7 @@ def readme_encoder_decoder(seq: int = 128) -> list[dict[str, Any]]:
 
 def test_the_readme_encoder_decoder_converts_and_trains_a_step() -> None:
     # Seeded: causal Nystrom's exact inverse of its lower-triangular landmark kernel is ill-conditioned
-    # for a few random inits (2 in 360 seeds here blow the residual stream up to inf), so an unseeded
+    # for a few random inits (2 in 360 seeds here make the forward non-finite), so an unseeded
     # run depends on what ran before it.
     torch.manual_seed(0)
     cfg = {"stack_configs": readme_encoder_decoder(), "tie_embedding_weights": True}
