@@ -131,10 +131,8 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
         recomputed = attention - (2 * k * d / t * cp * act if cp > 1 else 0.0)
         saved = everything - recomputed
     else:
-        if layout.implementation.selective == "alternate_matmuls":
-            matmuls = sum(width for width, _ in layer_matmuls(shape, t)[::2]) * act
-        else:
-            matmuls = sum(width for width, _ in layer_matmuls(shape, t)) * act
+        every = 2 if layout.implementation.selective == "alternate_matmuls" else 1
+        matmuls = sum(width for width, _ in layer_matmuls(shape, t)[::every]) * act
         # The policy keeps the tensor-parallel reductions' outputs: the residual's share of each.
         reductions = (n + 1) * h * rep * act if t > 1 else 0.0
         saved = layer_input + matmuls + reductions + attention_out + n * extra_selective

@@ -163,6 +163,12 @@ LAYOUTS = {
 }
 SLOW_LAYOUTS = {
     "decoder/tp2-sp": {"tensor_parallel_size": 2, "sequence_parallel": True},
+    # Selective checkpointing keeps the tensor-parallel reductions' outputs (functional collectives).
+    "decoder/tp2-sp-selective-ac": {
+        "tensor_parallel_size": 2,
+        "sequence_parallel": True,
+        "activation_checkpointing": "selective",
+    },
     "decoder/pp2": {"pipeline_parallel_size": 2},
     "seq2seq/zero3-selective-ac": {
         "data_parallel_size": 2,

@@ -86,24 +86,47 @@ def _bytes(tensors: Any) -> int:
     return sum(_local(t).numel() * t.element_size() for t in tensors)
 
 
-class SavedActivations:
-    """Bytes of the distinct storages autograd saves for backward (parameters and buffers left out)."""
+class PeakSavedActivations:
+    """The most bytes of distinct storages autograd holds for backward at once (over one micro-batch,
+    all it saved; over a pipeline's overlapping ones, their peak), parameters and buffers left out."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.storages: dict[int, int] = {}
+        self.live: dict[int, list[int]] = {}  # storage -> [saved tensors holding it, its bytes]
+        self.held = self.peak = 0
 
-    def pack(self, t: torch.Tensor) -> torch.Tensor:
+    def pack(self, t: torch.Tensor) -> Any:
         pointer = _pointer(t)
-        # Read the weights now: FSDP swaps in the gathered ones for the forward of each unit.
         weights = {_pointer(w) for w in [*self.model.parameters(), *self.model.buffers()]}
-        if pointer is not None and pointer not in weights:
-            self.storages[pointer] = _local(t).untyped_storage().nbytes()
-        return t
+        if pointer is None or pointer in weights:
+            return t
+        entry = self.live.setdefault(pointer, [0, _local(t).untyped_storage().nbytes()])
+        if entry[0] == 0:
+            self.held += entry[1]
+            self.peak = max(self.peak, self.held)
+        entry[0] += 1
+        return _Held(self, pointer, t)
 
-    @property
-    def total(self) -> int:
-        return sum(self.storages.values())
+    @staticmethod
+    def unpack(packed: Any) -> torch.Tensor:
+        return packed.tensor if isinstance(packed, _Held) else packed
+
+    def release(self, pointer: int) -> None:
+        entry = self.live[pointer]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.held -= entry[1]
+            del self.live[pointer]
+
+
+class _Held:
+    """A saved tensor; its storage counts as held until autograd frees the last one of it."""
+
+    def __init__(self, probe: PeakSavedActivations, pointer: int, tensor: torch.Tensor) -> None:
+        self.probe, self.pointer, self.tensor = probe, pointer, tensor
+
+    def __del__(self) -> None:
+        self.probe.release(self.pointer)
 
 
 def _pointer(t: torch.Tensor) -> int | None:
@@ -124,7 +147,7 @@ def measure_step(spec: dict[str, Any], dist: dict[str, Any]) -> dict[str, int]:
     ids = torch.randint(0, spec["vocab_size"], (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
     rows = BATCH // dp.size()
     ids = ids[dp.get_local_rank() * rows :][:rows]
-    saved = SavedActivations(model)
+    saved = PeakSavedActivations(model)
     gradients = []  # the step zeroes them after: read them as the optimizer steps
     stepped = {}  # ZeRO-1 steps an inner optimizer of its own: read the state of every one that steps
 
@@ -133,7 +156,7 @@ def measure_step(spec: dict[str, Any], dist: dict[str, Any]) -> dict[str, int]:
         stepped[id(opt)] = opt
 
     hook = register_optimizer_step_pre_hook(read_gradients)
-    with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
         step(batch_for(spec, ids))
     hook.remove()
     inner = [o for o in stepped.values() if not hasattr(o, "optim")] or [optimizer]
@@ -142,7 +165,7 @@ def measure_step(spec: dict[str, Any], dist: dict[str, Any]) -> dict[str, int]:
         "parameters": _bytes(model.parameters()),
         "gradients": max(gradients),
         "optimizer": _bytes(states),
-        "activations": saved.total,
+        "activations": saved.peak,
         "stage": parallel_state(model).mesh["pp"].get_local_rank(),
     }
 
@@ -250,49 +273,6 @@ def backward_collectives(cases: list[tuple[dict[str, Any], dict[str, Any], int]]
             loss.backward()
         out.append(seen.counts)
     return out
-
-
-class PeakSavedActivations:
-    """The most bytes of distinct storages autograd holds for backward at once, over a step whose
-    micro-batches overlap (a pipeline's), parameters and buffers left out."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-        self.live: dict[int, list[int]] = {}  # storage -> [saved tensors holding it, its bytes]
-        self.held = self.peak = 0
-
-    def pack(self, t: torch.Tensor) -> Any:
-        pointer = _pointer(t)
-        weights = {_pointer(w) for w in [*self.model.parameters(), *self.model.buffers()]}
-        if pointer is None or pointer in weights:
-            return t
-        entry = self.live.setdefault(pointer, [0, _local(t).untyped_storage().nbytes()])
-        if entry[0] == 0:
-            self.held += entry[1]
-            self.peak = max(self.peak, self.held)
-        entry[0] += 1
-        return _Held(self, pointer, t)
-
-    @staticmethod
-    def unpack(packed: Any) -> torch.Tensor:
-        return packed.tensor if isinstance(packed, _Held) else packed
-
-    def release(self, pointer: int) -> None:
-        entry = self.live[pointer]
-        entry[0] -= 1
-        if entry[0] == 0:
-            self.held -= entry[1]
-            del self.live[pointer]
-
-
-class _Held:
-    """A saved tensor; its storage counts as held until autograd frees the last one of it."""
-
-    def __init__(self, probe: PeakSavedActivations, pointer: int, tensor: torch.Tensor) -> None:
-        self.probe, self.pointer, self.tensor = probe, pointer, tensor
-
-    def __del__(self) -> None:
-        self.probe.release(self.pointer)
 
 
 def pipeline_peak_saved(spec: dict[str, Any], dist: dict[str, Any], batch: int) -> dict[str, int]:
