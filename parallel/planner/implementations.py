@@ -44,8 +44,15 @@ class Implementation:
       (torchtitan's per-op policy, activations.layer_matmuls); ``"attention_core"``:
       everything but the attention core (Korthikanti et al. 5), which with a fused attention kernel
       that keeps no scores saves next to nothing; None: there is none, only full recomputation.
-    - ``overlaps_tensor_parallel``: tensor-parallel collectives run under the matmuls they feed, and
-      only what outlasts those matmuls shows (and the SMs their kernels take from them).
+    - ``tensor_parallel_overlap``: how tensor-parallel collectives run beside the matmuls they are
+      pipelined with (step_time.overlapped_pairs); only what outlasts its matmul shows, and the SMs
+      its kernels take from it. ``"none"``: exposed. ``"every"``: every collective, backward's
+      input-gradient reductions under the weight-gradient matmuls (Megatron-LM's
+      ``--tp-comm-overlap``). ``"single_matmul"``: a collective fuses with one matmul that reads its
+      gathered output or writes its reduced input (torch's micro-pipelined all-gather and
+      reduce-scatter matmuls, ``torch/_inductor/fx_passes/micro_pipeline_tp.py``), so the
+      reduction of an input gradient summed over separate projections (q, k and v; gate and up)
+      has no single producer and stays exposed.
     - ``fused_head_loss``: a decoder LM's loss, where its head is whole on the rank, is a chunked
       fused linear + cross-entropy that never holds the logits (brickwork's causal-LM step);
       False: the loss takes the whole logits.
@@ -69,7 +76,7 @@ class Implementation:
     master_weights: str = "parameters"
     gathered_norm_outputs: bool = True
     selective: str | None = "matmuls"
-    overlaps_tensor_parallel: bool = False
+    tensor_parallel_overlap: str = "none"
     fused_head_loss: bool = True
     half_gradients: bool = False
     fsdp: bool = True
@@ -85,7 +92,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         master_weights="optimizer",
         gathered_norm_outputs=False,
         selective="attention_core",
-        overlaps_tensor_parallel=True,
+        tensor_parallel_overlap="every",
         fused_head_loss=False,
         fsdp=False,
         checkpoint_stops_early=False,
@@ -108,9 +115,9 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     # selective checkpointing by op); its loss takes the whole logits.
     "torchtitan": Implementation(selective="alternate_matmuls", fused_head_loss=False),
     # The same with async tensor parallel (torch's micro-pipelined all-gather and reduce-scatter
-    # matmuls): the tensor-parallel collectives run under the matmuls they feed, priced as Megatron's.
+    # matmuls) over its separate q, k, v, gate and up projections.
     "torchtitan_async_tp": Implementation(
-        selective="alternate_matmuls", fused_head_loss=False, overlaps_tensor_parallel=True
+        selective="alternate_matmuls", fused_head_loss=False, tensor_parallel_overlap="single_matmul"
     ),
     # The same, without torch.compile: every element-wise op is a kernel of its own.
     "torchtitan_eager": Implementation(

@@ -15,8 +15,8 @@ and the pipeline bubble.
   time), and what recomputation replays of the forward's (:func:`recomputed_collectives`); the
   vocab-parallel embedding and the head's input gradient one each; an all-gather per norm in
   backward where sequence parallel keeps the norm outputs split.
-  Not overlapped with compute in brickwork; an implementation that overlaps them shows only what
-  outlasts the stage's matmuls, and what it slows them by.
+  Not overlapped with compute in brickwork; an implementation that overlaps them pipelines each
+  with one matmul and shows only what outlasts it, and what it slows it by (:func:`overlapped_pairs`).
 - **Context parallel**: per layer, an all-gather of the keys and values in forward (again when
   recomputed) and a reduce-scatter of their gradients in backward.
 - **Expert parallel**: per MoE layer, 4 all-to-alls (dispatch and combine, forward and backward) of the
@@ -55,7 +55,7 @@ from brickwork.parallel.planner.activations import layer_activation_bytes, layer
 from brickwork.parallel.planner.devices import Device
 from brickwork.parallel.planner.flops import head_flops, layer_flops, passes
 from brickwork.parallel.planner.layout import Layout, StagePlacement
-from brickwork.parallel.planner.model_facts import ModelFacts
+from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
 
 # Bytes element-wise work moves per byte of a layer's activations, per forward-equivalent pass: it
 # reads its inputs and writes its outputs.
@@ -184,6 +184,42 @@ def microbatch_volumes(
     return out
 
 
+def overlapped_pairs(shape: LayerShape, layout: Layout, tokens: float) -> list[tuple[float, float]]:
+    """(gathered bytes, FLOPs of the matmul it runs under) for each tensor-parallel collective of one
+    layer and ``tokens`` tokens on an implementation that overlaps them: a collective pipelined with
+    a matmul (Megatron's userbuffers, torch's micro-pipelined all-gather and reduce-scatter matmuls)
+    can hide only under that matmul. Under sequence parallel the forward gathers the input of q, k
+    and v and of the feedforward's up projection(s), and reduce-scatters the outputs of the attention
+    and feedforward output projections; backward runs the same four under matmuls of equal FLOPs
+    (the output projections' gradients gathered under their input-gradient matmuls, the inputs'
+    gradients reduced under the weight-gradient ones, or exposed where the overlap is
+    ``"single_matmul"`` and several projections' gradients are summed), a re-gather of a split norm
+    output under its projection's weight gradient, and recomputation replays the forward's first
+    ones (:func:`recomputed_collectives`). Without sequence parallel each all-reduce (two of these
+    bytes) runs under the matmul that produces its tensor. Counted as :func:`microbatch_volumes`
+    counts the layer's collectives."""
+    c = layout.config
+    t = c.tensor_parallel_size
+    boundary = tokens * shape.dim_model * layout.activation_bytes
+    mms = [2 * tokens * weights for _, weights in layer_matmuls(shape, t)]
+    qkv, out = sum(mms[:3]), mms[3]
+    ffn = mms[4 * shape.attentions :]
+    up, down = sum(ffn[:-1]), ffn[-1]
+    again, _, _ = recomputed_collectives(layout)
+    single = layout.implementation.tensor_parallel_overlap == "single_matmul"
+    # The input gradients of q, k and v (of gate and up) are summed before they are reduced.
+    qkv_grad, up_grad = (0.0 if single else qkv), (0.0 if single and len(ffn) > 2 else up)
+    if not c.sequence_parallel:
+        forward = [(2 * boundary, out), (2 * boundary, down)]
+        backward = [(2 * boundary, qkv_grad), (2 * boundary, up_grad)]
+        return forward + backward + forward[: round(again)]
+    forward = [(boundary, qkv), (boundary, out), (boundary, up), (boundary, down)]
+    backward = [(boundary, qkv_grad), (boundary, out), (boundary, up_grad), (boundary, down)]
+    regathers = [] if layout.implementation.gathered_norm_outputs else [(boundary, qkv), (boundary, up)]
+    replayed = [forward[i] for i in ((0, 2, 1, 3) if again < 2 else range(4))][: round(2 * again)]
+    return forward + backward + regathers[: shape.attentions + 1] + replayed
+
+
 def recomputed_collectives(layout: Layout) -> tuple[float, bool, bool]:
     """What backward runs again of a layer's forward collectives under recomputation: (tensor-parallel
     all-reduces, or all-gather and reduce-scatter pairs, of the layer's boundary activation; whether
@@ -257,8 +293,14 @@ def stage_cost(
     elementwise = traffic / device.memory_bandwidth
     recomputed = recompute_flops / rate + (elementwise / 4 if elementwise_passes == 4.0 else 0.0)
     tensor_parallel = _all_reduce(volumes["tp all-reduce"], t, links.tp)
-    if layout.implementation.overlaps_tensor_parallel:
-        tensor_parallel = _beside(tensor_parallel, flops / rate, links.contention)
+    if layout.implementation.tensor_parallel_overlap != "none" and t > 1:
+        # A collective pipelined with its matmul cuts both into t pieces and runs beside all but one
+        # of the matmul's: the all-gather's first piece is local, the reduce-scatter's last is its own.
+        beside = (t - 1) / t / rate
+        for i in placement.layers(rank):
+            for nbytes, mm in overlapped_pairs(facts.layers[i], layout, tokens / cp):
+                alone = _gather(nbytes, t, links.tp)
+                tensor_parallel += _beside(alone, mm * beside, links.contention) - alone
     return StageCost(
         flops / rate + elementwise + launches,
         recomputed,

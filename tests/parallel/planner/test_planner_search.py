@@ -10,14 +10,18 @@ from brickwork.cli import main
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, estimate, parallelize, plan, spawn
 from brickwork.parallel.planner import parse_cluster
+from brickwork.parallel.planner.activations import layer_matmuls
 from brickwork.parallel.planner.flops import layer_flops
+from brickwork.parallel.planner.implementations import IMPLEMENTATIONS
 from brickwork.parallel.planner.layout import Layout, stage_placement
 from brickwork.parallel.planner.model_facts import model_facts
 from brickwork.parallel.planner.step_time import (
     Links,
     data_parallel_seconds,
     microbatch_volumes,
+    overlapped_pairs,
     recomputed_collectives,
+    stage_cost,
     step_volumes,
 )
 
@@ -134,6 +138,37 @@ def test_fsdp_shows_its_ends_and_the_sms_it_takes_beside_long_compute_and_everyt
     # With no compute at all, every byte is on the critical path.
     shown = sum(data_parallel_seconds(layout, parameters, 0.0, links, units))
     assert shown == pytest.approx(2 * gather + reduce, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["megatron", "torchtitan_async_tp"])
+@pytest.mark.parametrize("mode", ["none", "selective", "full"])
+@pytest.mark.parametrize("sp", [True, False])
+def test_overlapped_tensor_parallel_hides_each_collective_under_its_own_matmul(name, mode, sp) -> None:
+    """Every tensor-parallel byte a layer's volume counts is paired with one of the layer's matmuls;
+    torch's micro-pipelined overlap leaves the two summed input-gradient reductions (q, k, v; gate,
+    up) exposed, Megatron's none; and a stage shows what outlasts (t - 1)/t of each matmul."""
+    facts = model_facts(llama_spec(layers=1))
+    dist = {"tensor_parallel_size": 2, "sequence_parallel": sp, "activation_checkpointing": mode}
+    config = ParallelConfig.from_dict(dist, world_size=2)
+    layout = Layout(config, 2, implementation=IMPLEMENTATIONS[name])
+    placement = stage_placement(facts, config, [1.0])
+    shape, tokens = facts.layers[0], 2 * SEQ
+    boundary = tokens * shape.dim_model * layout.activation_bytes
+    pairs = overlapped_pairs(shape, layout, tokens)
+    # An all-reduce is two gathers' worth; the embedding's and the head's (one each) are not paired.
+    volume = microbatch_volumes(facts, layout, placement, 0, SEQ, 2)["tp all-reduce"]
+    assert sum(nbytes for nbytes, _ in pairs) == pytest.approx(2 * (volume - 2 * boundary))
+    q, k, v, o, gate, up, down = (2 * tokens * weights for _, weights in layer_matmuls(shape, 2))
+    assert {mm for _, mm in pairs} <= {q + k + v, o, gate + up, down, 0.0}
+    exposed = [nbytes for nbytes, mm in pairs if mm == 0.0]
+    assert exposed == ([boundary if sp else 2 * boundary] * 2 if name == "torchtitan_async_tp" else [])
+    # Over a link so slow that every collective outlasts its matmul, the stage shows all the traffic
+    # less the (t - 1)/t of each matmul it ran beside.
+    device = parse_cluster("2xH100-80GB").devices[0]
+    bandwidth = 1e6
+    cost = stage_cost(facts, layout, placement, 0, SEQ, 2, device, Links(*[bandwidth] * 5))
+    hidden = sum(mm for _, mm in pairs) / 2 / device.rate(layout.precision)
+    assert cost.tensor_parallel == pytest.approx(volume / bandwidth - hidden, rel=1e-9)
 
 
 def test_expert_parallel_traffic_is_the_benchmarks_under_balanced_routing() -> None:

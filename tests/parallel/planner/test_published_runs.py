@@ -158,9 +158,6 @@ RATE_MISSES = {
     # layout needs it: without it, 108 GiB a GPU on 8192 GPUs and 92 GiB on 16,384 (docs/parallel.md).
     "Llama 3 405B, 8192 GPUs": "-26%: the model needs full recomputation to fit this layout",
     "Llama 3 405B, 16384 GPUs": "-29%: the model needs full recomputation to fit this layout",
-    # torchtitan measured async TP 10% faster than vanilla TP on this 8B (4,809 against 4,378); hiding
-    # all its traffic under the matmuls, as Megatron's overlap is priced, gives 20%.
-    "Llama 3.1 8B FSDP 8 async TP 8, compiled": "+25%: async TP hides half the traffic the model hides",
 }
 PICK_MISSES = {
     "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation, against full recomputation",
