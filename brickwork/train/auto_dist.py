@@ -87,14 +87,18 @@ def choose_layout(spec: dict[str, Any], dist_dict: Any, train: TrainConfig) -> d
     per_node = local_world_size()
     device = local_device(world, per_node)
     cluster = [dataclasses.replace(device, node=rank // per_node) for rank in range(world)]
+    # fp8 is priced with float8 matmuls where the device's preset has them; elsewhere (a CPU, which
+    # emulates them, or a GPU no preset describes) at the bf16 rate: the same weights, optimizer
+    # state and saved activations either way (a Float8Linear keeps its bf16 input for backward).
+    precision = train.precision
+    if precision == "fp8" and device.peak_flops_fp8 == 0:
+        precision = "bf16-mixed"
     plans = plan(
         spec,
         cluster,
         global_batch=train.batch_size,
         seq_len=train.seq_len,
-        # fp8 is priced as bf16-mixed: the same weights, optimizer state and saved activations (a
-        # Float8Linear keeps its bf16 input for backward); its float8 matmuls only shorten the step.
-        precision="bf16-mixed" if train.precision == "fp8" else train.precision,
+        precision=precision,
         optimizer=train.optimizer,
         grad_accum_steps=train.grad_accum_steps,
     )

@@ -139,8 +139,16 @@ def _schedules(config: ParallelConfig, open_: bool, m: int, num_layers: int) -> 
 
 def step_fields(cluster: Cluster, precision: str, optimizer: str, implementation: str) -> dict[str, Any]:
     """The Layout fields the train step, its implementation and the devices fix (``candidates``'
-    ``step``); ConfigError for an unknown precision, optimizer or implementation."""
+    ``step``); ConfigError for an unknown precision, optimizer or implementation, or for fp8 on a
+    device without float8 matmuls."""
     check_step_options(precision, optimizer)
+    lacking = sorted({d.name for d in cluster.devices if d.peak_flops_fp8 == 0})
+    if precision == "fp8" and lacking:
+        raise ConfigError(
+            f"fp8 needs float8 matmuls, which {', '.join(lacking)} has none of (give a device's "
+            "fp8_tflops, or plan bf16-mixed)",
+            "precision",
+        )
     return {
         "precision": precision,
         "optimizer": optimizer,

@@ -1,6 +1,7 @@
 """Devices and clusters for the planner: what a device can hold and compute, and how its ranks talk.
 
-A device is described by its memory, its peak dense bf16 and fp32 matmul rates, the fraction of peak
+A device is described by its memory, its peak dense bf16, fp32 and float8 matmul rates (no float8
+on an A100), the fraction of peak
 that large training matmuls reach, the memory the runtime takes before any tensor (CUDA context,
 NCCL and cuBLAS workspaces), its memory bandwidth (what element-wise work runs at), and the
 bandwidths that collectives reach inside a node (NVLink) and between nodes (the network, per
@@ -9,12 +10,12 @@ peaks. The presets carry the vendor's peak rates. Each preset's achievable fract
 to published runs on that device (docs/parallel.md, "Against published runs"): the A100's 0.60 to
 Table 1 of Narayanan et al. 2021 (ten GPT runs on up to 3072 A100-80GB); the H100's 0.50 to
 Megatron-LM's H100 weak-scaling table (nine GPT runs on up to 6144 GPUs), torchtitan's bf16 Llama 3
-benchmarks and this project's GPT-2 runs on one H100, which it meets within 15% but for three runs
-the docs explain (Meta's Llama 3 405B at -27% and -29%, torchtitan's async-TP 8B at +25%). The H200
-is the H100's chip with more and faster memory, so it takes the H100's fraction, which this project's
-compiled GPT-2 small on one H200 meets at -10.3% (450,655 tokens/s measured); the one public H200
-training benchmark found (torchtitan's, Llama 3.1 8B) trains in Float8, which the planner does not
-price.
+benchmarks and this project's GPT-2 runs on one H100, which it meets within 15% but for two runs the
+docs explain (Meta's Llama 3 405B at -27% and -29%); the same fraction of the float8 peak meets
+torchtitan's Float8 runs within 14%. The H200 is the H100's chip with more and faster memory, so it
+takes the H100's fraction, which this project's compiled GPT-2 small on one H200 meets at -10.3%
+(450,655 tokens/s measured) and the one public H200 training benchmark found (torchtitan's Llama 3.1
+8B in Float8 on 32 and 64 H200s) at -12.8% and -12.2%.
 
 :func:`running_preset` finds the preset of the GPU a process computes on (``brickwork train`` divides
 by its peak for the MFU it logs, ``dist: auto`` plans with its rates).
@@ -60,12 +61,18 @@ class Device(CheckedConfig):
     triton_kernels: bool = True
     node: int = 0
     multiprocessors: int = 132  # SMs; NCCL's kernels take some of them beside compute
+    peak_flops_fp8: Annotated[float, InRange(0)] = 0.0  # dense float8 matmuls; 0: it has none
+
+    def float8_rate(self) -> float:
+        """FLOP/s this device sustains on float8 training matmuls (the same fraction of its float8
+        peak as of its bf16 one); 0 without float8 matmuls."""
+        return self.peak_flops_fp8 * self.achievable_fraction
 
     def peak_flops(self, precision: str) -> float:
         """The dense peak FLOP/s of matmuls at the train step's ``precision``: the fp32 peak for
         ``fp32`` (brickwork leaves torch's TF32 switch off, so fp32 matmuls run in fp32), the bf16 peak
         for ``bf16``, ``bf16-mixed`` and ``fp16`` (whose matmuls run in 16 bits, at the same peak on
-        the presets' devices)."""
+        the presets' devices) and ``fp8``, whose float8 matmuls count apart (:meth:`float8_rate`)."""
         return self.peak_flops_fp32 if precision == "fp32" else self.peak_flops_bf16
 
     def rate(self, precision: str) -> float:
@@ -81,9 +88,9 @@ DEVICE_PRESETS: dict[str, Device] = {
     "A100-80GB": Device("A100-80GB", 81920 * MiB, 312 * TERA, 19.5 * TERA, 0.6, 240 * GIGA, 23 * GIGA,
                         RUNTIME, 2039 * GIGA, multiprocessors=108),
     "H100-80GB": Device("H100-80GB", 81559 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA,
-                        RUNTIME, 3350 * GIGA),
+                        RUNTIME, 3350 * GIGA, peak_flops_fp8=1979 * TERA),
     "H200": Device("H200", 143771 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA,
-                   RUNTIME, 4800 * GIGA),
+                   RUNTIME, 4800 * GIGA, peak_flops_fp8=1979 * TERA),
 }  # fmt: skip
 
 # How torch.cuda.get_device_name spells each preset family's boards ("NVIDIA A100-SXM4-40GB", "NVIDIA
@@ -121,6 +128,7 @@ _USER_KEYS = {
     "memory_gib": ("memory_bytes", GiB),
     "bf16_tflops": ("peak_flops_bf16", TERA),
     "fp32_tflops": ("peak_flops_fp32", TERA),
+    "fp8_tflops": ("peak_flops_fp8", TERA),
     "achievable_fraction": ("achievable_fraction", 1.0),
     "intra_node_gbps": ("intra_node_bandwidth", GIGA),
     "inter_node_gbps": ("inter_node_bandwidth", GIGA),
@@ -132,7 +140,8 @@ _USER_REQUIRED = ("memory_gib", "bf16_tflops")
 
 def device_from(description: str | Mapping[str, Any] | Device, path: str = "device") -> Device:
     """A preset name, a :class:`Device`, or a dict of ``name``, ``preset``, ``memory_gib``,
-    ``bf16_tflops``, ``fp32_tflops``, ``achievable_fraction``, ``intra_node_gbps``,
+    ``bf16_tflops``, ``fp32_tflops``, ``fp8_tflops`` (0, the default without a preset: no float8
+    matmuls), ``achievable_fraction``, ``intra_node_gbps``,
     ``inter_node_gbps``, ``memory_gbps``, ``reserved_gib``, ``triton_kernels`` (false for a CPU: the
     norms then run as torch twins, which save more for backward) and ``node``."""
     if isinstance(description, Device):

@@ -121,7 +121,7 @@ def links_of(cluster: Cluster, c: ParallelConfig) -> Links:
     return Links(
         tp=_bandwidth(cluster, _group(0, 1, t)),
         cp=_bandwidth(cluster, _group(0, t, cp)),
-        dp=_bandwidth(cluster, _group(0, t * cp, d)),
+        dp=_bandwidth(cluster, _group(0, t, cp * d)),  # data parallel with context parallel
         pp=_bandwidth(cluster, _group(0, t * cp * d, min(p, 2))),
         ep=_bandwidth(cluster, _group(0, ep_stride, c.expert_parallel_size)),
         contention=COLLECTIVE_BLOCKS / min(d.multiprocessors for d in _distinct(cluster)),

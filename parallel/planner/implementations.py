@@ -67,6 +67,9 @@ class Implementation:
       recomputation every collective but the feedforward's closing tensor-parallel reduction
       (step_time.recomputed_collectives); False: the implementation's own checkpoint replays the
       whole forward of the layer, collectives and all (Megatron-LM, DeepSpeed).
+    - ``float8_linears``: at ``precision: fp8``, which of a layer's linears run float8 matmuls
+      (float8.py): ``"auto"``, torchao's size rule for the tensorwise recipe (brickwork's
+      default); ``"all"``, every one (torchtitan's 2024 converter).
     - ``glu_keeps_input_only``: a GLU's activation is one autograd function that keeps only its input
       (gate and up) and recomputes the activated gate in backward, so a GLU feedforward keeps ``3f``
       (gate, up, the down projection's input) rather than ``4f`` (Megatron-LM's
@@ -84,6 +87,7 @@ class Implementation:
     fused_elementwise: bool = True
     checkpoint_stops_early: bool = True
     glu_keeps_input_only: bool = False
+    float8_linears: str = "auto"
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -113,15 +117,18 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     "plain": Implementation(fused_head_loss=False),
     # Built from the same torch pieces as brickwork (FSDP2, DTensor tensor and sequence parallel,
     # selective checkpointing by op); its loss takes the whole logits.
-    "torchtitan": Implementation(selective="alternate_matmuls", fused_head_loss=False),
+    "torchtitan": Implementation(selective="alternate_matmuls", fused_head_loss=False, float8_linears="all"),
     # The same with async tensor parallel (torch's micro-pipelined all-gather and reduce-scatter
     # matmuls) over its separate q, k, v, gate and up projections.
     "torchtitan_async_tp": Implementation(
-        selective="alternate_matmuls", fused_head_loss=False, tensor_parallel_overlap="single_matmul"
+        selective="alternate_matmuls",
+        fused_head_loss=False,
+        tensor_parallel_overlap="single_matmul",
+        float8_linears="all",
     ),
     # The same, without torch.compile: every element-wise op is a kernel of its own.
     "torchtitan_eager": Implementation(
-        selective="alternate_matmuls", fused_head_loss=False, fused_elementwise=False
+        selective="alternate_matmuls", fused_head_loss=False, fused_elementwise=False, float8_linears="all"
     ),
 }
 

@@ -15,7 +15,7 @@ from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.implementations import IMPLEMENTATIONS, Implementation
 from brickwork.parallel.planner.model_facts import ModelFacts
 
-PRECISIONS = ("fp32", "bf16-mixed", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16-mixed", "bf16", "fp16", "fp8")
 OPTIMIZERS = ("adamw", "sgd")
 
 
@@ -61,6 +61,13 @@ class Layout:
     def rows_per_step(self) -> int:
         """The global batch: rows over all data-parallel ranks per step."""
         return self.micro_batch_size * self.microbatches * self.config.data_parallel_size
+
+    @property
+    def data_replicas(self) -> int:
+        """Ranks that hold the same weights and compute on other tokens: data parallel times context
+        parallel. The gradients are reduced over them and ZeRO shards over them (parallel/mesh.py,
+        ``data_mesh``)."""
+        return self.config.data_parallel_size * self.config.context_parallel_size
 
     @property
     def activation_bytes(self) -> int:

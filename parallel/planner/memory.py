@@ -160,7 +160,7 @@ class StateBytes:
 def state_bytes(facts: ModelFacts, groups: tuple[int | str, ...], layout: Layout) -> StateBytes:
     """Parameter, gradient and optimizer bytes resident on the rank holding the weight ``groups``."""
     c = layout.config
-    dp, zero = c.data_parallel_size, c.zero_stage
+    dp, zero = layout.data_replicas, c.zero_stage
     key = (c.tensor_parallel_size, c.expert_parallel_size, c.vocab_multiple)
     parts = _split(groups)
     sums = [_group_sums(facts, g, *key, dp) for g in parts]
@@ -237,7 +237,7 @@ def rank_memory(
         if fuses_head_loss(facts, layout, rows * seq_len):
             transients += facts.head_vocab * facts.dim_model * 4  # the fp32 head weight's gradient
     compute_bytes = layout.activation_bytes
-    dp = c.data_parallel_size
+    dp = layout.data_replicas
     compute_weights = copies = 0
     if c.zero_stage == 3 and dp > 1 and c.pipeline_parallel_size == 1:
         # Two layers whole at a time (the one computing and the one prefetched), and one layer's

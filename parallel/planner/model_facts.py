@@ -83,6 +83,7 @@ class LayerShape:
     residual_dropouts: int  # attention output dropouts with p > 0 (each keeps a mask of the width)
     hidden_dropout: bool  # dropout on the feedforward's hidden activation (a mask of its width)
     post_norm: bool  # the norms follow the residual adds (post-norm): the layer's input is kept apart
+    fused_qkv: bool  # q, k and v come from one projection (``qkv_proj``), not three
     matmul_params: int  # parameters that take part in a matmul for every token (experts: top_k of them)
 
     @property
@@ -287,6 +288,7 @@ def _layer_shape(layer: nn.Module) -> LayerShape:
         residual_dropouts=sum(_drops(getattr(a, "dropout", None)) for a in attentions if a is not None),
         hidden_dropout=_drops(getattr(feedforward, "dropout", None)),
         post_norm=type(layer.residual).__name__ == "PostNormResidual",
+        fused_qkv=bool(getattr(attention, "fused_qkv", False)),
         matmul_params=params + expert_params * top_k // max(experts, 1),
     )
 

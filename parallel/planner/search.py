@@ -93,8 +93,9 @@ def size_configs(
                 if shape.feedforward == "moe" and p == 1 and cp == 1:
                     experts = [e for e in divisors(d) if shape.num_experts % e == 0]
                 for ep in experts:
-                    zero_stages = (0,) if d == 1 else (0, 1)
-                    if d > 1 and step["implementation"].fsdp:
+                    replicas = d * cp  # what ZeRO shards over (Layout.data_replicas)
+                    zero_stages = (0,) if replicas == 1 else (0, 1)
+                    if replicas > 1 and step["implementation"].fsdp:
                         zero_stages += (2, 3) if p == 1 else (2,)
                     configs = []
                     for zero in zero_stages:

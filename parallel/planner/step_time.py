@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 from brickwork.parallel.planner.activations import layer_activation_bytes, layer_matmuls
 from brickwork.parallel.planner.devices import Device
+from brickwork.parallel.planner.float8 import cast_bytes, converted, float8_flops
 from brickwork.parallel.planner.flops import head_flops, layer_flops, passes
 from brickwork.parallel.planner.layout import Layout, StagePlacement
 from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
@@ -184,8 +185,11 @@ def microbatch_volumes(
     return out
 
 
-def overlapped_pairs(shape: LayerShape, layout: Layout, tokens: float) -> list[tuple[float, float]]:
-    """(gathered bytes, FLOPs of the matmul it runs under) for each tensor-parallel collective of one
+def overlapped_pairs(
+    shape: LayerShape, layout: Layout, tokens: float, faster: float = 1.0
+) -> list[tuple[float, float]]:
+    """(gathered bytes, bf16 FLOPs of the matmul it runs under: a float8 matmul's FLOPs times
+    ``faster``, the bf16 rate over the float8 one) for each tensor-parallel collective of one
     layer and ``tokens`` tokens on an implementation that overlaps them: a collective pipelined with
     a matmul (Megatron's userbuffers, torch's micro-pipelined all-gather and reduce-scatter matmuls)
     can hide only under that matmul. Under sequence parallel the forward gathers the input of q, k
@@ -201,14 +205,17 @@ def overlapped_pairs(shape: LayerShape, layout: Layout, tokens: float) -> list[t
     c = layout.config
     t = c.tensor_parallel_size
     boundary = tokens * shape.dim_model * layout.activation_bytes
+    which = converted(shape, layout.implementation.float8_linears) if layout.precision == "fp8" else ()
     mms = [2 * tokens * weights for _, weights in layer_matmuls(shape, t)]
+    mms = [mm * faster if i < len(which) and which[i] else mm for i, mm in enumerate(mms)]
     qkv, out = sum(mms[:3]), mms[3]
     ffn = mms[4 * shape.attentions :]
     up, down = sum(ffn[:-1]), ffn[-1]
     again, _, _ = recomputed_collectives(layout)
     single = layout.implementation.tensor_parallel_overlap == "single_matmul"
-    # The input gradients of q, k and v (of gate and up) are summed before they are reduced.
-    qkv_grad, up_grad = (0.0 if single else qkv), (0.0 if single and len(ffn) > 2 else up)
+    # The input gradients of separate q, k and v (of gate and up) are summed before they are reduced.
+    qkv_grad = 0.0 if single and not shape.fused_qkv else qkv
+    up_grad = 0.0 if single and len(ffn) > 2 else up
     if not c.sequence_parallel:
         forward = [(2 * boundary, out), (2 * boundary, down)]
         backward = [(2 * boundary, qkv_grad), (2 * boundary, up_grad)]
@@ -268,20 +275,31 @@ def stage_cost(
     core_only = layout.implementation.selective == "attention_core"
     elementwise_passes = 3.0 if mode == "none" or (mode == "selective" and core_only) else 4.0
     flops = recompute_flops = traffic = 0.0
+    # At fp8, the FLOPs of float8 matmuls (of them, recomputed), which run at the float8 rate.
+    fp8 = layout.precision == "fp8"
+    rule = layout.implementation.float8_linears
+    float8 = recompute_float8 = 0.0
     eager = 1.0 if layout.implementation.fused_elementwise else EAGER_ELEMENTWISE
     rate = device.rate(layout.precision)
+    alternate = mode == "selective" and layout.implementation.selective == "alternate_matmuls"
     for i in placement.layers(rank):
         shape = facts.layers[i]
         f = layer_flops(shape, seq_len)
         share = tokens / (t * cp)
         flops += f.executed * share * passes(mode)
+        # The matmuls a per-op selective recomputation does not keep.
+        dropped = tuple(range(1, len(layer_matmuls(shape, 1)), 2)) if alternate else ()
+        if fp8:
+            forward, again = float8_flops(shape, rule, dropped)
+            float8 += forward * share * passes(mode) + again * share
+            recompute_float8 += (forward if mode == "full" else again) * share
+            traffic += cast_bytes(shape, rule, t, tokens / cp)
         if mode == "full":
             recompute_flops += f.executed * share
         elif mode == "selective" and core_only:
             recompute_flops += f.attention_executed * share
-        elif mode == "selective" and layout.implementation.selective == "alternate_matmuls":
-            # The matmuls whose outputs it does not keep.
-            recompute_flops += 2 * sum(weights for _, weights in layer_matmuls(shape, 1)[1::2]) * share
+        elif alternate:
+            recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in dropped) * share
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
         traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes * eager
     flops += recompute_flops if mode == "selective" else 0.0
@@ -291,18 +309,22 @@ def stage_cost(
         traffic += head_traffic(facts, layout, tokens / cp)
     volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
     elementwise = traffic / device.memory_bandwidth
-    recomputed = recompute_flops / rate + (elementwise / 4 if elementwise_passes == 4.0 else 0.0)
+    # A float8 matmul's FLOPs take rate / float8 rate of a bf16 one's time.
+    faster = rate / device.float8_rate() if fp8 else 1.0
+    matmul_seconds = (flops - float8 + float8 * faster) / rate
+    recomputed = (recompute_flops - recompute_float8 + recompute_float8 * faster) / rate
+    recomputed += elementwise / 4 if elementwise_passes == 4.0 else 0.0
     tensor_parallel = _all_reduce(volumes["tp all-reduce"], t, links.tp)
     if layout.implementation.tensor_parallel_overlap != "none" and t > 1:
         # A collective pipelined with its matmul cuts both into t pieces and runs beside all but one
         # of the matmul's: the all-gather's first piece is local, the reduce-scatter's last is its own.
         beside = (t - 1) / t / rate
         for i in placement.layers(rank):
-            for nbytes, mm in overlapped_pairs(facts.layers[i], layout, tokens / cp):
+            for nbytes, mm in overlapped_pairs(facts.layers[i], layout, tokens / cp, faster):
                 alone = _gather(nbytes, t, links.tp)
                 tensor_parallel += _beside(alone, mm * beside, links.contention) - alone
     return StageCost(
-        flops / rate + elementwise + launches,
+        matmul_seconds + elementwise + launches,
         recomputed,
         tensor_parallel,
         _gather(volumes["cp all-gather"], cp, links.cp),
@@ -329,7 +351,7 @@ def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
     the parameters for every micro-batch (twice under ZeRO-3) and reduce-scatters the gradients once."""
     c = layout.config
     out = {"dp all-reduce": 0.0, "dp all-gather": 0.0, "dp reduce-scatter": 0.0}
-    if c.data_parallel_size == 1:
+    if layout.data_replicas == 1:
         return out
     grads = local_parameters * 4
     if c.zero_stage == 1 and layout.implementation.master_weights == "optimizer":
@@ -365,7 +387,7 @@ def data_parallel_seconds(
     """(exposed data-parallel seconds per step, exposed ZeRO-2/3 gather seconds per step); ``units``
     is how many pieces FSDP gathers and reduces one by one (the rank's layers and the rest)."""
     c = layout.config
-    d = c.data_parallel_size
+    d = layout.data_replicas
     volumes = step_volumes(layout, local_parameters)
     backward, forward = compute_per_microbatch * 2 / 3, compute_per_microbatch / 3
     reduce = _all_reduce(volumes["dp all-reduce"], d, links.dp) + _gather(
@@ -406,5 +428,5 @@ def offload_seconds(layout: Layout, local_parameters: int) -> float:
     """cpu_offload: parameters to the device and gradients back, once per step, over PCIe."""
     if not layout.config.cpu_offload:
         return 0.0
-    d = layout.config.data_parallel_size
+    d = layout.data_replicas
     return 2 * local_parameters / d * 4 / OFFLOAD_BANDWIDTH

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from cli_runs import SMALL, check_ok, run_cli
 
-from brickwork.factory import load_spec
+from brickwork.factory import get_preset, load_spec
 
 
 @pytest.mark.slow
@@ -25,3 +25,26 @@ def test_dist_auto_refuses_a_size_given_beside_it(tmp_path) -> None:
     result = run_cli(["train", "dist.auto=true", "dist.tensor_parallel_size=2", *SMALL], tmp_path)
     assert result.returncode == 2
     assert "dist.auto picks ['tensor_parallel_size'] itself" in result.stderr
+
+
+@pytest.mark.parametrize("preset", ["H100-80GB", None], ids=["H100", "cpu"])
+def test_dist_auto_plans_fp8_at_the_float8_rate_where_the_device_has_one(monkeypatch, preset) -> None:
+    """On a device whose preset has float8 matmuls the planner prices fp8 as such; where fp8 is
+    emulated (a CPU) it prices bf16-mixed, whose weights, states and activations fp8 keeps."""
+    pytest.importorskip("torchao")
+    from brickwork.parallel.planner.devices import DEVICE_PRESETS
+    from brickwork.train import auto_dist
+    from brickwork.train.config import TrainConfig
+
+    seen, planner = {}, auto_dist.plan
+
+    def plan(spec, cluster, **options):
+        seen.update(options)
+        return planner(spec, cluster, **options)
+
+    if preset is not None:
+        monkeypatch.setattr(auto_dist, "local_device", lambda world, per_node: DEVICE_PRESETS[preset])
+    monkeypatch.setattr(auto_dist, "plan", plan)
+    train = TrainConfig(precision="fp8", batch_size=4, seq_len=32)
+    auto_dist.choose_layout(get_preset("gpt-tiny"), "auto", train)
+    assert seen["precision"] == ("fp8" if preset else "bf16-mixed")

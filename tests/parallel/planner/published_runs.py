@@ -103,6 +103,7 @@ def torchtitan_gpus(count: int) -> list[dict[str, Any]]:
             "memory_gib": 95,
             "memory_gbps": 2400,
             "bf16_tflops": 912,
+            "fp8_tflops": 1824,
             "node": rank // 8,
         }
         for rank in range(count)
@@ -127,6 +128,7 @@ class Run:
     tokens_per_gpu: float | None = None
     memory_gib: float | None = None
     step: dict[str, Any] = field(default_factory=dict)  # micro-batching the source states
+    precision: str = "bf16-mixed"
 
     @property
     def gpus(self) -> int:
@@ -196,9 +198,11 @@ def _titan(
     recompute: str,
     tokens: float,
     memory: float | None = None,
+    cluster: str | None = None,
 ) -> Run:
-    """A torchtitan row; an eager one (its name says) is priced without torch.compile's fusion, an
-    async TP one with its tensor-parallel traffic under the matmuls."""
+    """A torchtitan row, on torchtitan's own H100s unless ``cluster`` says; an eager one (its name
+    says) is priced without torch.compile's fusion, an async TP one with its tensor-parallel traffic
+    beside the matmuls, a Float8 one at fp8."""
     dp = gpus // tp
     dist = {
         "data_parallel_size": dp,
@@ -211,7 +215,7 @@ def _titan(
         name,
         "torchtitan benchmarks",
         spec,
-        torchtitan_gpus(gpus),
+        cluster or torchtitan_gpus(gpus),
         dist,
         rows * dp,
         8192,
@@ -223,6 +227,7 @@ def _titan(
         tokens_per_gpu=tokens,
         memory_gib=memory,
         step={"grad_accum_steps": 1},
+        precision="fp8" if "Float8" in name else "bf16-mixed",
     )
 
 
@@ -299,6 +304,38 @@ RUNS = [
     _titan("Llama 3.1 70B FSDP 32 TP 8, compiled", LLAMA_70B, 256, 8, 16, "full", 597.3),
     _titan("Llama 3.1 8B FSDP 8 async TP 8, compiled", LLAMA_8B, 64, 8, 12, "selective", 4809.4),
     _titan("Llama 3.1 70B FSDP 32 async TP 8, compiled", LLAMA_70B, 256, 8, 16, "full", 652.4),
+    _titan("Llama 3.1 8B FSDP 8, compiled, Float8", LLAMA_8B, 8, 1, 2, "selective", 8532, 76.8),
+    _titan("Llama 3.1 8B FSDP 128, compiled, Float8", LLAMA_8B, 128, 1, 2, "selective", 8380, 61.8),
+    _titan("Llama 3.1 70B FSDP 32 TP 8, compiled, Float8", LLAMA_70B, 256, 8, 16, "full", 829, 71.9),
+    _titan("Llama 3.1 70B FSDP 32 async TP 8, compiled, Float8", LLAMA_70B, 256, 8, 16, "full", 876, 67.6),
+    _titan("Llama 3.1 8B FSDP 8 TP 8, compiled, Float8 (2025)", LLAMA_8B, 64, 8, 12, "selective", 5078.1),
+    _titan(
+        "Llama 3.1 8B FSDP 8 async TP 8, compiled, Float8 (2025)", LLAMA_8B, 64, 8, 12, "selective", 5570.1
+    ),
+    _titan("Llama 3.1 70B FSDP 32 TP 8, compiled, Float8 (2025)", LLAMA_70B, 256, 8, 16, "full", 809.8),
+    _titan("Llama 3.1 70B FSDP 32 async TP 8, compiled, Float8 (2025)", LLAMA_70B, 256, 8, 16, "full", 942.4),
+    _titan(
+        "Llama 3.1 8B FSDP 32, compiled, Float8, H200",
+        LLAMA_8B,
+        32,
+        1,
+        2,
+        "selective",
+        10938,
+        47.96,
+        "4x8xH200",
+    ),
+    _titan(
+        "Llama 3.1 8B FSDP 64, compiled, Float8, H200",
+        LLAMA_8B,
+        64,
+        1,
+        2,
+        "selective",
+        10753,
+        46.97,
+        "8x8xH200",
+    ),
     _one_gpu("GPT-2 small, plain loop, compiled", "plain", tokens=425_000),
     _one_gpu("GPT-2 small, plain loop, eager", "plain", memory=16.0),
     _one_gpu("brickwork gpt2, compiled", "brickwork", tokens=338_000, memory=8.9),
@@ -343,7 +380,12 @@ class Prediction:
 
 def predict(run: Run) -> Prediction:
     facts = model_facts(run.spec)
-    options = {"global_batch": run.global_batch, "seq_len": run.seq_len, "implementation": run.implementation}
+    options = {
+        "global_batch": run.global_batch,
+        "seq_len": run.seq_len,
+        "implementation": run.implementation,
+        "precision": run.precision,
+    }
     published = estimate(facts, run.cluster, run.dist, **options, **run.step)
     best = plan(facts, run.cluster, **options, grad_accum_steps=run.step.get("grad_accum_steps"))[0]
     return Prediction(run, published, best)

@@ -104,6 +104,14 @@ def test_two_process_layouts_match_the_model(make_spec) -> None:
 
 
 @pytest.mark.distributed
+def test_zero_shards_over_the_context_parallel_ranks_too() -> None:
+    """Context-parallel ranks hold the same weights and reduce their gradients together, so ZeRO
+    splits the optimizer (1) and everything (3) over them as over data-parallel ranks."""
+    cases = [(llama_spec(), {"context_parallel_size": 2, "zero_stage": zero}, True) for zero in (1, 3)]
+    check(cases, 2)
+
+
+@pytest.mark.distributed
 def test_a_pipeline_stage_holds_its_layers_and_the_copies_of_shared_weights() -> None:
     # Saved activations of a pipeline step are not one micro-batch's (1F1B interleaves them): the
     # in-flight counts are measured by benchmarks/parallel_pipeline.py; here the state only.

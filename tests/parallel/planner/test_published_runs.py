@@ -159,10 +159,17 @@ RATE_MISSES = {
     "Llama 3 405B, 8192 GPUs": "-26%: the model needs full recomputation to fit this layout",
     "Llama 3 405B, 16384 GPUs": "-29%: the model needs full recomputation to fit this layout",
 }
+MEMORY_MISSES = {
+    # torchtitan's per-op selective recomputation keeps the outputs of every other aten.mm; a float8
+    # linear's matmul is aten._scaled_mm, so from 2025 (when aten.abs left its save list) it keeps
+    # nothing of them and recomputes them all. The model keeps what it keeps in bf16 (docs/parallel.md).
+    "Llama 3.1 8B FSDP 32, compiled, Float8, H200": "+38%: float8 matmul outputs are recomputed, not kept",
+    "Llama 3.1 8B FSDP 64, compiled, Float8, H200": "+37%: float8 matmul outputs are recomputed, not kept",
+}
 PICK_MISSES = {
     "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation, against full recomputation",
-    "Llama 3 405B, 16384 GPUs": "context parallel 4 without recomputation, against full recomputation",
-    "Llama 3 405B, 16384 GPUs, 131,072 tokens": "context parallel 64 without recomputation, against full",
+    "Llama 3 405B, 16384 GPUs": "context parallel 2 without recomputation, against full recomputation",
+    "Llama 3 405B, 16384 GPUs, 131,072 tokens": "context parallel 32 without recomputation, against full",
     # Eager, selective recomputation redoes every element-wise kernel through HBM; a 2-stage pipeline
     # under ZeRO-2 keeps the weights whole but fits without it.
     "Llama 3.1 8B FSDP 8, eager": "pp2 cp2 under ZeRO-2 needs no recomputation, which eager pays per kernel",
@@ -172,10 +179,25 @@ PICK_MISSES = {
     "Llama 3.1 70B FSDP 32 TP 8, compiled": "a pipeline with context parallel needs no full recomputation",
     "Llama 3.1 8B FSDP 8 async TP 8, compiled": "an async-TP benchmark: FSDP with context parallel is faster",
     "Llama 3.1 70B FSDP 32 async TP 8, compiled": "a pipeline with context parallel needs no recomputation",
+    # The Float8 twins of the rows above, for the same reasons.
+    "Llama 3.1 70B FSDP 32 TP 8, compiled, Float8": "a pipeline with CP, no recomputation",
+    "Llama 3.1 70B FSDP 32 async TP 8, compiled, Float8": "a pipeline with CP, no recomputation",
+    "Llama 3.1 8B FSDP 8 TP 8, compiled, Float8 (2025)": "FSDP with context parallel is faster",
+    "Llama 3.1 8B FSDP 8 async TP 8, compiled, Float8 (2025)": "tp2 under ZeRO-2 is faster",
+    "Llama 3.1 70B FSDP 32 TP 8, compiled, Float8 (2025)": "a pipeline with CP, no recomputation",
+    "Llama 3.1 70B FSDP 32 async TP 8, compiled, Float8 (2025)": "a pipeline with CP, no recomputation",
+    # The H200's 141 GB hold the step without recomputation (torchtitan's run used 48 GiB of it).
+    "Llama 3.1 8B FSDP 32, compiled, Float8, H200": "ZeRO-2 without recomputation fits an H200",
+    "Llama 3.1 8B FSDP 64, compiled, Float8, H200": "ZeRO-2 without recomputation fits an H200",
     # Korthikanti et al. 2022 measured a 530B GPT 29% faster without full recomputation.
     "BLOOM 176B": "pipelines that need no recomputation (tp4 pp24 dp4, tp8 pp6 dp8: +35%, +30%)",
 }
-QUICK = {"GPT 7.1B", "Llama 3.1 8B FSDP 8, compiled", "brickwork gpt2, compiled"}
+QUICK = {
+    "GPT 7.1B",
+    "Llama 3.1 8B FSDP 8, compiled",
+    "Llama 3.1 8B FSDP 8, compiled, Float8",
+    "brickwork gpt2, compiled",
+}
 
 
 @cache
@@ -200,7 +222,7 @@ def test_a_published_run(run: Run) -> None:
     faster (but for the runs named above)."""
     p = _predicted(run.name)
     assert p.published.fits, p.published.name
-    if p.memory_error is not None:
+    if p.memory_error is not None and run.name not in MEMORY_MISSES:
         assert abs(p.memory_error) <= 0.20, p.memory_error
     if p.rate_error is not None and run.name not in RATE_MISSES:
         assert abs(p.rate_error) <= 0.15, (p.published.name, p.rate_error)
@@ -213,6 +235,15 @@ def test_a_published_run(run: Run) -> None:
 @pytest.mark.parametrize("run", [r for r in RUNS if r.name in RATE_MISSES], ids=lambda r: r.name)
 def test_the_rate_misses_still_miss(run: Run) -> None:
     assert abs(_predicted(run.name).rate_error) <= 0.15
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True, reason="the published memory the planner misses by more than 20% (MEMORY_MISSES)"
+)
+@pytest.mark.parametrize("run", [r for r in RUNS if r.name in MEMORY_MISSES], ids=lambda r: r.name)
+def test_the_memory_misses_still_miss(run: Run) -> None:
+    assert abs(_predicted(run.name).memory_error) <= 0.20
 
 
 @pytest.mark.slow
