@@ -142,7 +142,7 @@ def step_fields(cluster: Cluster, precision: str, optimizer: str, implementation
     ``step``); ConfigError for an unknown precision, optimizer or implementation, or for fp8 on a
     device without float8 matmuls."""
     check_step_options(precision, optimizer)
-    lacking = sorted({d.name for d in cluster.devices if d.peak_flops_fp8 == 0})
+    lacking = sorted({d.name for d in cluster.distinct if d.peak_flops_fp8 == 0})
     if precision == "fp8" and lacking:
         raise ConfigError(
             f"fp8 needs float8 matmuls, which {', '.join(lacking)} has none of (give a device's "
@@ -152,7 +152,7 @@ def step_fields(cluster: Cluster, precision: str, optimizer: str, implementation
     return {
         "precision": precision,
         "optimizer": optimizer,
-        "gpu_kernels": all(device.triton_kernels for device in cluster.devices),
+        "gpu_kernels": all(device.triton_kernels for device in cluster.distinct),
         "implementation": implementation_named(implementation, precision),
     }
 

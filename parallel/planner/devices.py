@@ -198,9 +198,16 @@ class Cluster:
         """The dense peak FLOP/s of all devices together at ``precision`` (Device.peak_flops)."""
         return self._peaks["fp32" if precision == "fp32" else "bf16"]
 
+    @cached_property
+    def distinct(self) -> tuple[Device, ...]:
+        """The devices, each kind once where the cluster is uniform (what a minimum or maximum over
+        them reads)."""
+        return self.devices[:1] if self.uniform else self.devices
+
     def same_node(self, ranks: Sequence[int]) -> bool:
-        """Whether every rank of ``ranks`` sits on one node."""
-        return len({self.devices[r].node for r in ranks}) == 1
+        """Whether every rank of ``ranks`` sits on one node: the ranks go node by node, so the lowest
+        and the highest rank's nodes say."""
+        return self.devices[min(ranks)].node == self.devices[max(ranks)].node
 
     def describe(self) -> str:
         nodes: dict[int, list[str]] = {}

@@ -98,12 +98,12 @@ def compact_dist(config: ParallelConfig) -> dict[str, Any]:
     return out
 
 
-def _group(rank0: int, stride: int, size: int) -> list[int]:
-    return [rank0 + i * stride for i in range(size)]
+def _group(rank0: int, stride: int, size: int) -> range:
+    return range(rank0, rank0 + stride * size, stride)
 
 
-def _bandwidth(cluster: Cluster, ranks: list[int]) -> float:
-    devices = [cluster.devices[r] for r in ranks]
+def _bandwidth(cluster: Cluster, ranks: range) -> float:
+    devices = cluster.distinct if cluster.uniform else [cluster.devices[r] for r in ranks]
     if cluster.same_node(ranks):
         return min(d.intra_node_bandwidth for d in devices)
     return min(d.inter_node_bandwidth for d in devices)
@@ -124,12 +124,8 @@ def links_of(cluster: Cluster, c: ParallelConfig) -> Links:
         dp=_bandwidth(cluster, _group(0, t, cp * d)),  # data parallel with context parallel
         pp=_bandwidth(cluster, _group(0, t * cp * d, min(p, 2))),
         ep=_bandwidth(cluster, _group(0, ep_stride, c.expert_parallel_size)),
-        contention=COLLECTIVE_BLOCKS / min(d.multiprocessors for d in _distinct(cluster)),
+        contention=COLLECTIVE_BLOCKS / min(d.multiprocessors for d in cluster.distinct),
     )
-
-
-def _distinct(cluster: Cluster) -> tuple[Device, ...]:
-    return cluster.devices[:1] if cluster.uniform else cluster.devices
 
 
 def _slowest(devices: list[Device], precision: str) -> Device:

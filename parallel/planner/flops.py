@@ -60,8 +60,15 @@ def passes(recompute: str) -> float:
 
 def step_flops(facts: ModelFacts, tokens: int, seq_len: int, recompute: str, reported: bool = True) -> float:
     """All FLOPs of a step over ``tokens`` tokens (the whole global batch, every device together)."""
-    layers = 0.0
-    for shape in facts.layers:
-        f = layer_flops(shape, seq_len)
-        layers += f.reported if reported else f.executed
-    return tokens * (layers * passes(recompute) + head_flops(facts, seq_len) * 3.0)
+    return tokens * (
+        _layers_flops(facts, seq_len, reported) * passes(recompute) + head_flops(facts, seq_len) * 3.0
+    )
+
+
+@lru_cache(maxsize=1024)
+def _layers_flops(facts: ModelFacts, seq_len: int, reported: bool) -> float:
+    """Forward FLOPs per token of all the layers."""
+    return sum(
+        layer_flops(shape, seq_len).reported if reported else layer_flops(shape, seq_len).executed
+        for shape in facts.layers
+    )

@@ -193,7 +193,7 @@ def _state_overflows(facts: ModelFacts, cluster: Cluster, layout: Layout, seq_le
     ZeRO stage (the most sharding of its sizes), exceed the smallest device."""
     c = layout.config
     placement = stage_placement(facts, c, layer_costs(facts, seq_len))
-    capacity = min(d.memory_bytes - d.reserved_bytes for d in cluster.devices)
+    capacity = min(d.memory_bytes - d.reserved_bytes for d in cluster.distinct)
     for rank in representative_ranks(facts, placement):
         state = state_bytes(facts, stage_groups(facts, placement, rank), layout)
         if state.parameters + state.gradients + state.optimizer > capacity:
@@ -211,7 +211,7 @@ def _time_bound(
     rows = global_batch // c.data_parallel_size
     bound = dataclasses.replace(layout, config=c, micro_batch_size=rows)
     placement = stage_placement(facts, c, layer_costs(facts, seq_len))
-    device = max(cluster.devices, key=lambda d: (d.rate(layout.precision), d.memory_bandwidth))
+    device = max(cluster.distinct, key=lambda d: (d.rate(layout.precision), d.memory_bandwidth))
     links = links_of(cluster, c)
     p = c.pipeline_parallel_size
     total = 0.0
