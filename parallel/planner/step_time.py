@@ -9,7 +9,8 @@ and the pipeline bubble.
   one that recomputes only the attention core redoes its matmuls instead), the loss's pass over the
   logits on the last stage, and a fixed
   launch cost per layer and micro-batch. An eager implementation runs each element-wise op as a
-  kernel of its own, through HBM: ``EAGER_ELEMENTWISE`` times the traffic.
+  kernel of its own, through HBM: ``EAGER_ELEMENTWISE`` times the traffic. At fp8 the converted
+  linears' FLOPs run at the float8 rate and their casts add traffic (float8.py).
 - **Tensor parallel** (Megatron): per layer and micro-batch, 2 all-reduces of ``b·s·h`` in forward and 2
   in backward (sequence parallel turns each into an all-gather plus a reduce-scatter of the same
   time), and what recomputation replays of the forward's (:func:`recomputed_collectives`); the
@@ -24,7 +25,8 @@ and the pipeline bubble.
   recomputation replays the forward's.
 - **Pipeline**: each micro-batch sends its boundary activation forward and its gradient back, per
   stage boundary (v times as often when interleaved), on the critical path.
-- **Data parallel**: the fp32 gradients are all-reduced once per step (ZeRO 0 and 1; ZeRO-1 then
+- **Data parallel**, over the data- and context-parallel ranks together (``Layout.data_replicas``):
+  the fp32 gradients are all-reduced once per step (ZeRO 0 and 1; ZeRO-1 then
   all-gathers the updated parameters) or reduce-scattered (ZeRO 2 and 3, which also all-gather the
   parameters for every micro-batch: once under ZeRO-2, for forward and backward under ZeRO-3,
   prefetched under compute; in a pipeline ZeRO-2 once a step, ZeRO-3 m + 1 times: :func:`gathers_per_step`).
