@@ -188,10 +188,10 @@ def microbatch_volumes(
 
 
 def overlapped_pairs(
-    shape: LayerShape, layout: Layout, tokens: float, faster: float = 1.0
+    shape: LayerShape, layout: Layout, tokens: float, float8_cost: float = 1.0
 ) -> list[tuple[float, float]]:
     """(gathered bytes, bf16 FLOPs of the matmul it runs under: a float8 matmul's FLOPs times
-    ``faster``, the bf16 rate over the float8 one) for each tensor-parallel collective of one
+    ``float8_cost``, the bf16 rate over the float8 one) for each tensor-parallel collective of one
     layer and ``tokens`` tokens on an implementation that overlaps them: a collective pipelined with
     a matmul (Megatron's userbuffers, torch's micro-pipelined all-gather and reduce-scatter matmuls)
     can hide only under that matmul. Under sequence parallel the forward gathers the input of q, k
@@ -209,7 +209,7 @@ def overlapped_pairs(
     boundary = tokens * shape.dim_model * layout.activation_bytes
     which = converted(shape, layout.implementation.float8_linears) if layout.precision == "fp8" else ()
     mms = [2 * tokens * weights for _, weights in layer_matmuls(shape, t)]
-    mms = [mm * faster if i < len(which) and which[i] else mm for i, mm in enumerate(mms)]
+    mms = [mm * float8_cost if i < len(which) and which[i] else mm for i, mm in enumerate(mms)]
     qkv, out = sum(mms[:3]), mms[3]
     ffn = mms[4 * shape.attentions :]
     up, down = sum(ffn[:-1]), ffn[-1]
@@ -277,31 +277,19 @@ def stage_cost(
     core_only = layout.implementation.selective == "attention_core"
     elementwise_passes = 3.0 if mode == "none" or (mode == "selective" and core_only) else 4.0
     flops = recompute_flops = traffic = 0.0
-    # At fp8, the FLOPs of float8 matmuls (of them, recomputed), which run at the float8 rate.
-    fp8 = layout.precision == "fp8"
-    rule = layout.implementation.float8_linears
-    float8 = recompute_float8 = 0.0
     eager = 1.0 if layout.implementation.fused_elementwise else EAGER_ELEMENTWISE
     rate = device.rate(layout.precision)
-    alternate = mode == "selective" and layout.implementation.selective == "alternate_matmuls"
+    share = tokens / (t * cp)
     for i in placement.layers(rank):
         shape = facts.layers[i]
         f = layer_flops(shape, seq_len)
-        share = tokens / (t * cp)
         flops += f.executed * share * passes(mode)
-        # The matmuls a per-op selective recomputation does not keep.
-        dropped = tuple(range(1, len(layer_matmuls(shape, 1)), 2)) if alternate else ()
-        if fp8:
-            forward, again = float8_flops(shape, rule, dropped)
-            float8 += forward * share * passes(mode) + again * share
-            recompute_float8 += (forward if mode == "full" else again) * share
-            traffic += cast_bytes(shape, rule, t, tokens / cp)
         if mode == "full":
             recompute_flops += f.executed * share
         elif mode == "selective" and core_only:
             recompute_flops += f.attention_executed * share
-        elif alternate:
-            recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in dropped) * share
+        else:
+            recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in _dropped(shape, layout)) * share
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
         traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes * eager
     flops += recompute_flops if mode == "selective" else 0.0
@@ -309,30 +297,82 @@ def stage_cost(
     if placement.holds_last(rank):
         flops += 3 * head_flops(facts, seq_len) * tokens / (t * cp)
         traffic += head_traffic(facts, layout, tokens / cp)
+    float8, recompute_float8, casts = _float8_work(facts, layout, placement, rank, tokens)
     volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
-    elementwise = traffic / device.memory_bandwidth
-    # A float8 matmul's FLOPs take rate / float8 rate of a bf16 one's time.
-    faster = rate / device.float8_rate() if fp8 else 1.0
-    matmul_seconds = (flops - float8 + float8 * faster) / rate
-    recomputed = (recompute_flops - recompute_float8 + recompute_float8 * faster) / rate
+    elementwise = (traffic + casts) / device.memory_bandwidth
+    # A float8 FLOP's time in bf16 FLOPs: the bf16 rate over the float8 one.
+    float8_cost = rate / device.float8_rate() if layout.precision == "fp8" else 1.0
+    matmul_seconds = (flops - float8 + float8 * float8_cost) / rate
+    recomputed = (recompute_flops - recompute_float8 + recompute_float8 * float8_cost) / rate
     recomputed += elementwise / 4 if elementwise_passes == 4.0 else 0.0
-    tensor_parallel = _all_reduce(volumes["tp all-reduce"], t, links.tp)
-    if layout.implementation.tensor_parallel_overlap != "none" and t > 1:
-        # A collective pipelined with its matmul cuts both into t pieces and runs beside all but one
-        # of the matmul's: the all-gather's first piece is local, the reduce-scatter's last is its own.
-        beside = (t - 1) / t / rate
-        for i in placement.layers(rank):
-            for nbytes, mm in overlapped_pairs(facts.layers[i], layout, tokens / cp, faster):
-                alone = _gather(nbytes, t, links.tp)
-                tensor_parallel += _beside(alone, mm * beside, links.contention) - alone
     return StageCost(
         matmul_seconds + elementwise + launches,
         recomputed,
-        tensor_parallel,
+        _tensor_parallel_seconds(
+            facts, layout, placement, rank, volumes, tokens / cp, (rate, float8_cost), links
+        ),
         _gather(volumes["cp all-gather"], cp, links.cp),
         volumes["ep all-to-all"] / links.ep,
         volumes["pp send"] / links.pp,
     )
+
+
+def _dropped(shape: LayerShape, layout: Layout) -> tuple[int, ...]:
+    """The indices (activations.layer_matmuls) of the matmuls a per-op selective recomputation does
+    not keep, and so runs again: the 2nd, 4th, 6th ... (none under another policy)."""
+    c = layout.config
+    if c.activation_checkpointing != "selective" or layout.implementation.selective != "alternate_matmuls":
+        return ()
+    return tuple(range(1, len(layer_matmuls(shape, 1)), 2))
+
+
+def _float8_work(
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, tokens: float
+) -> tuple[float, float, float]:
+    """At fp8, per micro-batch of ``tokens`` tokens on pipeline rank ``rank``: (FLOPs of its float8
+    matmuls, of them recomputed, bytes their casts move); zeros at another precision."""
+    if layout.precision != "fp8":
+        return 0.0, 0.0, 0.0
+    c = layout.config
+    t, cp, mode = c.tensor_parallel_size, c.context_parallel_size, c.activation_checkpointing
+    rule = layout.implementation.float8_linears
+    share = tokens / (t * cp)
+    float8 = recomputed = casts = 0.0
+    for i in placement.layers(rank):
+        forward, again = float8_flops(facts.layers[i], rule, _dropped(facts.layers[i], layout))
+        float8 += forward * share * passes(mode) + again * share
+        recomputed += (forward if mode == "full" else again) * share
+        casts += cast_bytes(facts.layers[i], rule, t, tokens / cp)
+    return float8, recomputed, casts
+
+
+def _tensor_parallel_seconds(
+    facts: ModelFacts,
+    layout: Layout,
+    placement: StagePlacement,
+    rank: int,
+    volumes: dict[str, float],
+    tokens: float,
+    rates: tuple[float, float],
+    links: Links,
+) -> float:
+    """The tensor-parallel seconds a micro-batch of ``tokens`` tokens (this rank's) shows: all of its
+    collectives, or, where the implementation overlaps them, what outlasts the matmul each is
+    pipelined with (:func:`overlapped_pairs`). ``rates``: the bf16 matmul rate, and a float8 FLOP's
+    time in bf16 FLOPs."""
+    t = layout.config.tensor_parallel_size
+    seconds = _all_reduce(volumes["tp all-reduce"], t, links.tp)
+    if layout.implementation.tensor_parallel_overlap == "none" or t == 1:
+        return seconds
+    rate, float8_cost = rates
+    # A collective pipelined with its matmul cuts both into t pieces and runs beside all but one
+    # of the matmul's: the all-gather's first piece is local, the reduce-scatter's last is its own.
+    beside = (t - 1) / t / rate
+    for i in placement.layers(rank):
+        for nbytes, mm in overlapped_pairs(facts.layers[i], layout, tokens, float8_cost):
+            alone = _gather(nbytes, t, links.tp)
+            seconds += _beside(alone, mm * beside, links.contention) - alone
+    return seconds
 
 
 def head_traffic(facts: ModelFacts, layout: Layout, tokens: float) -> float:
