@@ -4,7 +4,7 @@ Every ```python block is read. A block is complete when each name it reads is on
 imports (or a builtin); a complete block runs as a script of its own, in a scratch folder holding
 the repository's configs/. A fragment (it reads names an earlier block or the prose sets up, such
 as ``model`` or ``ids``) is only compiled. The torchrun example of docs/parallel.md runs as the docs
-say, on four gloo ranks.
+say, on four gloo ranks, and README.md's ``brickwork plan`` console example prints what it shows.
 """
 
 from __future__ import annotations
@@ -113,3 +113,18 @@ def test_the_torchrun_example_trains_on_four_ranks(tmp_path: Path) -> None:
     assert [s for s, _ in losses] == ["0", "1", "2"], done.stdout
     assert all(0.0 < float(loss) < 10.0 for _, loss in losses)
     assert re.search(r"^\d+ tensors; \d+ values$", done.stdout, re.M), done.stdout
+
+
+def test_the_readme_plan_example_prints_what_the_readme_shows(tmp_path: Path, monkeypatch, capsys) -> None:
+    """README.md's ``brickwork plan`` console block, run as written: the same table and lines (the
+    planner is deterministic, so a change to it shows here until the README is brought up to date)."""
+    from brickwork.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"^```console\n\$ brickwork plan (.*?)\n(.*?)^```", text, re.S | re.M)
+    assert block, "README.md has no `brickwork plan` console example"
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", *block.group(1).split()]) == 0
+    printed = capsys.readouterr().out
+    assert printed.strip().splitlines() == block.group(2).strip().splitlines()
+    assert (tmp_path / "dist.yaml").exists()
