@@ -142,8 +142,10 @@ def step_fields(cluster: Cluster, precision: str, optimizer: str, implementation
     ``step``); ConfigError for an unknown precision, optimizer or implementation, or for fp8 on a
     device without float8 matmuls."""
     check_step_options(precision, optimizer)
-    lacking = sorted({d.name for d in cluster.distinct if d.peak_flops_fp8 == 0})
-    if precision == "fp8" and lacking:
+    lacking = (
+        sorted({d.name for d in cluster.distinct if d.peak_flops_fp8 == 0}) if precision == "fp8" else []
+    )
+    if lacking:
         raise ConfigError(
             f"fp8 needs float8 matmuls, which {', '.join(lacking)} has none of (give a device's "
             "fp8_tflops, or plan bf16-mixed)",

@@ -207,9 +207,10 @@ def overlapped_pairs(
     c = layout.config
     t = c.tensor_parallel_size
     boundary = tokens * shape.dim_model * layout.activation_bytes
-    which = converted(shape, layout.implementation.float8_linears) if layout.precision == "fp8" else ()
     mms = [2 * tokens * weights for _, weights in layer_matmuls(shape, t)]
-    mms = [mm * float8_cost if i < len(which) and which[i] else mm for i, mm in enumerate(mms)]
+    if layout.precision == "fp8":
+        which = converted(shape, layout.implementation.float8_linears)
+        mms = [mm * float8_cost if yes else mm for mm, yes in zip(mms, which, strict=True)]
     qkv, out = sum(mms[:3]), mms[3]
     ffn = mms[4 * shape.attentions :]
     up, down = sum(ffn[:-1]), ffn[-1]
@@ -284,12 +285,13 @@ def stage_cost(
         shape = facts.layers[i]
         f = layer_flops(shape, seq_len)
         flops += f.executed * share * passes(mode)
+        dropped = _dropped(shape, layout)
         if mode == "full":
             recompute_flops += f.executed * share
         elif mode == "selective" and core_only:
             recompute_flops += f.attention_executed * share
-        else:
-            recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in _dropped(shape, layout)) * share
+        elif dropped:
+            recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in dropped) * share
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
         traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes * eager
     flops += recompute_flops if mode == "selective" else 0.0
@@ -300,21 +302,23 @@ def stage_cost(
     float8, recompute_float8, casts = _float8_work(facts, layout, placement, rank, tokens)
     volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
     elementwise = (traffic + casts) / device.memory_bandwidth
-    # A float8 FLOP's time in bf16 FLOPs: the bf16 rate over the float8 one.
-    float8_cost = rate / device.float8_rate() if layout.precision == "fp8" else 1.0
+    float8_cost = _float8_cost(layout, device)
     matmul_seconds = (flops - float8 + float8 * float8_cost) / rate
     recomputed = (recompute_flops - recompute_float8 + recompute_float8 * float8_cost) / rate
     recomputed += elementwise / 4 if elementwise_passes == 4.0 else 0.0
     return StageCost(
         matmul_seconds + elementwise + launches,
         recomputed,
-        _tensor_parallel_seconds(
-            facts, layout, placement, rank, volumes, tokens / cp, (rate, float8_cost), links
-        ),
+        _tensor_parallel_seconds(facts, layout, placement, rank, volumes, tokens / cp, device, links),
         _gather(volumes["cp all-gather"], cp, links.cp),
         volumes["ep all-to-all"] / links.ep,
         volumes["pp send"] / links.pp,
     )
+
+
+def _float8_cost(layout: Layout, device: Device) -> float:
+    """A float8 FLOP's time in bf16 FLOPs (the bf16 rate over the float8 one); 1 at other precisions."""
+    return device.rate(layout.precision) / device.float8_rate() if layout.precision == "fp8" else 1.0
 
 
 def _dropped(shape: LayerShape, layout: Layout) -> tuple[int, ...]:
@@ -353,21 +357,20 @@ def _tensor_parallel_seconds(
     rank: int,
     volumes: dict[str, float],
     tokens: float,
-    rates: tuple[float, float],
+    device: Device,
     links: Links,
 ) -> float:
-    """The tensor-parallel seconds a micro-batch of ``tokens`` tokens (this rank's) shows: all of its
-    collectives, or, where the implementation overlaps them, what outlasts the matmul each is
-    pipelined with (:func:`overlapped_pairs`). ``rates``: the bf16 matmul rate, and a float8 FLOP's
-    time in bf16 FLOPs."""
+    """The tensor-parallel seconds a micro-batch of ``tokens`` tokens (this rank's) shows on
+    ``device``: all of its collectives, or, where the implementation overlaps them, what outlasts the
+    matmul each is pipelined with (:func:`overlapped_pairs`)."""
     t = layout.config.tensor_parallel_size
     seconds = _all_reduce(volumes["tp all-reduce"], t, links.tp)
     if layout.implementation.tensor_parallel_overlap == "none" or t == 1:
         return seconds
-    rate, float8_cost = rates
+    float8_cost = _float8_cost(layout, device)
     # A collective pipelined with its matmul cuts both into t pieces and runs beside all but one
     # of the matmul's: the all-gather's first piece is local, the reduce-scatter's last is its own.
-    beside = (t - 1) / t / rate
+    beside = (t - 1) / t / device.rate(layout.precision)
     for i in placement.layers(rank):
         for nbytes, mm in overlapped_pairs(facts.layers[i], layout, tokens, float8_cost):
             alone = _gather(nbytes, t, links.tp)
