@@ -1,21 +1,23 @@
 """Devices and clusters for the planner: what a device can hold and compute, and how its ranks talk.
 
 A device is described by its memory, its peak dense bf16, fp32 and float8 matmul rates (no float8
-on an A100), the fraction of peak
-that large training matmuls reach, the memory the runtime takes before any tensor (CUDA context,
-NCCL and cuBLAS workspaces), its memory bandwidth (what element-wise work runs at), and the
-bandwidths that collectives reach inside a node (NVLink) and between nodes (the network, per
+on an A100), the fraction of peak that large training matmuls reach, the fraction torch's fused
+attention kernels reach where it differs (an H100's), the memory the runtime takes before any tensor
+(CUDA context, NCCL and cuBLAS workspaces), its memory bandwidth (what element-wise work runs at), and
+the bandwidths that collectives reach inside a node (NVLink) and between nodes (the network, per
 device). Those are bus bandwidths as NCCL's own tests report them for large messages, not link
-peaks. The presets carry the vendor's peak rates. Each preset's achievable fraction is fitted once,
+peaks. The presets carry the vendor's peak rates. Each preset's achievable fractions are fitted once,
 to published runs on that device (docs/parallel.md, "Against published runs"): the A100's 0.60 to
-Table 1 of Narayanan et al. 2021 (ten GPT runs on up to 3072 A100-80GB); the H100's 0.50 to
-Megatron-LM's H100 weak-scaling table (nine GPT runs on up to 6144 GPUs), torchtitan's bf16 Llama 3
-benchmarks and this project's GPT-2 runs on one H100, which it meets within 15% but for two runs the
-docs explain (Meta's Llama 3 405B at -27% and -29%); the same fraction of the float8 peak meets
-torchtitan's Float8 runs within 14%. The H200 is the H100's chip with more and faster memory, so it
-takes the H100's fraction, which this project's compiled GPT-2 small on one H200 meets at -10.3%
+Table 1 of Narayanan et al. 2021 (ten GPT runs on up to 3072 A100-80GB); the H100's 0.57 for
+matmuls and 0.30 for SDPA's attention kernels together to Megatron-LM's H100 weak-scaling table
+(nine GPT runs on up to 6144 GPUs), torchtitan's Llama 3 benchmarks and this project's GPT-2 runs on
+one H100, which they meet within 15% but for four runs the docs explain (Meta's Llama 3 405B at 8K
+tokens, -18% and -20%; torchtitan's 8B with context parallel over 4 and 8 ranks, +42% and +48%). The
+attention fraction agrees with FlashAttention-2's published 0.35 on an H100 and this project's
+profile of cuDNN attention (0.29). The H200 is the H100's chip with more and faster memory, so it
+takes the H100's fractions, which this project's compiled GPT-2 small on one H200 meets at -7.5%
 (450,655 tokens/s measured) and the one public H200 training benchmark found (torchtitan's Llama 3.1
-8B in Float8 on 32 and 64 H200s) at -12.8% and -12.2%.
+8B in Float8 on 32 and 64 H200s) at -14.9% and -14.3%.
 
 :func:`running_preset` finds the preset of the GPU a process computes on (``brickwork train`` divides
 by its peak for the MFU it logs, ``dist: auto`` plans with its rates).
@@ -62,6 +64,10 @@ class Device(CheckedConfig):
     node: int = 0
     multiprocessors: int = 132  # SMs; NCCL's kernels take some of them beside compute
     peak_flops_fp8: Annotated[float, InRange(0)] = 0.0  # dense float8 matmuls; 0: it has none
+    # Fused (flash) attention kernels' fraction of the bf16 peak, their backward counted at 2.5 times
+    # the forward's FLOPs as the kernels' own benchmarks count it (it recomputes the scores); 0: they
+    # run like the matmuls, at the achievable fraction, their backward at twice the forward.
+    attention_fraction: Annotated[float, InRange(0, 1)] = 0.0
 
     def float8_rate(self) -> float:
         """FLOP/s this device sustains on float8 training matmuls (the same fraction of its float8
@@ -79,6 +85,13 @@ class Device(CheckedConfig):
         """FLOP/s this device sustains on training matmuls at ``precision``."""
         return self.peak_flops(precision) * self.achievable_fraction
 
+    def attention_rate(self, precision: str) -> float:
+        """FLOP/s its fused attention kernels sustain at ``precision`` (float8 runs them in bf16), by
+        their own count (:attr:`attention_fraction`); the matmul rate where it has no fraction of
+        its own."""
+        fraction = self.attention_fraction or self.achievable_fraction
+        return self.peak_flops(precision) * fraction
+
 
 RUNTIME = 1536 * MiB  # CUDA context, NCCL buffers and cuBLAS workspace on a GPU
 # Memory as nvidia-smi reports it; peaks from the vendor's data sheets (dense, no sparsity).
@@ -87,10 +100,10 @@ DEVICE_PRESETS: dict[str, Device] = {
                         RUNTIME, 1555 * GIGA, multiprocessors=108),
     "A100-80GB": Device("A100-80GB", 81920 * MiB, 312 * TERA, 19.5 * TERA, 0.6, 240 * GIGA, 23 * GIGA,
                         RUNTIME, 2039 * GIGA, multiprocessors=108),
-    "H100-80GB": Device("H100-80GB", 81559 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA,
-                        RUNTIME, 3350 * GIGA, peak_flops_fp8=1979 * TERA),
-    "H200": Device("H200", 143771 * MiB, 989 * TERA, 67 * TERA, 0.50, 360 * GIGA, 45 * GIGA,
-                   RUNTIME, 4800 * GIGA, peak_flops_fp8=1979 * TERA),
+    "H100-80GB": Device("H100-80GB", 81559 * MiB, 989 * TERA, 67 * TERA, 0.57, 360 * GIGA, 45 * GIGA,
+                        RUNTIME, 3350 * GIGA, peak_flops_fp8=1979 * TERA, attention_fraction=0.30),
+    "H200": Device("H200", 143771 * MiB, 989 * TERA, 67 * TERA, 0.57, 360 * GIGA, 45 * GIGA,
+                   RUNTIME, 4800 * GIGA, peak_flops_fp8=1979 * TERA, attention_fraction=0.30),
 }  # fmt: skip
 
 # How torch.cuda.get_device_name spells each preset family's boards ("NVIDIA A100-SXM4-40GB", "NVIDIA
@@ -130,6 +143,7 @@ _USER_KEYS = {
     "fp32_tflops": ("peak_flops_fp32", TERA),
     "fp8_tflops": ("peak_flops_fp8", TERA),
     "achievable_fraction": ("achievable_fraction", 1.0),
+    "attention_fraction": ("attention_fraction", 1.0),
     "intra_node_gbps": ("intra_node_bandwidth", GIGA),
     "inter_node_gbps": ("inter_node_bandwidth", GIGA),
     "reserved_gib": ("reserved_bytes", GiB),
@@ -141,7 +155,8 @@ _USER_REQUIRED = ("memory_gib", "bf16_tflops")
 def device_from(description: str | Mapping[str, Any] | Device, path: str = "device") -> Device:
     """A preset name, a :class:`Device`, or a dict of ``name``, ``preset``, ``memory_gib``,
     ``bf16_tflops``, ``fp32_tflops``, ``fp8_tflops`` (0, the default without a preset: no float8
-    matmuls), ``achievable_fraction``, ``intra_node_gbps``,
+    matmuls), ``achievable_fraction``, ``attention_fraction`` (0, the default without a preset:
+    attention at the matmuls' fraction), ``intra_node_gbps``,
     ``inter_node_gbps``, ``memory_gbps``, ``reserved_gib``, ``triton_kernels`` (false for a CPU: the
     norms then run as torch twins, which save more for backward) and ``node``."""
     if isinstance(description, Device):

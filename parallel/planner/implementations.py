@@ -74,6 +74,11 @@ class Implementation:
       (gate and up) and recomputes the activated gate in backward, so a GLU feedforward keeps ``3f``
       (gate, up, the down projection's input) rather than ``4f`` (Megatron-LM's
       ``megatron/core/fusions/fused_bias_swiglu.py``: ``swiglu_back`` reads the input alone).
+    - ``sdpa_attention``: fused attention runs torch's SDPA kernels, at the device's own attention
+      rate (Device.attention_rate); False: kernels that reach the matmuls' fraction of peak
+      (Transformer Engine's cuDNN fused attention on Hopper, which Megatron-LM runs: FlashAttention-3
+      and cuDNN 9 reach 0.5 to 0.75 of an H100's peak where FlashAttention-2 reaches 0.35; Shah et al.
+      2024, arXiv 2407.08608).
     """
 
     master_weights: str = "parameters"
@@ -88,6 +93,7 @@ class Implementation:
     checkpoint_stops_early: bool = True
     glu_keeps_input_only: bool = False
     float8_linears: str = "auto"
+    sdpa_attention: bool = True
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -101,6 +107,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         fsdp=False,
         checkpoint_stops_early=False,
         glu_keeps_input_only=True,
+        sdpa_attention=False,
     ),
     # Megatron-DeepSpeed as BLOOM ran it (2022): Megatron's layers without sequence parallel,
     # selective recomputation or overlapped tensor-parallel traffic; DeepSpeed's BF16_Optimizer.

@@ -2,7 +2,9 @@
 and the pipeline bubble.
 
 - **Compute**: each stage's executed FLOPs per micro-batch (flops.py; split by TP, CP and EP) over its
-  device's achievable rate, plus the element-wise work (norms, activations, softmax, dropout, residual
+  device's achievable rate (fused attention kernels over the device's attention rate where it has one
+  and the implementation runs torch's SDPA: Device.attention_rate, their backward 2.5 forwards),
+  plus the element-wise work (norms, activations, softmax, dropout, residual
   adds), which is bound by memory bandwidth: each pass reads and writes about the bytes of the
   layer's whole activation set (activations.py), ``2 × that × passes`` over the device's bandwidth
   (selective recomputation is a fourth pass of it, plus the matmuls whose outputs it does not keep;
@@ -77,6 +79,10 @@ COLLECTIVE_BLOCKS = 24
 # element-wise ops move 144 bytes per token and width unit in eager forward (RMSNorm in fp32 alone
 # 36 per norm), 46 fused (docs/parallel.md, "Time per step").
 EAGER_ELEMENTWISE = 144 / 46
+# A flash attention kernel's backward over its forward, in FLOPs: it computes the scores again, then
+# four products where the forward does two (Dao 2023, FlashAttention-2, section 4.1), which is how its
+# benchmarks count the rates Device.attention_fraction is taken from.
+FLASH_BACKWARD = 2.5
 
 
 @dataclass(frozen=True)
@@ -277,19 +283,23 @@ def stage_cost(
     # all but the attention core, that core's matmuls.
     core_only = layout.implementation.selective == "attention_core"
     elementwise_passes = 3.0 if mode == "none" or (mode == "selective" and core_only) else 4.0
-    flops = recompute_flops = traffic = 0.0
+    flops = recompute_flops = traffic = attention = recompute_attention = 0.0
     eager = 1.0 if layout.implementation.fused_elementwise else EAGER_ELEMENTWISE
     rate = device.rate(layout.precision)
     share = tokens / (t * cp)
+    own_attention_rate = device.attention_fraction and layout.implementation.sdpa_attention
     for i in placement.layers(rank):
         shape = facts.layers[i]
         f = layer_flops(shape, seq_len)
-        flops += f.executed * share * passes(mode)
+        # Fused attention kernels run at their own rate where the device has one (Device.attention_rate).
+        fused = f.attention_executed * share if shape.sdpa and own_attention_rate else 0.0
+        flops += (f.executed * share - fused) * passes(mode)
+        attention += fused
         dropped = _dropped(shape, layout)
-        if mode == "full":
-            recompute_flops += f.executed * share
-        elif mode == "selective" and core_only:
-            recompute_flops += f.attention_executed * share
+        if mode == "full" or (mode == "selective" and core_only):
+            whole = f.executed if mode == "full" else f.attention_executed
+            recompute_flops += whole * share - fused
+            recompute_attention += fused
         elif dropped:
             recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in dropped) * share
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
@@ -303,8 +313,11 @@ def stage_cost(
     volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
     elementwise = (traffic + casts) / device.memory_bandwidth
     float8_cost = _float8_cost(layout, device)
+    attention_rate = device.attention_rate(layout.precision)
     matmul_seconds = (flops - float8 + float8 * float8_cost) / rate
+    matmul_seconds += (attention * (1 + FLASH_BACKWARD) + recompute_attention) / attention_rate
     recomputed = (recompute_flops - recompute_float8 + recompute_float8 * float8_cost) / rate
+    recomputed += recompute_attention / attention_rate
     recomputed += elementwise / 4 if elementwise_passes == 4.0 else 0.0
     return StageCost(
         matmul_seconds + elementwise + launches,

@@ -17,10 +17,13 @@ Sources (numbers copied as published):
   DP 8, sequence 131,072, 380 TFLOP/s (38%). Meta's FSDP keeps the bf16 weights whole through a step
   and shards the rest: priced as Megatron's distributed optimizer (ZeRO-1), whose fp32 gradients are
   whole on every rank where Meta shards them (docs/parallel.md, the misses).
-- torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (2024-12, torchtitan 9dec370) and
-  benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: Llama 3.1 8B and 70B, bf16 rows only, with
-  vanilla and async tensor parallel (the Float8 rows are outside the model; so is every published
-  405B row, and the H200 run, llama3-8b_h200_202506_trainy-whitefiber.md). Their H100s are 96 GB
+- torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (2024-12, torchtitan 9dec370),
+  benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md and
+  benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: Llama 3.1 8B and 70B in bf16 and Float8,
+  with vanilla and async tensor parallel, and the 8B with context parallel over 1 to 8 ranks at
+  32,768 to 262,144 tokens (Table 2: local batch 1, full recomputation, Float8; torchtitan's
+  context parallel all-gathers the keys and values, its default then); not the 405B rows, whose
+  micro-batching and stages per rank are not stated. Their H100s are 96 GB
   HBM2e boards at 500 W, "between SXM and NVL" in peak: described here as 95 GiB, 2.4 TB/s and 912
   dense bf16 TFLOP/s, midway between the SXM's 989 and the NVL's 835. Tokens per second per GPU;
   memory as torchtitan reports it (GiB).
@@ -199,13 +202,17 @@ def _titan(
     tokens: float,
     memory: float | None = None,
     cluster: str | None = None,
+    cp: int = 1,
+    seq: int = 8192,
 ) -> Run:
     """A torchtitan row, on torchtitan's own H100s unless ``cluster`` says; an eager one (its name
     says) is priced without torch.compile's fusion, an async TP one with its tensor-parallel traffic
-    beside the matmuls, a Float8 one at fp8."""
-    dp = gpus // tp
+    beside the matmuls, a Float8 one at fp8. ``rows`` sequences of ``seq`` tokens a data-parallel
+    rank, each split over ``cp`` context-parallel ranks."""
+    dp = gpus // (tp * cp)
     dist = {
         "data_parallel_size": dp,
+        "context_parallel_size": cp,
         "tensor_parallel_size": tp,
         "sequence_parallel": tp > 1,
         "zero_stage": 3,
@@ -218,7 +225,7 @@ def _titan(
         cluster or torchtitan_gpus(gpus),
         dist,
         rows * dp,
-        8192,
+        seq,
         "torchtitan_eager"
         if name.endswith("eager")
         else "torchtitan_async_tp"
@@ -335,6 +342,21 @@ RUNS = [
         10753,
         46.97,
         "8x8xH200",
+    ),
+    *(
+        _titan(
+            f"Llama 3.1 8B FSDP {8 // cp} CP {cp}, {8192 * 4 * cp:,} tokens, compiled, Float8",
+            llama(4096, 32, 32, 14336, 8192 * 4 * cp),
+            8,
+            1,
+            1,
+            "full",
+            tokens,
+            memory,
+            cp=cp,
+            seq=8192 * 4 * cp,
+        )
+        for cp, tokens, memory in ((1, 3890, 83.9), (2, 2540, 84.2), (4, 1071, 84.0), (8, 548, 84.5))
     ),
     _one_gpu("GPT-2 small, plain loop, compiled", "plain", tokens=425_000),
     _one_gpu("GPT-2 small, plain loop, eager", "plain", memory=16.0),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
 from planner_cases import SEQ, backward_collectives, gpt_spec, llama_spec, moe_spec
@@ -87,7 +89,7 @@ def test_mixed_clusters_weight_stages_by_speed() -> None:
     plans = plan(spec, cluster, global_batch=512, seq_len=32)  # compute enough for dp2 to be near the best
     pipelines = [p for p in plans if p.dist["pipeline_parallel_size"] == 2]
     weights = pipelines[0].dist["device_weights"]
-    assert weights[0] == 1.0 and weights[1] == pytest.approx(312 * 0.6 / (989 * 0.50), rel=1e-3)
+    assert weights[0] == 1.0 and weights[1] == pytest.approx(312 * 0.6 / (989 * 0.57), rel=1e-3)
     rows = [p for p in plans if p.dist["data_parallel_size"] == 2]
     assert rows[0].dist["device_weights"] == weights  # rows per data-parallel rank, by the same speeds
 
@@ -169,6 +171,36 @@ def test_overlapped_tensor_parallel_hides_each_collective_under_its_own_matmul(n
     cost = stage_cost(facts, layout, placement, 0, SEQ, 2, device, Links(*[bandwidth] * 5))
     hidden = sum(mm for _, mm in pairs) / 2 / device.rate(layout.precision)
     assert cost.tensor_parallel == pytest.approx(volume / bandwidth - hidden, rel=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["none", "selective", "full"])
+@pytest.mark.parametrize("name", ["brickwork", "megatron"])
+def test_fused_attention_runs_at_the_devices_attention_rate(mode: str, name: str) -> None:
+    """On an H100, SDPA's attention FLOPs (causal: half of 4·s·h per token and layer) leave the
+    matmuls' rate for the attention rate, backward counted at 2.5 forwards, one forward more where the
+    recomputation redoes them; an implementation with kernels of its own (Megatron) and a device
+    without an attention fraction price them as matmuls."""
+    facts = model_facts(llama_spec(layers=2))
+    config = ParallelConfig.from_dict({"activation_checkpointing": mode}, world_size=1)
+    layout = Layout(config, 2, implementation=IMPLEMENTATIONS[name])
+    placement = stage_placement(facts, config, [1.0, 1.0])
+    h100 = parse_cluster("H100-80GB").devices[0]
+    as_matmuls = dataclasses.replace(h100, attention_fraction=0.0)
+    links = Links(*[1e12] * 5)
+    own = stage_cost(facts, layout, placement, 0, SEQ, 2, h100, links)
+    plain = stage_cost(facts, layout, placement, 0, SEQ, 2, as_matmuls, links)
+    shape = facts.layers[0]
+    attention = 2 * 2 * SEQ * (4.0 * SEQ * shape.num_heads * shape.dim_head / 2)  # 2 layers, 2 rows
+    redone = {"none": 0.0, "full": 1.0, "selective": 1.0 if name == "megatron" else 0.0}[mode]
+    peak = 989e12
+    expected = attention * ((3.5 + redone) / (0.30 * peak) - (3.0 + redone) / (0.57 * peak))
+    if name == "megatron":
+        expected = 0.0
+    assert own.compute - plain.compute == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    recomputed = attention * redone * (1 / (0.30 * peak) - 1 / (0.57 * peak))
+    assert own.recompute - plain.recompute == pytest.approx(
+        0.0 if name == "megatron" else recomputed, rel=1e-9, abs=1e-15
+    )
 
 
 def test_expert_parallel_traffic_is_the_benchmarks_under_balanced_routing() -> None:

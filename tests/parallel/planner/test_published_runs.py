@@ -156,8 +156,12 @@ if __name__ == "__main__":
 RATE_MISSES = {
     # Meta trained without activation checkpointing (Llama 3 paper, section 3.3.2); by the model this
     # layout needs it: without it, 108 GiB a GPU on 8192 GPUs and 92 GiB on 16,384 (docs/parallel.md).
-    "Llama 3 405B, 8192 GPUs": "-26%: the model needs full recomputation to fit this layout",
-    "Llama 3 405B, 16384 GPUs": "-29%: the model needs full recomputation to fit this layout",
+    "Llama 3 405B, 8192 GPUs": "-18%: the model needs full recomputation to fit this layout",
+    "Llama 3 405B, 16384 GPUs": "-20%: the model needs full recomputation to fit this layout",
+    # torchtitan's 2024 context parallel at 4 and 8 ranks ran 42% and 48% slower than the model, where
+    # at 1 and 2 ranks it is met within 12%; nothing the model prices grows that way (docs/parallel.md).
+    "Llama 3.1 8B FSDP 2 CP 4, 131,072 tokens, compiled, Float8": "+42%: torch's 2024 context parallel at 4",
+    "Llama 3.1 8B FSDP 1 CP 8, 262,144 tokens, compiled, Float8": "+48%: torch's 2024 context parallel at 8",
 }
 MEMORY_MISSES = {
     # torchtitan's per-op selective recomputation keeps the outputs of every other aten.mm; a float8
@@ -168,7 +172,7 @@ MEMORY_MISSES = {
 }
 PICK_MISSES = {
     "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation, against full recomputation",
-    "Llama 3 405B, 16384 GPUs": "context parallel 2 without recomputation, against full recomputation",
+    "Llama 3 405B, 16384 GPUs": "context parallel 4 without recomputation, against full recomputation",
     "Llama 3 405B, 16384 GPUs, 131,072 tokens": "context parallel 32 without recomputation, against full",
     # Eager, selective recomputation redoes every element-wise kernel through HBM; a 2-stage pipeline
     # under ZeRO-2 keeps the weights whole but fits without it.
@@ -189,6 +193,8 @@ PICK_MISSES = {
     # The H200's 141 GB hold the step without recomputation (torchtitan's run used 48 GiB of it).
     "Llama 3.1 8B FSDP 32, compiled, Float8, H200": "ZeRO-2 without recomputation fits an H200",
     "Llama 3.1 8B FSDP 64, compiled, Float8, H200": "ZeRO-2 without recomputation fits an H200",
+    # torchtitan benchmarked context parallel against FSDP alone, with full recomputation throughout.
+    "Llama 3.1 8B FSDP 8 CP 1, 32,768 tokens, compiled, Float8": "pp2 cp4 needs only selective recomputation",
     # Korthikanti et al. 2022 measured a 530B GPT 29% faster without full recomputation.
     "BLOOM 176B": "pipelines that need no recomputation (tp4 pp24 dp4, tp8 pp6 dp8: +35%, +30%)",
 }
