@@ -9,6 +9,7 @@ its slowest device and must fit in its smallest one.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -17,6 +18,7 @@ from brickwork.errors import ConfigError
 from brickwork.parallel.balance import split_rows
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import Cluster, Device
+from brickwork.parallel.planner.float8 import float8_weights
 from brickwork.parallel.planner.flops import head_flops, layer_flops, step_flops
 from brickwork.parallel.planner.layout import Layout, StagePlacement, check_layout, stage_placement
 from brickwork.parallel.planner.memory import MemoryBreakdown, rank_memory, stage_groups, state_bytes
@@ -254,10 +256,13 @@ def _step_time(
     by_signature = {signature[s]: costs[s] for s in ranks}
     stage_seconds = [by_signature[signature[s]].total if s not in costs else costs[s].total for s in range(p)]
     pipeline, bubble = pipeline_step(stage_seconds, layout.microbatches, c.virtual_pipeline_size)
-    local = max(state_bytes(facts, stage_groups(facts, placement, s), layout).local_parameters for s in ranks)
+    local, fullest = max(
+        (state_bytes(facts, stage_groups(facts, placement, s), layout).local_parameters, s) for s in ranks
+    )
     slowest = max(costs.values(), key=lambda x: x.total)
     units = 1 + min(len(placement.layers(s)) for s in ranks)  # FSDP's blocks, and the rest
-    dp_time, gather_time = data_parallel_seconds(layout, local, slowest.compute, links, units)
+    float8 = _float8_gathered(facts, layout, placement.layers(fullest))
+    dp_time, gather_time = data_parallel_seconds(layout, local, slowest.compute, links, units, float8)
     offload = offload_seconds(layout, local)
     m = layout.microbatches
     return TimeBreakdown(
@@ -272,6 +277,16 @@ def _step_time(
         offload=offload,
         step=pipeline + dp_time + gather_time + offload,
     )
+
+
+def _float8_gathered(facts: ModelFacts, layout: Layout, layers: Sequence[int]) -> float:
+    """Parameters of ``layers`` FSDP gathers in float8 on a rank: their converted linears' weights
+    where the implementation gathers float8 at fp8, none otherwise."""
+    if layout.precision != "fp8" or not layout.implementation.float8_all_gather:
+        return 0.0
+    c, rule = layout.config, layout.implementation.float8_linears
+    t, ep = c.tensor_parallel_size, c.expert_parallel_size
+    return sum(float8_weights(facts.layers[i], rule, t, ep) for i in layers)
 
 
 @lru_cache(maxsize=256)

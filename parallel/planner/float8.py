@@ -23,6 +23,10 @@ saved bf16 copy for the weight gradient), its output gradient (likewise, and a t
 for the weight gradient) and its weight (likewise, and transposed for the input gradient). In bytes
 per element: ``CAST_INPUT`` for the input, ``CAST_TRANSPOSED`` for the output gradient and the
 weight; the model adds them to the step's element-wise traffic.
+
+An implementation that gathers FSDP's weight shards in float8 (torchao's
+``enable_fsdp_float8_all_gather``, ``Implementation.float8_all_gather``) moves one byte per element of
+a converted linear's weight where a bf16 gather moves two (:func:`float8_weights`).
 """
 
 from __future__ import annotations
@@ -69,6 +73,20 @@ def float8_flops(shape: LayerShape, rule: str, recomputed: tuple[int, ...] = ())
     forward = sum(2 * weights for (_, weights), yes in zip(matmuls, which, strict=True) if yes)
     again = sum(2 * matmuls[i][1] for i in recomputed if which[i])
     return forward, again
+
+
+def float8_weights(shape: LayerShape, rule: str, t: int, ep: int = 1) -> float:
+    """Weight elements of one layer's converted linears on a tensor-parallel rank of ``t``: what a
+    float8 all-gather moves in one byte each (a mixture of experts' rank holds ``num_experts / ep``
+    experts, where :func:`activations.layer_matmuls` counts the ``top_k`` a token runs)."""
+    attention = 4 * shape.attentions
+    total = 0.0
+    matmuls = zip(layer_matmuls(shape, t), converted(shape, rule), strict=True)
+    for i, ((_, weights), yes) in enumerate(matmuls):
+        if yes:
+            moe = shape.feedforward == "moe" and i >= attention
+            total += weights * (shape.num_experts / (shape.top_k * ep) if moe else 1.0)
+    return total
 
 
 def cast_bytes(shape: LayerShape, rule: str, t: int, tokens: float) -> float:

@@ -13,7 +13,8 @@ did its work, so that what is compared with it is the device and the layout, not
 - ``"torchtitan"``: torchtitan as its published Llama 3 benchmarks ran
   (benchmarks/llama3_h100_202412_torchtitan.md), compiled; ``"torchtitan_eager"`` the same without
   torch.compile; ``"torchtitan_async_tp"`` with async tensor parallel
-  (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md);
+  (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md); ``"torchtitan_float8_all_gather"`` with
+  FSDP's float8 weight gathers (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md);
 - ``"plain"``: a plain loop such as nanoGPT's.
 """
 
@@ -74,6 +75,8 @@ class Implementation:
       (gate and up) and recomputes the activated gate in backward, so a GLU feedforward keeps ``3f``
       (gate, up, the down projection's input) rather than ``4f`` (Megatron-LM's
       ``megatron/core/fusions/fused_bias_swiglu.py``: ``swiglu_back`` reads the input alone).
+    - ``float8_all_gather``: at fp8, FSDP gathers the converted linears' weights in float8, one byte an
+      element (torchao's ``enable_fsdp_float8_all_gather``; float8.float8_weights); False: in bf16.
     - ``sdpa_attention``: fused attention runs torch's SDPA kernels, at the device's own attention
       rate (Device.attention_rate); False: kernels that reach the matmuls' fraction of peak
       (Transformer Engine's cuDNN fused attention on Hopper, which Megatron-LM runs: FlashAttention-3
@@ -93,6 +96,7 @@ class Implementation:
     checkpoint_stops_early: bool = True
     glu_keeps_input_only: bool = False
     float8_linears: str = "auto"
+    float8_all_gather: bool = False
     sdpa_attention: bool = True
 
 
@@ -132,6 +136,11 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         fused_head_loss=False,
         tensor_parallel_overlap="single_matmul",
         float8_linears="all",
+    ),
+    # The same, FSDP gathering the float8 linears' weights in float8 (as the H200 benchmark of
+    # benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md ran it).
+    "torchtitan_float8_all_gather": Implementation(
+        selective="alternate_matmuls", fused_head_loss=False, float8_linears="all", float8_all_gather=True
     ),
     # The same, without torch.compile: every element-wise op is a kernel of its own.
     "torchtitan_eager": Implementation(

@@ -402,11 +402,12 @@ def head_traffic(facts: ModelFacts, layout: Layout, tokens: float) -> float:
     return 2 * tokens * columns * (layout.activation_bytes + FP32)
 
 
-def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
+def step_volumes(layout: Layout, local_parameters: int, float8_parameters: float = 0.0) -> dict[str, float]:
     """Bytes of the data-parallel collectives per step (the benchmark's convention): DDP all-reduces
     the fp32 gradients (ZeRO-1 then all-gathers the updated parameters; with the master weights in the
     optimizer it reduce-scatters the gradients and all-gathers the 16-bit parameters); FSDP all-gathers
-    the parameters for every micro-batch (twice under ZeRO-3) and reduce-scatters the gradients once."""
+    the parameters for every micro-batch (twice under ZeRO-3), ``float8_parameters`` of them in one
+    byte (float8.float8_weights), and reduce-scatters the gradients once."""
     c = layout.config
     out = {"dp all-reduce": 0.0, "dp all-gather": 0.0, "dp reduce-scatter": 0.0}
     if layout.data_replicas == 1:
@@ -420,7 +421,8 @@ def step_volumes(layout: Layout, local_parameters: int) -> dict[str, float]:
         if c.zero_stage == 1:
             out["dp all-gather"] = local_parameters * layout.parameter_bytes
     else:
-        out["dp all-gather"] = gathers_per_step(layout) * local_parameters * layout.activation_bytes
+        gathered = (local_parameters - float8_parameters) * layout.activation_bytes + float8_parameters
+        out["dp all-gather"] = gathers_per_step(layout) * gathered
         out["dp reduce-scatter"] = grads
     return out
 
@@ -440,13 +442,19 @@ def gathers_per_step(layout: Layout) -> int:
 
 
 def data_parallel_seconds(
-    layout: Layout, local_parameters: int, compute_per_microbatch: float, links: Links, units: int
+    layout: Layout,
+    local_parameters: int,
+    compute_per_microbatch: float,
+    links: Links,
+    units: int,
+    float8_parameters: float = 0.0,
 ) -> tuple[float, float]:
     """(exposed data-parallel seconds per step, exposed ZeRO-2/3 gather seconds per step); ``units``
-    is how many pieces FSDP gathers and reduces one by one (the rank's layers and the rest)."""
+    is how many pieces FSDP gathers and reduces one by one (the rank's layers and the rest);
+    ``float8_parameters`` of ``local_parameters`` are gathered in float8."""
     c = layout.config
     d = layout.data_replicas
-    volumes = step_volumes(layout, local_parameters)
+    volumes = step_volumes(layout, local_parameters, float8_parameters)
     backward, forward = compute_per_microbatch * 2 / 3, compute_per_microbatch / 3
     reduce = _all_reduce(volumes["dp all-reduce"], d, links.dp) + _gather(
         volumes["dp reduce-scatter"], d, links.dp

@@ -207,8 +207,9 @@ def _titan(
 ) -> Run:
     """A torchtitan row, on torchtitan's own H100s unless ``cluster`` says; an eager one (its name
     says) is priced without torch.compile's fusion, an async TP one with its tensor-parallel traffic
-    beside the matmuls, a Float8 one at fp8. ``rows`` sequences of ``seq`` tokens a data-parallel
-    rank, each split over ``cp`` context-parallel ranks."""
+    beside the matmuls, a Float8 one at fp8, the H200 ones (Trainy's) with FSDP's float8 gathers.
+    ``rows`` sequences of ``seq`` tokens a data-parallel rank, each split over ``cp`` context-parallel
+    ranks."""
     dp = gpus // (tp * cp)
     dist = {
         "data_parallel_size": dp,
@@ -230,6 +231,8 @@ def _titan(
         if name.endswith("eager")
         else "torchtitan_async_tp"
         if "async" in name
+        else "torchtitan_float8_all_gather"
+        if "H200" in name
         else "torchtitan",
         tokens_per_gpu=tokens,
         memory_gib=memory,
