@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from brickwork.kernels.linear_cross_entropy import default_chunk_size
+from brickwork.parallel.planner.float8 import converted
+from brickwork.parallel.planner.flops import layer_matmuls
 from brickwork.parallel.planner.layout import Layout
 from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
 
@@ -87,6 +89,24 @@ def _attention(shape: LayerShape, layout: Layout, seq_len: int) -> tuple[float, 
     if shape.attention_dropout:
         kept += probabilities + a / t * seq_len  # the dropped probabilities, and a 1-byte mask
     return kept, kept
+
+
+@lru_cache(maxsize=4096)
+def recomputed_matmuls(shape: LayerShape, layout: Layout) -> tuple[int, ...]:
+    """The indices (flops.layer_matmuls) of the matmuls whose outputs a per-op selective recomputation
+    does not keep, and so runs again: the 2nd, 4th, 6th ... it counts (``meta[mm_count] % 2 == 0``).
+    At fp8, where the policy does not see float8 matmuls (``Implementation.float8_matmuls_kept``
+    False: a float8 linear's matmul is ``aten._scaled_mm``, which it neither counts nor keeps), every
+    converted one, and the 2nd, 4th ... of the rest. None under another policy or mode."""
+    c = layout.config
+    if c.activation_checkpointing != "selective" or layout.implementation.selective != "alternate_matmuls":
+        return ()
+    count = len(layer_matmuls(shape, 1))
+    if layout.precision != "fp8" or layout.implementation.float8_matmuls_kept:
+        return tuple(range(1, count, 2))
+    float8 = converted(shape, layout.implementation.float8_linears)
+    counted = [i for i in range(count) if not float8[i]]
+    return tuple(sorted({i for i in range(count) if float8[i]} | set(counted[1::2])))
 
 
 @lru_cache(maxsize=8192)
@@ -131,8 +151,8 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
         recomputed = attention - (2 * k * d / t * cp * act if cp > 1 else 0.0)
         saved = everything - recomputed
     else:
-        every = 2 if layout.implementation.selective == "alternate_matmuls" else 1
-        matmuls = sum(width for width, _ in layer_matmuls(shape, t)[::every]) * act
+        dropped = recomputed_matmuls(shape, layout)
+        matmuls = sum(w for i, (w, _) in enumerate(layer_matmuls(shape, t)) if i not in dropped) * act
         # The policy keeps the tensor-parallel reductions' outputs: the residual's share of each.
         reductions = (n + 1) * h * rep * act if t > 1 else 0.0
         saved = layer_input + matmuls + reductions + attention_out + n * extra_selective
@@ -143,26 +163,6 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
         math.ceil(layer_input * tokens),
         math.ceil(everything * tokens),
     )
-
-
-@lru_cache(maxsize=4096)
-def layer_matmuls(shape: LayerShape, t: int) -> tuple[tuple[float, float], ...]:
-    """(output elements per token, weight elements) of each weight matmul of one layer on a TP rank of
-    ``t``, in the order a Llama block runs them: per attention q, k, v and the output projection
-    (whose output is the whole width: its partial sums, before they are reduced), then the
-    feedforward's gate, up and down (a GLU; an MLP's up and down; a mixture of experts' routed copies
-    through their experts' MLPs, ``top_k`` of them). torchtitan's per-op selective recomputation
-    keeps the 1st, 3rd, 5th ... of them and recomputes the others (``meta[mm_count] % 2 == 0``,
-    counted per layer): in a Llama block k, the output projection and up."""
-    h, a, k, d, f = shape.dim_model, shape.num_heads, shape.num_kv_heads, shape.dim_head, shape.hidden_dim
-    attention = [(a * d / t, h * a * d / t), (k * d / t, h * k * d / t), (k * d / t, h * k * d / t)]
-    attention.append((h, a * d * h / t))
-    up = (f / t, h * f / t)
-    down = (h, f * h / t)
-    feedforward = [up, up, down] if shape.feedforward == "glu" else [up, down]
-    if shape.feedforward == "moe":  # each routed copy of a token runs its expert's MLP
-        feedforward = [(w * shape.top_k, p * shape.top_k) for w, p in feedforward]
-    return tuple(attention * shape.attentions + feedforward)
 
 
 @lru_cache(maxsize=4096)

@@ -11,13 +11,13 @@ to published runs on that device (docs/parallel.md, "Against published runs"): t
 Table 1 of Narayanan et al. 2021 (ten GPT runs on up to 3072 A100-80GB); the H100's 0.57 for
 matmuls and 0.30 for SDPA's attention kernels together to Megatron-LM's H100 weak-scaling table
 (nine GPT runs on up to 6144 GPUs), torchtitan's Llama 3 benchmarks and this project's GPT-2 runs on
-one H100, which they meet within 15% but for four runs the docs explain (Meta's Llama 3 405B at 8K
-tokens, -18% and -20%; torchtitan's 8B with context parallel over 4 and 8 ranks, +42% and +48%). The
+one H100, which they meet within 15% but for the runs the docs explain (Meta's Llama 3 405B at 8K
+tokens, -18% and -20%; torchtitan's with context parallel over 2 to 8 ranks, +26% to +48%). The
 attention fraction agrees with FlashAttention-2's published 0.35 on an H100 and this project's
 profile of cuDNN attention (0.29). The H200 is the H100's chip with more and faster memory, so it
 takes the H100's fractions, which this project's compiled GPT-2 small on one H200 meets at -7.5%
-(450,655 tokens/s measured) and the one public H200 training benchmark found (torchtitan's Llama 3.1
-8B in Float8 on 32 and 64 H200s) at -14.9% and -14.3%.
+(450,655 tokens/s measured); the one public H200 training benchmark found (torchtitan's Llama 3.1 8B
+in Float8 on 32 and 64 H200s) ran 16% and 15% faster than that (-15.9%, -14.7%).
 
 :func:`running_preset` finds the preset of the GPU a process computes on (``brickwork train`` divides
 by its peak for the MFU it logs, ``dist: auto`` plans with its rates).

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from brickwork.parallel.planner.activations import layer_matmuls
+from brickwork.parallel.planner.flops import layer_matmuls
 from brickwork.parallel.planner.model_facts import LayerShape
 
 # Bytes moved per element of a bf16 tensor cast to float8 with a dynamic tensorwise scale: read for
@@ -47,7 +47,7 @@ SMALL_IN, SMALL_OUT, ALIGNMENT = 4096, 1024, 16
 
 @lru_cache(maxsize=4096)
 def converted(shape: LayerShape, rule: str) -> tuple[bool, ...]:
-    """For each matmul of :func:`activations.layer_matmuls` (whole, before tensor parallel), whether
+    """For each matmul of :func:`flops.layer_matmuls` (whole, before tensor parallel), whether
     it runs in float8 under ``rule``."""
     matmuls = layer_matmuls(shape, 1)
     out = []
@@ -78,7 +78,7 @@ def float8_flops(shape: LayerShape, rule: str, recomputed: tuple[int, ...] = ())
 def float8_weights(shape: LayerShape, rule: str, t: int, ep: int = 1) -> float:
     """Weight elements of one layer's converted linears on a tensor-parallel rank of ``t``: what a
     float8 all-gather moves in one byte each (a mixture of experts' rank holds ``num_experts / ep``
-    experts, where :func:`activations.layer_matmuls` counts the ``top_k`` a token runs)."""
+    experts, where :func:`flops.layer_matmuls` counts the ``top_k`` a token runs)."""
     attention = 4 * shape.attentions
     total = 0.0
     matmuls = zip(layer_matmuls(shape, t), converted(shape, rule), strict=True)

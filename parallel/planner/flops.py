@@ -72,3 +72,23 @@ def _layers_flops(facts: ModelFacts, seq_len: int, reported: bool) -> float:
         layer_flops(shape, seq_len).reported if reported else layer_flops(shape, seq_len).executed
         for shape in facts.layers
     )
+
+
+@lru_cache(maxsize=4096)
+def layer_matmuls(shape: LayerShape, t: int) -> tuple[tuple[float, float], ...]:
+    """(output elements per token, weight elements) of each weight matmul of one layer on a TP rank of
+    ``t``, in the order a Llama block runs them: per attention q, k, v and the output projection
+    (whose output is the whole width: its partial sums, before they are reduced), then the
+    feedforward's gate, up and down (a GLU; an MLP's up and down; a mixture of experts' routed copies
+    through their experts' MLPs, ``top_k`` of them). torchtitan's per-op selective recomputation
+    keeps the 1st, 3rd, 5th ... of them and recomputes the others (``meta[mm_count] % 2 == 0``,
+    counted per layer): in a Llama block k, the output projection and up."""
+    h, a, k, d, f = shape.dim_model, shape.num_heads, shape.num_kv_heads, shape.dim_head, shape.hidden_dim
+    attention = [(a * d / t, h * a * d / t), (k * d / t, h * k * d / t), (k * d / t, h * k * d / t)]
+    attention.append((h, a * d * h / t))
+    up = (f / t, h * f / t)
+    down = (h, f * h / t)
+    feedforward = [up, up, down] if shape.feedforward == "glu" else [up, down]
+    if shape.feedforward == "moe":  # each routed copy of a token runs its expert's MLP
+        feedforward = [(w * shape.top_k, p * shape.top_k) for w, p in feedforward]
+    return tuple(attention * shape.attentions + feedforward)

@@ -12,9 +12,10 @@ did its work, so that what is compared with it is the device and the layout, not
   train/tr11-176B-ml/README.md);
 - ``"torchtitan"``: torchtitan as its published Llama 3 benchmarks ran
   (benchmarks/llama3_h100_202412_torchtitan.md), compiled; ``"torchtitan_eager"`` the same without
-  torch.compile; ``"torchtitan_async_tp"`` with async tensor parallel
-  (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md); ``"torchtitan_float8_all_gather"`` with
-  FSDP's float8 weight gathers (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md);
+  torch.compile; ``"torchtitan_2025"`` as its June 2025 benchmarks ran it, ``"torchtitan_async_tp"``
+  with async tensor parallel (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md) and
+  ``"torchtitan_float8_all_gather"`` with FSDP's float8 weight gathers
+  (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md), both of 2025 too;
 - ``"plain"``: a plain loop such as nanoGPT's.
 """
 
@@ -42,7 +43,7 @@ class Implementation:
       of attention and of the tensor-parallel reductions, recomputing the element-wise work
       (brickwork, parallel/activation_checkpointing.py); ``"alternate_matmuls"``: attention's and the
       reductions' outputs and the 1st, 3rd, 5th ... matmul's of each layer, recomputing the rest
-      (torchtitan's per-op policy, activations.layer_matmuls); ``"attention_core"``:
+      (torchtitan's per-op policy, activations.recomputed_matmuls); ``"attention_core"``:
       everything but the attention core (Korthikanti et al. 5), which with a fused attention kernel
       that keeps no scores saves next to nothing; None: there is none, only full recomputation.
     - ``tensor_parallel_overlap``: how tensor-parallel collectives run beside the matmuls they are
@@ -75,6 +76,11 @@ class Implementation:
       (gate and up) and recomputes the activated gate in backward, so a GLU feedforward keeps ``3f``
       (gate, up, the down projection's input) rather than ``4f`` (Megatron-LM's
       ``megatron/core/fusions/fused_bias_swiglu.py``: ``swiglu_back`` reads the input alone).
+    - ``float8_matmuls_kept``: at fp8, per-op selective recomputation keeps and counts the float8
+      matmuls' outputs as it does bf16 ones (torchtitan until February 2025, whose save list held
+      ``aten.abs``, so that every cast's input magnitude was kept: its 2024 Float8 rows are met so);
+      False: a float8 matmul is ``aten._scaled_mm``, which the policy neither counts nor keeps, so every
+      converted one is recomputed (activations.recomputed_matmuls; torchtitan from 2025-02-06).
     - ``float8_all_gather``: at fp8, FSDP gathers the converted linears' weights in float8, one byte an
       element (torchao's ``enable_fsdp_float8_all_gather``; float8.float8_weights); False: in bf16.
     - ``sdpa_attention``: fused attention runs torch's SDPA kernels, at the device's own attention
@@ -96,6 +102,7 @@ class Implementation:
     checkpoint_stops_early: bool = True
     glu_keeps_input_only: bool = False
     float8_linears: str = "auto"
+    float8_matmuls_kept: bool = True
     float8_all_gather: bool = False
     sdpa_attention: bool = True
 
@@ -136,11 +143,20 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         fused_head_loss=False,
         tensor_parallel_overlap="single_matmul",
         float8_linears="all",
+        float8_matmuls_kept=False,
+    ),
+    # torchtitan as its June 2025 benchmarks ran it: aten.abs gone from the per-op save list.
+    "torchtitan_2025": Implementation(
+        selective="alternate_matmuls", fused_head_loss=False, float8_linears="all", float8_matmuls_kept=False
     ),
     # The same, FSDP gathering the float8 linears' weights in float8 (as the H200 benchmark of
     # benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md ran it).
     "torchtitan_float8_all_gather": Implementation(
-        selective="alternate_matmuls", fused_head_loss=False, float8_linears="all", float8_all_gather=True
+        selective="alternate_matmuls",
+        fused_head_loss=False,
+        float8_linears="all",
+        float8_matmuls_kept=False,
+        float8_all_gather=True,
     ),
     # The same, without torch.compile: every element-wise op is a kernel of its own.
     "torchtitan_eager": Implementation(

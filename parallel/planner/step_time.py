@@ -55,10 +55,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from brickwork.parallel.planner.activations import layer_activation_bytes, layer_matmuls
+from brickwork.parallel.planner.activations import layer_activation_bytes, recomputed_matmuls
 from brickwork.parallel.planner.devices import Device
 from brickwork.parallel.planner.float8 import cast_bytes, converted, float8_flops
-from brickwork.parallel.planner.flops import head_flops, layer_flops, passes
+from brickwork.parallel.planner.flops import head_flops, layer_flops, layer_matmuls, passes
 from brickwork.parallel.planner.layout import Layout, StagePlacement
 from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
 
@@ -283,27 +283,26 @@ def stage_cost(
     # all but the attention core, that core's matmuls.
     core_only = layout.implementation.selective == "attention_core"
     elementwise_passes = 3.0 if mode == "none" or (mode == "selective" and core_only) else 4.0
-    flops = recompute_flops = traffic = attention = recompute_attention = 0.0
+    flops = recompute_flops = traffic = 0.0
     eager = 1.0 if layout.implementation.fused_elementwise else EAGER_ELEMENTWISE
     rate = device.rate(layout.precision)
     share = tokens / (t * cp)
-    own_attention_rate = device.attention_fraction and layout.implementation.sdpa_attention
     for i in placement.layers(rank):
         shape = facts.layers[i]
         f = layer_flops(shape, seq_len)
-        # Fused attention kernels run at their own rate where the device has one (Device.attention_rate).
-        fused = f.attention_executed * share if shape.sdpa and own_attention_rate else 0.0
-        flops += (f.executed * share - fused) * passes(mode)
-        attention += fused
-        dropped = _dropped(shape, layout)
-        if mode == "full" or (mode == "selective" and core_only):
-            whole = f.executed if mode == "full" else f.attention_executed
-            recompute_flops += whole * share - fused
-            recompute_attention += fused
+        flops += f.executed * share * passes(mode)
+        dropped = recomputed_matmuls(shape, layout)
+        if mode == "full":
+            recompute_flops += f.executed * share
+        elif mode == "selective" and core_only:
+            recompute_flops += f.attention_executed * share
         elif dropped:
             recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in dropped) * share
         everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
         traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes * eager
+    # Fused attention at the device's own attention rate, where it has one, taken out of the matmuls.
+    moved, moved_again, fused, fused_again = _fused_attention(facts, layout, placement, rank, seq_len, device)
+    flops, recompute_flops = flops - moved * share, recompute_flops - moved_again * share
     flops += recompute_flops if mode == "selective" else 0.0
     launches = LAUNCH_SECONDS * len(placement.layers(rank))
     if placement.holds_last(rank):
@@ -313,11 +312,9 @@ def stage_cost(
     volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
     elementwise = (traffic + casts) / device.memory_bandwidth
     float8_cost = _float8_cost(layout, device)
-    attention_rate = device.attention_rate(layout.precision)
-    matmul_seconds = (flops - float8 + float8 * float8_cost) / rate
-    matmul_seconds += (attention * (1 + FLASH_BACKWARD) + recompute_attention) / attention_rate
+    matmul_seconds = (flops - float8 + float8 * float8_cost) / rate + fused * share
     recomputed = (recompute_flops - recompute_float8 + recompute_float8 * float8_cost) / rate
-    recomputed += recompute_attention / attention_rate
+    recomputed += fused_again * share
     recomputed += elementwise / 4 if elementwise_passes == 4.0 else 0.0
     return StageCost(
         matmul_seconds + elementwise + launches,
@@ -329,18 +326,27 @@ def stage_cost(
     )
 
 
+def _fused_attention(
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, device: Device
+) -> tuple[float, float, float, float]:
+    """Per token of pipeline rank ``rank``, where its fused attention kernels run at ``device``'s own
+    attention rate (it has one, and the implementation runs torch's SDPA: Device.attention_rate):
+    (the FLOPs they take out of the matmuls', of them the recomputation's, the seconds they take at
+    that rate, their backward 2.5 forwards, of them the recomputation's); zeros otherwise."""
+    if not (device.attention_fraction and layout.implementation.sdpa_attention):
+        return 0.0, 0.0, 0.0, 0.0
+    layers = (facts.layers[i] for i in placement.layers(rank))
+    forward = sum(layer_flops(shape, seq_len).attention_executed for shape in layers if shape.sdpa)
+    mode = layout.config.activation_checkpointing
+    core_only = layout.implementation.selective == "attention_core"
+    again = forward if mode == "full" or (mode == "selective" and core_only) else 0.0
+    rate = device.attention_rate(layout.precision)
+    return forward * passes(mode), again, (forward * (1 + FLASH_BACKWARD) + again) / rate, again / rate
+
+
 def _float8_cost(layout: Layout, device: Device) -> float:
     """A float8 FLOP's time in bf16 FLOPs (the bf16 rate over the float8 one); 1 at other precisions."""
     return device.rate(layout.precision) / device.float8_rate() if layout.precision == "fp8" else 1.0
-
-
-def _dropped(shape: LayerShape, layout: Layout) -> tuple[int, ...]:
-    """The indices (activations.layer_matmuls) of the matmuls a per-op selective recomputation does
-    not keep, and so runs again: the 2nd, 4th, 6th ... (none under another policy)."""
-    c = layout.config
-    if c.activation_checkpointing != "selective" or layout.implementation.selective != "alternate_matmuls":
-        return ()
-    return tuple(range(1, len(layer_matmuls(shape, 1)), 2))
 
 
 def _float8_work(
@@ -356,7 +362,7 @@ def _float8_work(
     share = tokens / (t * cp)
     float8 = recomputed = casts = 0.0
     for i in placement.layers(rank):
-        forward, again = float8_flops(facts.layers[i], rule, _dropped(facts.layers[i], layout))
+        forward, again = float8_flops(facts.layers[i], rule, recomputed_matmuls(facts.layers[i], layout))
         float8 += forward * share * passes(mode) + again * share
         recomputed += (forward if mode == "full" else again) * share
         casts += cast_bytes(facts.layers[i], rule, t, tokens / cp)

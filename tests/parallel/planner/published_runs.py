@@ -22,8 +22,9 @@ Sources (numbers copied as published):
   benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: Llama 3.1 8B and 70B in bf16 and Float8,
   with vanilla and async tensor parallel, and the 8B with context parallel over 1 to 8 ranks at
   32,768 to 262,144 tokens (Table 2: local batch 1, full recomputation, Float8; torchtitan's
-  context parallel all-gathers the keys and values, its default then); not the 405B rows, whose
-  micro-batching and stages per rank are not stated. Their H100s are 96 GB
+  context parallel all-gathers the keys and values, its default then), and the 405B over TP 8 and
+  PP 8 (Tables 5 and 6), priced with torchtitan's defaults of the time for what the benchmark does
+  not state (``_titan_405b``). Their H100s are 96 GB
   HBM2e boards at 500 W, "between SXM and NVL" in peak: described here as 95 GiB, 2.4 TB/s and 912
   dense bf16 TFLOP/s, midway between the SXM's 989 and the NVL's 835. Tokens per second per GPU;
   memory as torchtitan reports it (GiB).
@@ -233,11 +234,53 @@ def _titan(
         if "async" in name
         else "torchtitan_float8_all_gather"
         if "H200" in name
+        else "torchtitan_2025"
+        if "2025" in name
         else "torchtitan",
         tokens_per_gpu=tokens,
         memory_gib=memory,
         step={"grad_accum_steps": 1},
         precision="fp8" if "Float8" in name else "bf16-mixed",
+    )
+
+
+def _titan_405b(schedule: str, tokens: float, memory: float, cp: int = 0) -> Run:
+    """torchtitan's Llama 3.1 405B on 512 of its H100s, TP 8 and PP 8 with FSDP over the rest, full
+    recomputation, Float8 and async TP, compiled: its 3D rows (Table 5: 8192 tokens, local batch 32, by
+    ``schedule``) or, with ``cp``, its 4D ones (Table 6: 32,768 × cp tokens over ``cp``
+    context-parallel ranks, local batch 8, 1F1B). The micro-batches are torchtitan's default then, as
+    many as pipeline ranks, and the interleaved schedule its default 2 stages per rank
+    (parallelisms/pipelining_utils.py at 9dec370); FSDP in a pipeline keeps the weights whole between
+    micro-batches (ZeRO-2 here)."""
+    seq, rows = (32768 * cp, 8) if cp else (8192, 32)
+    dp = 512 // (64 * max(cp, 1))
+    dist = {
+        "data_parallel_size": dp,
+        "context_parallel_size": max(cp, 1),
+        "tensor_parallel_size": 8,
+        "pipeline_parallel_size": 8,
+        "sequence_parallel": True,
+        "zero_stage": 2,
+        "activation_checkpointing": "full",
+        "pipeline_schedule": schedule,
+        "virtual_pipeline_size": 2 if schedule == "interleaved_1f1b" else 1,
+        "num_microbatches": 8,
+    }
+    named = {"1f1b": "1F1B", "interleaved_1f1b": "interleaved 1F1B"}[schedule]
+    shape = f"FSDP {dp} CP {cp}, {seq:,} tokens" if cp else f"FSDP 8, {named}"
+    return Run(
+        f"Llama 3.1 405B TP 8 PP 8 {shape}, compiled, Float8, async TP",
+        "torchtitan benchmarks",
+        llama(16384, 128, 126, 53248, seq),
+        torchtitan_gpus(512),
+        dist,
+        rows * dp,
+        seq,
+        "torchtitan_async_tp",
+        tokens_per_gpu=tokens,
+        memory_gib=memory,
+        step={"micro_batch_size": rows // 8},
+        precision="fp8",
     )
 
 
@@ -360,6 +403,12 @@ RUNS = [
             seq=8192 * 4 * cp,
         )
         for cp, tokens, memory in ((1, 3890, 83.9), (2, 2540, 84.2), (4, 1071, 84.0), (8, 548, 84.5))
+    ),
+    _titan_405b("1f1b", 100, 82.5),
+    _titan_405b("interleaved_1f1b", 128, 72.7),
+    *(
+        _titan_405b("1f1b", tokens, memory, cp)
+        for cp, tokens, memory in ((1, 76, 75.3), (2, 47, 75.9), (4, 31, 77.1), (8, 16, 84.9))
     ),
     _one_gpu("GPT-2 small, plain loop, compiled", "plain", tokens=425_000),
     _one_gpu("GPT-2 small, plain loop, eager", "plain", memory=16.0),

@@ -14,8 +14,8 @@ from brickwork.errors import ConfigError
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import ParallelConfig, estimate
 from brickwork.parallel.planner import parse_cluster
-from brickwork.parallel.planner.activations import layer_matmuls
 from brickwork.parallel.planner.float8 import cast_bytes, converted, float8_flops, float8_weights
+from brickwork.parallel.planner.flops import layer_matmuls
 from brickwork.parallel.planner.implementations import IMPLEMENTATIONS
 from brickwork.parallel.planner.layout import Layout
 from brickwork.parallel.planner.model_facts import model_facts

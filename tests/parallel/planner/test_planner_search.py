@@ -12,8 +12,7 @@ from brickwork.cli import main
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, estimate, parallelize, plan, spawn
 from brickwork.parallel.planner import parse_cluster
-from brickwork.parallel.planner.activations import layer_matmuls
-from brickwork.parallel.planner.flops import layer_flops
+from brickwork.parallel.planner.flops import layer_flops, layer_matmuls
 from brickwork.parallel.planner.implementations import IMPLEMENTATIONS
 from brickwork.parallel.planner.layout import Layout, stage_placement
 from brickwork.parallel.planner.model_facts import model_facts

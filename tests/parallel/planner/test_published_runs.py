@@ -18,11 +18,13 @@ table docs/parallel.md shows.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import pytest
-from published_runs import RUNS, Prediction, Run, predict
+from published_runs import GIB, RUNS, Prediction, Run, predict
 
 from brickwork.parallel.planner import Plan, estimate, model_facts, plan
 
@@ -158,17 +160,16 @@ RATE_MISSES = {
     # layout needs it: without it, 108 GiB a GPU on 8192 GPUs and 92 GiB on 16,384 (docs/parallel.md).
     "Llama 3 405B, 8192 GPUs": "-18%: the model needs full recomputation to fit this layout",
     "Llama 3 405B, 16384 GPUs": "-20%: the model needs full recomputation to fit this layout",
-    # torchtitan's 2024 context parallel at 4 and 8 ranks ran 42% and 48% slower than the model, where
-    # at 1 and 2 ranks it is met within 12%; nothing the model prices grows that way (docs/parallel.md).
+    # torchtitan's 2024 context parallel ran up to 48% slower than the model, more so over more ranks,
+    # where without it the same tables are met within 12%; nothing the model prices grows that way
+    # (docs/parallel.md).
     "Llama 3.1 8B FSDP 2 CP 4, 131,072 tokens, compiled, Float8": "+42%: torch's 2024 context parallel at 4",
     "Llama 3.1 8B FSDP 1 CP 8, 262,144 tokens, compiled, Float8": "+48%: torch's 2024 context parallel at 8",
-}
-MEMORY_MISSES = {
-    # torchtitan's per-op selective recomputation keeps the outputs of every other aten.mm; a float8
-    # linear's matmul is aten._scaled_mm, so from 2025 (when aten.abs left its save list) it keeps
-    # nothing of them and recomputes them all. The model keeps what it keeps in bf16 (docs/parallel.md).
-    "Llama 3.1 8B FSDP 32, compiled, Float8, H200": "+38%: float8 matmul outputs are recomputed, not kept",
-    "Llama 3.1 8B FSDP 64, compiled, Float8, H200": "+37%: float8 matmul outputs are recomputed, not kept",
+    "Llama 3.1 405B TP 8 PP 8 FSDP 4 CP 2, 65,536 tokens, compiled, Float8, async TP": "+26%: the same at 2",
+    "Llama 3.1 405B TP 8 PP 8 FSDP 2 CP 4, 131,072 tokens, compiled, Float8, async TP": "+27%: the same at 4",
+    "Llama 3.1 405B TP 8 PP 8 FSDP 1 CP 8, 262,144 tokens, compiled, Float8, async TP": "+47%: the same at 8",
+    # The H200 takes the H100's fractions; no H200 run fits one of its own (its 64-GPU twin: -14.7%).
+    "Llama 3.1 8B FSDP 32, compiled, Float8, H200": "-16%: priced with the H100's achievable fractions",
 }
 PICK_MISSES = {
     "Llama 3 405B, 8192 GPUs": "context parallel 2 without recomputation, against full recomputation",
@@ -195,6 +196,19 @@ PICK_MISSES = {
     "Llama 3.1 8B FSDP 64, compiled, Float8, H200": "ZeRO-2 without recomputation fits an H200",
     # torchtitan benchmarked context parallel against FSDP alone, with full recomputation throughout.
     "Llama 3.1 8B FSDP 8 CP 1, 32,768 tokens, compiled, Float8": "pp2 cp4 needs only selective recomputation",
+    # torchtitan's 405B tables show its 3D and 4D layouts at 256 sequences on 512 GPUs, 8 micro-batches
+    # on 8 stages: a bubble of nearly half the step under 1F1B, which other layouts avoid.
+    **{
+        f"Llama 3.1 405B TP 8 PP 8 {shape}, compiled, Float8, async TP": "8 micro-batches on 8 stages"
+        for shape in (
+            "FSDP 8, 1F1B",
+            "FSDP 8, interleaved 1F1B",
+            "FSDP 8 CP 1, 32,768 tokens",
+            "FSDP 4 CP 2, 65,536 tokens",
+            "FSDP 2 CP 4, 131,072 tokens",
+            "FSDP 1 CP 8, 262,144 tokens",
+        )
+    },
     # Korthikanti et al. 2022 measured a 530B GPT 29% faster without full recomputation.
     "BLOOM 176B": "pipelines that need no recomputation (tp4 pp24 dp4, tp8 pp6 dp8: +35%, +30%)",
 }
@@ -228,7 +242,7 @@ def test_a_published_run(run: Run) -> None:
     faster (but for the runs named above)."""
     p = _predicted(run.name)
     assert p.published.fits, p.published.name
-    if p.memory_error is not None and run.name not in MEMORY_MISSES:
+    if p.memory_error is not None:
         assert abs(p.memory_error) <= 0.20, p.memory_error
     if p.rate_error is not None and run.name not in RATE_MISSES:
         assert abs(p.rate_error) <= 0.15, (p.published.name, p.rate_error)
@@ -241,15 +255,6 @@ def test_a_published_run(run: Run) -> None:
 @pytest.mark.parametrize("run", [r for r in RUNS if r.name in RATE_MISSES], ids=lambda r: r.name)
 def test_the_rate_misses_still_miss(run: Run) -> None:
     assert abs(_predicted(run.name).rate_error) <= 0.15
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True, reason="the published memory the planner misses by more than 20% (MEMORY_MISSES)"
-)
-@pytest.mark.parametrize("run", [r for r in RUNS if r.name in MEMORY_MISSES], ids=lambda r: r.name)
-def test_the_memory_misses_still_miss(run: Run) -> None:
-    assert abs(_predicted(run.name).memory_error) <= 0.20
 
 
 @pytest.mark.slow
@@ -267,3 +272,34 @@ def test_the_llama_405b_layout_fits_once_estimate_fills_its_micro_batching() -> 
     p = _predicted("Llama 3 405B, 8192 GPUs").published
     assert p.fits and p.chosen["micro_batch_size"] == 1 and p.chosen["num_microbatches"] == 32
     assert p.chosen["pipeline_schedule"] == "interleaved_1f1b"
+
+
+def _docs_rows() -> list[list[str]]:
+    """The cells of docs/parallel.md's published-runs table, row by row (its first table after the
+    section's heading), minus signs and bold as plain text."""
+    text = (Path(__file__).parents[3] / "docs" / "parallel.md").read_text()
+    lines = text[text.index("### Against published runs on H100") :].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[first:]))[2:]
+    return [
+        [c.strip().replace("**", "").replace("\u2212", "-") for c in row.split("|")[1:-1]] for row in table
+    ]
+
+
+@pytest.mark.slow
+def test_the_docs_table_shows_what_the_planner_predicts() -> None:
+    """docs/parallel.md's table, row by row in RUNS' order: the predicted rate and its error, the
+    predicted memory, and how much faster the planner's pick is, as the planner prints them now."""
+    rows = _docs_rows()
+    assert len(rows) == len(RUNS)
+    for run, cells in zip(RUNS, rows, strict=True):
+        p = _predicted(run.name)
+        _, gpus, _, _, _, predicted, error, memory, pick = cells
+        assert int(gpus) == run.gpus, run.name
+        if p.reported is not None:
+            assert predicted == f"{p.rate(p.published):,.0f}", run.name
+            assert error == f"{p.rate_error:+.1%}", run.name
+        if run.memory_gib is not None:
+            assert f"/ {p.published.memory_bytes / GIB:.1f} GiB ({p.memory_error:+.0%})" in memory, run.name
+        if "(" in pick:
+            assert pick.endswith(f"({p.best_over_published:+.1%})"), run.name
