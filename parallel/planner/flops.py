@@ -82,7 +82,8 @@ def layer_matmuls(shape: LayerShape, t: int) -> tuple[tuple[float, float], ...]:
     feedforward's gate, up and down (a GLU; an MLP's up and down; a mixture of experts' routed copies
     through their experts' MLPs, ``top_k`` of them). torchtitan's per-op selective recomputation
     keeps the 1st, 3rd, 5th ... of them and recomputes the others (``meta[mm_count] % 2 == 0``,
-    counted per layer): in a Llama block k, the output projection and up."""
+    counted per layer): in a Llama block k, the output projection and up
+    (activations.recomputed_matmuls)."""
     h, a, k, d, f = shape.dim_model, shape.num_heads, shape.num_kv_heads, shape.dim_head, shape.hidden_dim
     attention = [(a * d / t, h * a * d / t), (k * d / t, h * k * d / t), (k * d / t, h * k * d / t)]
     attention.append((h, a * d * h / t))

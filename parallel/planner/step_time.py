@@ -80,8 +80,8 @@ COLLECTIVE_BLOCKS = 24
 # 36 per norm), 46 fused (docs/parallel.md, "Time per step").
 EAGER_ELEMENTWISE = 144 / 46
 # A flash attention kernel's backward over its forward, in FLOPs: it computes the scores again, then
-# four products where the forward does two (Dao 2023, FlashAttention-2, section 4.1), which is how its
-# benchmarks count the rates Device.attention_fraction is taken from.
+# four products, five where the forward does two. FlashAttention's benchmarks count it so (Dao 2023),
+# and so the rates Device.attention_fraction is taken from.
 FLASH_BACKWARD = 2.5
 
 
