@@ -33,6 +33,9 @@ SIGNAL_AT_STEP = textwrap.dedent(
     import os, signal, sys, time
     HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
     signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    # A process started by a background job inherits SIGINT ignored, and Python then leaves it so;
+    # the Ctrl-C these tests send is a terminal's, which Python turns into KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from brickwork.cli import main
     from brickwork.train.step import TrainStep
 
