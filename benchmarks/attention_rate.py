@@ -84,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=2048, help="heads × head size")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
+    uneven = [d for d in args.head_dims if d <= 0 or args.width % d]
+    if uneven:
+        parser.error(f"--width {args.width} is not a whole number of heads of size {uneven}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result = run(args.lengths, args.head_dims, args.width, device)
     fraction = result["preset_attention_fraction"]

@@ -38,3 +38,11 @@ def test_a_cpu_run_writes_every_case(tmp_path, capsys) -> None:
         assert row["forward_ms"] > 0 and row["backward_ms"] > 0 and "fraction_of_peak" not in row
         assert row["heads"] * row["dim_head"] == 64
     assert "s=   128 d= 32" in capsys.readouterr().out
+
+
+def test_a_width_that_is_not_whole_heads_is_refused(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--width", "100", "--head-dims", "64", "--out", str(tmp_path)])
+    assert stopped.value.code == 2
+    assert "--width 100 is not a whole number of heads of size [64]" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # refused before anything is written

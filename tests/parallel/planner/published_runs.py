@@ -193,6 +193,18 @@ def _llama405(gpus: int, tflops: float, seq: int = 8192, cp: int = 1) -> Run:
     )
 
 
+def _titan_implementation(name: str) -> str:
+    """The implementation (implementations.py) a torchtitan row ran, by what its name says: eager,
+    async TP, Trainy's H200 run (FSDP's float8 gathers), a June 2025 row, or the December 2024 one."""
+    if name.endswith("eager"):
+        return "torchtitan_eager"
+    if "async" in name:
+        return "torchtitan_async_tp"
+    if "H200" in name:
+        return "torchtitan_float8_all_gather"
+    return "torchtitan_2025" if "2025" in name else "torchtitan"
+
+
 def _titan(
     name: str,
     spec: dict[str, Any],
@@ -228,15 +240,7 @@ def _titan(
         dist,
         rows * dp,
         seq,
-        "torchtitan_eager"
-        if name.endswith("eager")
-        else "torchtitan_async_tp"
-        if "async" in name
-        else "torchtitan_float8_all_gather"
-        if "H200" in name
-        else "torchtitan_2025"
-        if "2025" in name
-        else "torchtitan",
+        _titan_implementation(name),
         tokens_per_gpu=tokens,
         memory_gib=memory,
         step={"grad_accum_steps": 1},
