@@ -23,6 +23,7 @@ from typing import Any
 
 from brickwork.factory import get_preset
 from brickwork.parallel.planner import model_facts, plan
+from brickwork.parallel.planner.lengths import Lengths
 
 search = importlib.import_module("brickwork.parallel.planner.search")  # the module, not plan's function
 
@@ -92,7 +93,8 @@ def considered(facts: Any, case: dict[str, Any]) -> int:
     options = case["options"]
     step = step_fields(cluster, "bf16-mixed", "adamw", options.get("implementation", "brickwork"))
     total = 0
-    for configs in search.size_configs(facts, cluster, options["global_batch"], options["seq_len"], step):
+    lengths = Lengths.one(options["seq_len"])
+    for configs in search.size_configs(facts, cluster, options["global_batch"], lengths, step):
         for config in configs:
             rows = options["global_batch"] // config.data_parallel_size
             total += sum(1 for _ in candidates(config, ALL_OPEN, rows, facts.num_layers, step))

@@ -275,9 +275,11 @@ def run_plan(ns: argparse.Namespace) -> int:
 
     import yaml
 
+    from brickwork.blocks import MODELS
     from brickwork.parallel.planner import plan
     from brickwork.plan_report import plan_table
     from brickwork.train.run_config import resolve_run
+    from brickwork.train.tasks import kind_task
 
     for option in ("nodes", "global_batch", "seq_len", "top"):
         value = getattr(ns, option)
@@ -292,7 +294,17 @@ def run_plan(ns: argparse.Namespace) -> int:
     ):
         if given is None:
             print(f"assuming {flag} {value} (the spec's {key}); give {flag} for the run you plan")
-    plans = plan(run.spec, cluster, global_batch=batch, seq_len=seq_len, precision=ns.precision)
+    kind = run.spec.get("model")  # a kind the factory does not know is the planner's to refuse
+    source, target = kind_task(kind).model_lengths(seq_len) if kind in MODELS else (seq_len, seq_len)
+    if (source, target) != (seq_len, seq_len):
+        task = kind_task(kind).name
+        print(
+            f"its {task} task puts {source} source and {target} target tokens a row; "
+            "tokens/s counts the source's"
+        )
+    plans = plan(
+        run.spec, cluster, global_batch=batch, seq_len=source, target_len=target, precision=ns.precision
+    )
     print(f"{len(plans)} layouts fit on {cluster} for {batch} x {seq_len} tokens per step:\n")
     print(plan_table(plans, ns.top))
     best = plans[0]

@@ -76,9 +76,12 @@ def local_device(world_size: int, per_node: int) -> Device:
     )
 
 
-def choose_layout(spec: dict[str, Any], dist_dict: Any, train: TrainConfig) -> dict[str, Any]:
+def choose_layout(
+    spec: dict[str, Any], dist_dict: Any, train: TrainConfig, lengths: tuple[int, int] | None = None
+) -> dict[str, Any]:
     """The dist dict the planner picks for ``spec`` on the launched world, merged over the user's
-    other ``dist`` keys; printed on rank 0."""
+    other ``dist`` keys; printed on rank 0. ``lengths``: the (source, target) tokens a row puts
+    through the model (Task.model_lengths; left out, ``train.seq_len`` both)."""
     others = {k: v for k, v in dist_dict.items() if k != "auto"} if isinstance(dist_dict, Mapping) else {}
     clash = sorted(set(others) & set(PLANNED_KEYS))
     if clash:
@@ -93,11 +96,13 @@ def choose_layout(spec: dict[str, Any], dist_dict: Any, train: TrainConfig) -> d
     precision = train.precision
     if precision == "fp8" and device.peak_flops_fp8 == 0:
         precision = "bf16-mixed"
+    source, target = lengths or (train.seq_len, train.seq_len)
     plans = plan(
         spec,
         cluster,
         global_batch=train.batch_size,
-        seq_len=train.seq_len,
+        seq_len=source,
+        target_len=target,
         precision=precision,
         optimizer=train.optimizer,
         grad_accum_steps=train.grad_accum_steps,

@@ -138,7 +138,10 @@ def run_loop(run: Run, training: Training, state: LoopState, run_dir: Path) -> f
         items_per_step = cfg.batch_size * (cfg.seq_len if inputs == "tokens" else 1)
         # The FLOPs per token and the peak, once: a step's record then costs a multiplication.
         devices = parallel.mesh.size()
-        utilization = run_utilization(model.spec, cfg.seq_len, cfg.precision, parallel.device, devices)
+        lengths = task.model_lengths(cfg.seq_len)
+        utilization = run_utilization(
+            model.spec, cfg.seq_len, cfg.precision, parallel.device, devices, lengths
+        )
         if utilization.unknown is not None and is_main:
             logger.info(f"mfu is null in metrics.jsonl: {utilization.unknown}")
         rate_name, rate_unit = f"{inputs}_per_s", {"tokens": "tok/s", "images": "img/s"}[inputs]

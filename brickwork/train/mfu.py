@@ -23,6 +23,7 @@ import torch
 from brickwork.errors import ConfigError
 from brickwork.parallel.planner.devices import running_preset
 from brickwork.parallel.planner.flops import step_flops
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import model_facts
 
 
@@ -47,10 +48,17 @@ class Utilization:
 
 
 def run_utilization(
-    spec: Mapping[str, Any], seq_len: int, precision: str, device: torch.device, devices: int
+    spec: Mapping[str, Any],
+    seq_len: int,
+    precision: str,
+    device: torch.device,
+    devices: int,
+    lengths: tuple[int, int] | None = None,
 ) -> Utilization:
     """The :class:`Utilization` of a run of ``spec`` on ``devices`` devices like ``device`` (this
-    process's), with sequences of ``seq_len`` tokens at the train step's ``precision``.
+    process's), with sequences of ``seq_len`` tokens at the train step's ``precision``. ``lengths``:
+    the (source, target) tokens each sequence puts through an encoder-decoder's encoder and decoder
+    (Task.model_lengths; left out, both ``seq_len``); the FLOPs per token are per ``seq_len`` token.
 
     Reads the spec on the meta device once; on a CPU or an unknown GPU it does not read it at all.
     """
@@ -62,5 +70,6 @@ def run_utilization(
         facts = model_facts(spec)
     except ConfigError as err:
         return Utilization(None, None, f"no FLOP count: {err.reason}")
-    per_token = step_flops(facts, tokens=1, seq_len=seq_len, recompute="none")
+    per_row = step_flops(facts, 1, Lengths(*lengths) if lengths else Lengths.one(seq_len), recompute="none")
+    per_token = per_row / seq_len
     return Utilization(per_token, devices * preset.peak_flops(precision))

@@ -63,7 +63,8 @@ def with_auto_dist(config: RunConfig, task: Task) -> RunConfig:
     if not wants_auto(config.dist):
         return config
     tokenizer = run_tokenizer(config) if task.uses_tokenizer else None
-    chosen = choose_layout(task_spec(config, task, tokenizer, quiet=True), config.dist, config.train)
+    lengths = task.model_lengths(config.train.seq_len)
+    chosen = choose_layout(task_spec(config, task, tokenizer, quiet=True), config.dist, config.train, lengths)
     return replace(config, dist=chosen)
 
 

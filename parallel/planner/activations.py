@@ -21,7 +21,9 @@ width, ``a`` heads of size ``d``, ``k`` kv heads, ``f`` the feedforward width, `
   probabilities (``a·d/t + 3·a·s/t``); a mechanism that computes the scores itself (``backend:
   math``) keeps the probabilities (``a·s/t``), and with dropout a 1-byte mask and the dropped ones;
 - an encoder-decoder's decoder layer does all of that again for its cross-attention, whose k and v
-  come from the encoder's output (kept once per stage and micro-batch, memory.py);
+  come from the encoder's output (kept once per stage and micro-batch, memory.py), and whose
+  probabilities, where kept, are ``S`` wide: the source's tokens (lengths.py; the layer's own
+  ``s`` are the target's);
 - the feedforward's hidden activations: ``2f / t`` for an MLP (up projection and activation
   outputs), ``4f / t`` for a GLU (gate, up, activated gate, product; ``3f / t`` where the GLU's
   activation keeps only its input, implementations.py);
@@ -33,7 +35,8 @@ The first stage also keeps the embedding's: its norm's input and statistics, its
 in a post-norm model the layers' input (a pre-norm model's first norm keeps it). The last stage's
 head is :func:`head_activation_bytes`.
 
-Under context parallel each rank keeps its ``s / c`` tokens plus the all-gathered keys and values.
+Under context parallel each rank keeps its ``s / c`` tokens plus the all-gathered keys and values
+(and a decoder layer the gathered keys and values of the source its cross-attention reads).
 ``full`` recomputation keeps only each layer's input; ``selective`` keeps the outputs of the matmuls,
 of attention and of the tensor-parallel reductions (brickwork's policy,
 parallel/activation_checkpointing.py) and recomputes the rest
@@ -51,6 +54,7 @@ from brickwork.kernels.linear_cross_entropy import default_chunk_size
 from brickwork.parallel.planner.float8 import converted
 from brickwork.parallel.planner.flops import layer_matmuls
 from brickwork.parallel.planner.layout import Layout
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
 
 FP32 = 4
@@ -73,21 +77,21 @@ def keeps_scores(shape: LayerShape, layout: Layout) -> bool:
     return not shape.sdpa or (shape.attention_dropout and not layout.gpu_kernels)
 
 
-def _attention(shape: LayerShape, layout: Layout, seq_len: int) -> tuple[float, float]:
-    """(bytes per token one attention module keeps beyond q, k, v and its output; of them, what a
-    selective recomputation keeps)."""
+def _attention(shape: LayerShape, layout: Layout, keys: int) -> tuple[float, float]:
+    """(bytes per query one attention module over ``keys`` keys a row keeps beyond q, k, v and its
+    output; of them, what a selective recomputation keeps)."""
     t, act = layout.config.tensor_parallel_size, layout.activation_bytes
     a, d = shape.num_heads, shape.dim_head
     if not keeps_scores(shape, layout):
         return a / t * FP32, a / t * FP32  # the log-sum-exp
-    probabilities = a / t * seq_len * act
+    probabilities = a / t * keys * act
     if shape.sdpa:  # SDPA's math backend: a scaled copy of q, probabilities, mask, dropped probabilities
         kept = a * d / t * act + 3 * probabilities
         return kept, kept
     # Scores after softmax, and the output projection's own copy of the reshaped output.
     kept = a * d / t * act + probabilities
     if shape.attention_dropout:
-        kept += probabilities + a / t * seq_len  # the dropped probabilities, and a 1-byte mask
+        kept += probabilities + a / t * keys  # the dropped probabilities, and a 1-byte mask
     return kept, kept
 
 
@@ -110,14 +114,15 @@ def recomputed_matmuls(shape: LayerShape, layout: Layout) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=8192)
-def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows: int) -> ActivationBytes:
-    """One layer's activation bytes for a micro-batch of ``rows`` sequences of ``seq_len`` tokens. An
-    encoder-decoder's decoder layer reads encoder outputs of ``seq_len`` tokens too; the encoder
-    output itself is counted once per stage (memory.py)."""
+def layer_activation_bytes(shape: LayerShape, layout: Layout, lengths: Lengths, rows: int) -> ActivationBytes:
+    """One layer's activation bytes for a micro-batch of ``rows`` sequences of ``lengths.of(shape)``
+    tokens. An encoder-decoder's decoder layer reads encoder outputs of ``lengths.source`` tokens
+    too; the encoder output itself is counted once per stage (memory.py)."""
     c = layout.config
     t, cp = c.tensor_parallel_size, c.context_parallel_size
     rep = 1 / t if c.sequence_parallel else 1.0  # tensors sequence parallel splits
-    tokens = rows * seq_len / cp
+    own = lengths.of(shape)
+    tokens = rows * own / cp
     act = layout.activation_bytes
     h, a, k, d, f = shape.dim_model, shape.num_heads, shape.num_kv_heads, shape.dim_head, shape.hidden_dim
     n = shape.attentions
@@ -125,12 +130,17 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
     norm_inputs = norms * _norm_saved(shape.norm, layout.gpu_kernels, h, act) * rep
     split_outputs = not layout.implementation.gathered_norm_outputs
     norm_outputs = norms * h * act * (rep if split_outputs else 1.0)
-    qkv = n * (a + 2 * k) * d / t * act
+    # Cross-attention's keys and values are the source's: S of them a row, against the layer's own.
+    qkv = (n * a + 2 * k * (1 + (lengths.source / own if shape.cross_attention else 0))) * d / t * act
     attention_out = n * a * d / t * act
-    extra, extra_selective = _attention(shape, layout, seq_len)
-    attention = attention_out + n * extra
-    if cp > 1:
-        attention += 2 * k * d / t * cp * act  # the gathered keys and values of the whole sequence
+    extra, extra_selective = _attention(shape, layout, own)
+    if shape.cross_attention:
+        cross, cross_selective = _attention(shape, layout, lengths.source)
+        extra, extra_selective = extra + cross, extra_selective + cross_selective
+    attention = attention_out + extra
+    # The gathered keys and values of the whole sequence (and of the source cross-attention reads).
+    gathered = 2 * k * d / t * cp * act * (1 + (lengths.source / own if shape.cross_attention else 0))
+    attention += gathered if cp > 1 else 0.0
     glu = 3 if layout.implementation.glu_keeps_input_only else 4
     hidden = {"mlp": 2, "glu": glu, "moe": 2 * shape.top_k}[shape.feedforward] * f / t * act
     if shape.feedforward == "moe":
@@ -139,7 +149,7 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
     masks = shape.residual_dropouts * h * rep * mask + (f / t * mask if shape.hidden_dropout else 0.0)
     everything = norm_inputs + norm_outputs + qkv + attention + hidden + masks
     # Rotary's cos and sin tables for the positions of this micro-batch: per position, not per row.
-    everything += 2 * seq_len / cp * shape.rotary_dim * act / tokens
+    everything += 2 * own / cp * shape.rotary_dim * act / tokens
     layer_input = h * rep * act
     mode = c.activation_checkpointing
     if mode == "none":
@@ -148,14 +158,14 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
         saved, recomputed = layer_input, everything
     elif layout.implementation.selective == "attention_core":
         # The attention core recomputed: its output and what it keeps beyond q, k and v.
-        recomputed = attention - (2 * k * d / t * cp * act if cp > 1 else 0.0)
+        recomputed = attention - (gathered if cp > 1 else 0.0)
         saved = everything - recomputed
     else:
         dropped = recomputed_matmuls(shape, layout)
         matmuls = sum(w for i, (w, _) in enumerate(layer_matmuls(shape, t)) if i not in dropped) * act
         # The policy keeps the tensor-parallel reductions' outputs: the residual's share of each.
         reductions = (n + 1) * h * rep * act if t > 1 else 0.0
-        saved = layer_input + matmuls + reductions + attention_out + n * extra_selective
+        saved = layer_input + matmuls + reductions + attention_out + extra_selective
         recomputed = everything
     return ActivationBytes(
         math.ceil(saved * tokens),
@@ -167,7 +177,9 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, seq_len: int, rows
 
 @lru_cache(maxsize=4096)
 def embedding_activation_bytes(facts: ModelFacts, layout: Layout, seq_len: int, rows: int) -> int:
-    """What the first stage keeps of the embedding for a micro-batch (the module docstring)."""
+    """What an embedding of ``rows`` sequences of ``seq_len`` tokens keeps for a micro-batch: the first
+    stage's, and an encoder-decoder's decoder embedding where its decoder starts (the module
+    docstring)."""
     c = layout.config
     rep = 1 / c.tensor_parallel_size if c.sequence_parallel else 1.0
     act, h = layout.activation_bytes, facts.dim_model
@@ -189,7 +201,8 @@ def _norm_saved(norm: str, fused: bool, h: int, act: int) -> float:
 
 @lru_cache(maxsize=4096)
 def head_activation_bytes(facts: ModelFacts, layout: Layout, seq_len: int, rows: int) -> ActivationBytes:
-    """The final norm, the head and the loss on the last stage.
+    """The final norm, the head and the loss on the last stage, for ``rows`` sequences of ``seq_len``
+    tokens (the target's: an encoder-decoder's decoder output).
 
     A decoder LM's head under brickwork's causal-LM step, when it is whole on the rank (no tensor or
     pipeline parallel), is the chunked fused linear + cross-entropy (kernels/linear_cross_entropy.py):

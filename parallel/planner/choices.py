@@ -21,6 +21,7 @@ from brickwork.parallel.planner.devices import Cluster
 from brickwork.parallel.planner.estimate import Plan, estimate_layout
 from brickwork.parallel.planner.implementations import implementation as implementation_named
 from brickwork.parallel.planner.layout import Layout, check_step_options
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import ModelFacts
 
 MICRO_BATCH = "micro_batch_size"
@@ -174,14 +175,14 @@ def best_plan(
     cluster: Cluster,
     layouts: Iterable[Layout],
     global_batch: int,
-    seq_len: int,
+    lengths: Lengths,
     open_: frozenset[str],
 ) -> Plan:
     """The fastest of ``layouts`` that fits, or when none does the one needing the least memory, with
     what it chose for the choices ``open_`` left open (choices.py)."""
     best, best_key = None, None
     for layout in layouts:
-        plan = estimate_layout(facts, cluster, layout, global_batch, seq_len)
+        plan = estimate_layout(facts, cluster, layout, global_batch, lengths)
         key = (
             (0, plan.step_time_s, plan.memory_bytes)
             if plan.fits

@@ -21,6 +21,7 @@ from brickwork.parallel.planner.devices import Cluster, Device
 from brickwork.parallel.planner.float8 import float8_weights
 from brickwork.parallel.planner.flops import head_flops, layer_flops, step_flops
 from brickwork.parallel.planner.layout import Layout, StagePlacement, check_layout, stage_placement
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.memory import MemoryBreakdown, rank_memory, stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import ModelFacts
 from brickwork.parallel.planner.step_time import (
@@ -136,11 +137,11 @@ def _slowest(devices: list[Device], precision: str) -> Device:
 
 
 def estimate_layout(
-    facts: ModelFacts, cluster: Cluster, layout: Layout, global_batch: int, seq_len: int
+    facts: ModelFacts, cluster: Cluster, layout: Layout, global_batch: int, lengths: Lengths
 ) -> Plan:
-    """Price ``layout`` for ``global_batch`` sequences of ``seq_len`` tokens per step."""
+    """Price ``layout`` for ``global_batch`` sequences of ``lengths`` tokens per step."""
     c = layout.config
-    check_layout(facts, layout, cluster.world_size, seq_len)
+    check_layout(facts, layout, cluster.world_size, lengths)
     if layout.rows_per_step != global_batch:
         raise ConfigError(
             f"micro-batch {layout.micro_batch_size} × {layout.microbatches} micro-batches × "
@@ -149,23 +150,23 @@ def estimate_layout(
         )
     p = c.pipeline_parallel_size
     weights = list(c.device_weights) if c.device_weights and p > 1 else None
-    placement = stage_placement(facts, c, layer_costs(facts, seq_len), weights)
+    placement = stage_placement(facts, c, layer_costs(facts, lengths.source), weights)
     ranks = representative_ranks(facts, placement) if cluster.uniform else list(range(p))
     groups = _device_groups(cluster, layout)
-    memory, fits, capacity = _memory(facts, layout, placement, ranks, seq_len, groups)
+    memory, fits, capacity = _memory(facts, layout, placement, ranks, lengths, groups)
     links = links_of(cluster, c)
-    costs = _stage_costs(facts, layout, placement, ranks, seq_len, groups, links)
+    costs = _stage_costs(facts, layout, placement, ranks, lengths, groups, links)
     time = _step_time(facts, layout, placement, ranks, costs, links)
-    tokens = global_batch * seq_len
+    tokens = global_batch * lengths.source
     peak = cluster.peak_flops(layout.precision)
-    executed = step_flops(facts, tokens, seq_len, c.activation_checkpointing)
+    executed = step_flops(facts, global_batch, lengths, c.activation_checkpointing)
     return Plan(
         dist=compact_dist(c),
         memory_bytes=memory.total,
         step_time_s=time.step,
         tokens_per_s=tokens / time.step,
         tflops_per_device=executed / time.step / cluster.world_size / 1e12,
-        mfu=step_flops(facts, tokens, seq_len, "none") / time.step / peak,
+        mfu=step_flops(facts, global_batch, lengths, "none") / time.step / peak,
         micro_batch_size=layout.micro_batch_size,
         grad_accum_steps=layout.grad_accum_steps,
         fits=fits,
@@ -219,7 +220,7 @@ def _stage_costs(
     layout: Layout,
     placement: StagePlacement,
     ranks: list[int],
-    seq_len: int,
+    lengths: Lengths,
     groups: _DeviceGroups,
     links: Links,
 ) -> dict[int, StageCost]:
@@ -229,14 +230,14 @@ def _stage_costs(
         if layout.config.pipeline_parallel_size == 1:
             candidates = [
                 stage_cost(
-                    facts, layout, placement, 0, seq_len, groups.rows[r], _slowest(g, layout.precision), links
+                    facts, layout, placement, 0, lengths, groups.rows[r], _slowest(g, layout.precision), links
                 )
                 for r, g in enumerate(groups.data_ranks)
             ]
             costs[s] = max(candidates, key=lambda x: x.total)
         else:
             device = _slowest(groups.stages[s], layout.precision)
-            costs[s] = stage_cost(facts, layout, placement, s, seq_len, groups.rows[0], device, links)
+            costs[s] = stage_cost(facts, layout, placement, s, lengths, groups.rows[0], device, links)
     return costs
 
 
@@ -291,9 +292,12 @@ def _float8_gathered(facts: ModelFacts, layout: Layout, layers: Sequence[int]) -
 
 @lru_cache(maxsize=256)
 def layer_costs(facts: ModelFacts, seq_len: int) -> tuple[float, ...]:
-    """Each layer's executed FLOPs per token, the head's added to the last (what stages balance)."""
-    costs = [3 * layer_flops(shape, seq_len).executed for shape in facts.layers]
-    costs[-1] += 3 * head_flops(facts, seq_len)
+    """Each layer's executed FLOPs per token, the head's added to the last (what stages balance), at
+    one length for every layer: brickwork's pipeline balances an encoder-decoder's stages without
+    knowing its target's length (parallel/balance.py), so they are placed as it places them."""
+    lengths = Lengths.one(seq_len)
+    costs = [3 * layer_flops(shape, lengths).executed for shape in facts.layers]
+    costs[-1] += 3 * head_flops(facts, lengths)
     return tuple(costs)
 
 
@@ -322,7 +326,7 @@ def _memory(
     layout: Layout,
     placement: StagePlacement,
     ranks: list[int],
-    seq_len: int,
+    lengths: Lengths,
     groups: _DeviceGroups,
 ) -> tuple[MemoryBreakdown, bool, int]:
     """(the fullest device's breakdown, whether every device fits, that device's memory)."""
@@ -331,7 +335,7 @@ def _memory(
     fits = True
     for s in ranks:
         for r, row in enumerate(groups.rows if p == 1 else groups.rows[:1]):
-            memory = rank_memory(facts, layout, placement, s, seq_len, row)
+            memory = rank_memory(facts, layout, placement, s, lengths, row)
             devices = groups.data_ranks[r] if p == 1 else groups.stages[s]
             capacity = min(dev.memory_bytes for dev in devices)
             reserved = max(dev.reserved_bytes for dev in devices)

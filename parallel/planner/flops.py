@@ -2,10 +2,13 @@
 
 Per token, a layer's forward does ``2 × (its matmul parameters)`` (an MoE layer counts the experts a
 token is routed to) plus attention's two activation-by-activation matmuls, ``QKᵀ`` and ``softmax·V``:
-``2 × 2 × s × a × d``, for the cross-attention of an encoder-decoder's decoder layer too (over the
-encoder's ``s`` outputs). The head adds ``2 ×`` its matmul parameters (``2 × h × V`` for an LM head)
-per token it reads: every token, or one per sequence for an image classifier. Backward does twice the
-forward, and full recomputation one more forward of the layers.
+``2 × 2 × s × a × d`` over the layer's own ``s`` tokens a row, and for the cross-attention of an
+encoder-decoder's decoder layer ``2 × 2 × S × a × d`` over the encoder's ``S`` outputs (lengths.py:
+a decoder layer runs the target's tokens, an encoder layer the source's). The head adds ``2 ×`` its
+matmul parameters (``2 × h × V`` for an LM head) per token it reads: every token of the target (an
+encoder-decoder's decoder output; every other model's one sequence), or one per sequence for an
+image classifier. Backward does twice the forward, and full recomputation one more forward of the
+layers.
 
 Two counts are kept apart: ``executed`` halves causal self-attention (SDPA skips the masked blocks),
 as the stage balancer does (parallel/balance.py); ``reported`` counts the whole ``s × s`` square, as
@@ -18,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
 
 
@@ -39,18 +43,23 @@ class Flops:
 
 
 @lru_cache(maxsize=4096)
-def layer_flops(shape: LayerShape, seq_len: int) -> Flops:
-    """Forward FLOPs per token of one layer at sequence length ``seq_len``."""
-    one = 4.0 * seq_len * shape.num_heads * shape.dim_head
+def layer_flops(shape: LayerShape, lengths: Lengths) -> Flops:
+    """Forward FLOPs of one layer per token of its own sequence (``lengths.of(shape)``). A decoder
+    layer's cross-attention projects its keys and values from the source's tokens, not its own."""
+    own = lengths.of(shape)
+    one = 4.0 * own * shape.num_heads * shape.dim_head
     executed = one * 0.5 if shape.causal and shape.sdpa else one
-    cross = one if shape.cross_attention else 0.0
-    return Flops(2.0 * shape.matmul_params, executed + cross, one + cross)
+    cross = 4.0 * lengths.source * shape.num_heads * shape.dim_head if shape.cross_attention else 0.0
+    cross_kv = 2 * shape.dim_model * shape.num_kv_heads * shape.dim_head if shape.cross_attention else 0
+    matmul = 2.0 * (shape.matmul_params - cross_kv) + 2.0 * cross_kv * lengths.source / own
+    return Flops(matmul, executed + cross, one + cross)
 
 
-def head_flops(facts: ModelFacts, seq_len: int) -> float:
-    """Forward FLOPs per token of the head (an image classifier's, spread over its sequence)."""
+def head_flops(facts: ModelFacts, lengths: Lengths) -> float:
+    """Forward FLOPs of the head per token of the target (an image classifier's spread over its
+    sequence)."""
     per_read = 2.0 * facts.head_params
-    return per_read / seq_len if facts.pooled_head else per_read
+    return per_read / lengths.target if facts.pooled_head else per_read
 
 
 def passes(recompute: str) -> float:
@@ -58,20 +67,22 @@ def passes(recompute: str) -> float:
     return 4.0 if recompute == "full" else 3.0
 
 
-def step_flops(facts: ModelFacts, tokens: int, seq_len: int, recompute: str, reported: bool = True) -> float:
-    """All FLOPs of a step over ``tokens`` tokens (the whole global batch, every device together)."""
-    return tokens * (
-        _layers_flops(facts, seq_len, reported) * passes(recompute) + head_flops(facts, seq_len) * 3.0
-    )
+def step_flops(
+    facts: ModelFacts, rows: int, lengths: Lengths, recompute: str, reported: bool = True
+) -> float:
+    """All FLOPs of a step over ``rows`` sequences (the whole global batch, every device together)."""
+    head = head_flops(facts, lengths) * lengths.target * 3.0
+    return rows * (_layers_flops(facts, lengths, reported) * passes(recompute) + head)
 
 
 @lru_cache(maxsize=1024)
-def _layers_flops(facts: ModelFacts, seq_len: int, reported: bool) -> float:
-    """Forward FLOPs per token of all the layers."""
-    return sum(
-        layer_flops(shape, seq_len).reported if reported else layer_flops(shape, seq_len).executed
-        for shape in facts.layers
-    )
+def _layers_flops(facts: ModelFacts, lengths: Lengths, reported: bool) -> float:
+    """Forward FLOPs of all the layers per row."""
+    total = 0.0
+    for shape in facts.layers:
+        flops = layer_flops(shape, lengths)
+        total += (flops.reported if reported else flops.executed) * lengths.of(shape)
+    return total
 
 
 @lru_cache(maxsize=4096)

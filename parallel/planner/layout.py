@@ -13,6 +13,7 @@ from brickwork.errors import ConfigError
 from brickwork.parallel.balance import split_stages
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.implementations import IMPLEMENTATIONS, Implementation
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import ModelFacts
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16", "fp16", "fp8")
@@ -135,7 +136,7 @@ def _balanced(costs: tuple[float, ...], stages: int, weights: tuple[float, ...] 
     return split_stages(costs, stages, weights)
 
 
-def check_layout(facts: ModelFacts, layout: Layout, world_size: int, seq_len: int) -> None:
+def check_layout(facts: ModelFacts, layout: Layout, world_size: int, lengths: Lengths) -> None:
     """Raise ConfigError naming the rule a layout breaks for this model, cluster and batch."""
     c = layout.config
     c.check_world_size(world_size)
@@ -158,21 +159,27 @@ def check_layout(facts: ModelFacts, layout: Layout, world_size: int, seq_len: in
             raise ConfigError(f"expert_parallel_size={ep} does not divide the {shape.num_experts} experts")
         if ep > 1 and shape.feedforward != "moe":
             raise ConfigError("expert_parallel_size > 1 needs mixture-of-experts feedforwards")
-    if seq_len % cp:
-        raise ConfigError(f"context_parallel_size={cp} does not divide seq_len={seq_len}")
-    check_sequence(facts, seq_len)
+    for key, length in (("seq_len", lengths.source), ("target_len", lengths.target)):
+        if length % cp:
+            raise ConfigError(f"context_parallel_size={cp} does not divide {key}={length}")
+    check_sequence(facts, lengths)
     if facts.num_layers < c.num_stages:
         raise ConfigError(f"{facts.num_layers} layers cannot fill {c.num_stages} pipeline stages")
 
 
-def check_sequence(facts: ModelFacts, seq_len: int) -> None:
-    """ConfigError when the model cannot take sequences of ``seq_len`` tokens."""
-    if facts.fixed_seq_len is not None and seq_len != facts.fixed_seq_len:
+def check_sequence(facts: ModelFacts, lengths: Lengths) -> None:
+    """ConfigError when the model cannot take sequences of ``lengths`` tokens."""
+    if facts.fixed_seq_len is not None and lengths.source != facts.fixed_seq_len:
         raise ConfigError(
-            f"an image encoder's sequence is its {facts.fixed_seq_len} tokens, got seq_len={seq_len}",
+            f"an image encoder's sequence is its {facts.fixed_seq_len} tokens, got seq_len={lengths.source}",
             "seq_len",
         )
-    if facts.max_seq_len is not None and seq_len > facts.max_seq_len:
+    if lengths.target != lengths.source and facts.decoder_start is None:
         raise ConfigError(
-            f"seq_len={seq_len} is beyond the model's max_seq_len={facts.max_seq_len}", "seq_len"
+            f"the {facts.kind} model reads one sequence a row; only an encoder-decoder's decoder has a "
+            "length of its own",
+            "target_len",
         )
+    for key, length in (("seq_len", lengths.source), ("target_len", lengths.target)):
+        if facts.max_seq_len is not None and length > facts.max_seq_len:
+            raise ConfigError(f"{key}={length} is beyond the model's max_seq_len={facts.max_seq_len}", key)

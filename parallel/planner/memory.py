@@ -42,6 +42,7 @@ from brickwork.parallel.planner.activations import (
     layer_activation_bytes,
 )
 from brickwork.parallel.planner.layout import Layout, StagePlacement
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import DECODER_START, FIRST, LAST, ModelFacts
 
 # Share of the memory allocated and freed within a step kept back for the caching allocator's
@@ -189,52 +190,56 @@ def state_bytes(facts: ModelFacts, groups: tuple[int | str, ...], layout: Layout
 
 
 def chunk_saved(
-    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, lengths: Lengths, rows: int
 ) -> list[tuple[int, int]]:
     """Per chunk of pipeline rank ``rank`` (one without interleaving), in its schedule's order: (bytes
     one micro-batch of ``rows`` rows keeps for backward in the chunk's layers, the encoder output its
-    decoder layers read and the embedding's on the first stage included; those the head keeps where
-    the chunk holds it)."""
+    decoder layers read (an encoder layer's boundary: source tokens) and the embeddings it runs (the
+    source's on the first stage, the target's where the decoder starts) included; those the head
+    keeps where the chunk holds it)."""
     out = []
+    start_decoder = facts.decoder_start
     for start, end in placement.chunks[rank]:
         layers = range(start, end)
-        saved = sum(layer_activation_bytes(facts.layers[i], layout, seq_len, rows).saved for i in layers)
-        if facts.decoder_start is not None and any(i >= facts.decoder_start for i in layers):
-            saved += layer_activation_bytes(facts.layers[start], layout, seq_len, rows).boundary
+        saved = sum(layer_activation_bytes(facts.layers[i], layout, lengths, rows).saved for i in layers)
+        if start_decoder is not None and any(i >= start_decoder for i in layers):
+            saved += layer_activation_bytes(facts.layers[0], layout, lengths, rows).boundary
         if placement.holds_first(rank) and start == 0:
-            saved += embedding_activation_bytes(facts, layout, seq_len, rows)
+            saved += embedding_activation_bytes(facts, layout, lengths.source, rows)
+        if start_decoder is not None and start_decoder in layers:
+            saved += embedding_activation_bytes(facts, layout, lengths.target, rows)
         last = end == placement.num_layers
-        out.append((saved, head_activation_bytes(facts, layout, seq_len, rows).saved if last else 0))
+        out.append((saved, head_activation_bytes(facts, layout, lengths.target, rows).saved if last else 0))
     return out
 
 
 def microbatch_saved(
-    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, lengths: Lengths, rows: int
 ) -> tuple[int, int]:
     """(bytes one micro-batch of ``rows`` rows keeps for backward in pipeline rank ``rank``'s layers,
     the encoder output its decoder layers read included; those its head keeps)."""
-    chunks = chunk_saved(facts, layout, placement, rank, seq_len, rows)
+    chunks = chunk_saved(facts, layout, placement, rank, lengths, rows)
     return sum(layers for layers, _ in chunks), sum(head for _, head in chunks)
 
 
 def rank_memory(
-    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, lengths: Lengths, rows: int
 ) -> MemoryBreakdown:
     """Peak memory of pipeline rank ``rank`` with ``rows`` rows per micro-batch."""
     c = layout.config
     state = state_bytes(facts, stage_groups(facts, placement, rank), layout)
     layers = placement.layers(rank)
-    per_layer = [layer_activation_bytes(facts.layers[i], layout, seq_len, rows) for i in layers]
+    per_layer = [layer_activation_bytes(facts.layers[i], layout, lengths, rows) for i in layers]
     last = placement.holds_last(rank)
-    head = head_activation_bytes(facts, layout, seq_len, rows) if last else None
+    head = head_activation_bytes(facts, layout, lengths.target, rows) if last else None
     biggest = max(per_layer, key=lambda a: a.saved, default=None)
-    chunks = tuple(a + b for a, b in chunk_saved(facts, layout, placement, rank, seq_len, rows))
+    chunks = tuple(a + b for a, b in chunk_saved(facts, layout, placement, rank, lengths, rows))
     activations = peak_in_flight(layout, rank, chunks)
     recomputed = biggest.recomputed if biggest is not None else 0
     transients = 2 * biggest.boundary if biggest is not None else 0
     if head is not None:
         transients += head.recomputed
-        if fuses_head_loss(facts, layout, rows * seq_len):
+        if fuses_head_loss(facts, layout, rows * lengths.target):
             transients += facts.head_vocab * facts.dim_model * 4  # the fp32 head weight's gradient
     compute_bytes = layout.activation_bytes
     dp = layout.data_replicas

@@ -43,6 +43,7 @@ from brickwork.parallel.planner.estimate import (
     representative_ranks,
 )
 from brickwork.parallel.planner.layout import Layout, check_layout, planned_config, stage_placement
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.memory import stage_groups, state_bytes
 from brickwork.parallel.planner.model_facts import ModelFacts
 from brickwork.parallel.planner.step_time import stage_cost
@@ -74,7 +75,7 @@ def _weights(cluster: Cluster, config: ParallelConfig, precision: str) -> tuple[
 
 
 def size_configs(
-    facts: ModelFacts, cluster: Cluster, global_batch: int, seq_len: int, step: dict[str, Any]
+    facts: ModelFacts, cluster: Cluster, global_batch: int, lengths: Lengths, step: dict[str, Any]
 ) -> Iterator[list[ParallelConfig]]:
     """For each choice of sizes that passes the divisibility rules, its configs, one per ZeRO stage."""
     world = cluster.world_size
@@ -83,7 +84,7 @@ def size_configs(
         if shape.num_heads % t or shape.num_kv_heads % t or shape.hidden_dim % t:
             continue
         for cp in divisors(world // t):
-            if cp > 1 and (seq_len < LONG_SEQUENCE or seq_len % cp):
+            if cp > 1 and (lengths.source < LONG_SEQUENCE or lengths.source % cp or lengths.target % cp):
                 continue
             for p in divisors(world // (t * cp)):
                 d = world // (t * cp * p)
@@ -121,7 +122,7 @@ def search(
     facts: ModelFacts,
     cluster: Cluster,
     global_batch: int,
-    seq_len: int,
+    lengths: Lengths,
     step: dict[str, Any],
     grad_accum_steps: int | None = None,
 ) -> tuple[list[Plan], list[Plan]]:
@@ -129,16 +130,16 @@ def search(
     world = cluster.world_size
     ranked: list[tuple[float, list[ParallelConfig]]] = []
     spilled: list[list[ParallelConfig]] = []  # sizes whose state alone overflows a device
-    for configs in size_configs(facts, cluster, global_batch, seq_len, step):
+    for configs in size_configs(facts, cluster, global_batch, lengths, step):
         probe = Layout(configs[-1], 1, 1, **step)
         try:
-            check_layout(facts, probe, world, seq_len)
+            check_layout(facts, probe, world, lengths)
         except ConfigError:
             continue
-        if _state_overflows(facts, cluster, probe, seq_len):
+        if _state_overflows(facts, cluster, probe, lengths):
             spilled.append(configs)
             continue
-        ranked.append((_time_bound(facts, cluster, probe, global_batch, seq_len), configs))
+        ranked.append((_time_bound(facts, cluster, probe, global_batch, lengths), configs))
     ranked.sort(key=lambda item: item[0])
     feasible: list[Plan] = []
     infeasible: list[Plan] = []
@@ -147,13 +148,13 @@ def search(
         if bound > KEEP_WITHIN * fastest:
             break
         for config in configs:
-            for plan in _price(facts, cluster, config, global_batch, seq_len, step, grad_accum_steps):
+            for plan in _price(facts, cluster, config, global_batch, lengths, step, grad_accum_steps):
                 (feasible if plan.fits else infeasible).append(plan)
                 if plan.fits:
                     fastest = min(fastest, plan.step_time_s)
     if not feasible and spilled:  # say how close the sizes the bound ruled out come
         for configs in spilled:
-            infeasible += _price(facts, cluster, configs[-1], global_batch, seq_len, step, grad_accum_steps)
+            infeasible += _price(facts, cluster, configs[-1], global_batch, lengths, step, grad_accum_steps)
     feasible = [p for p in feasible if p.step_time_s <= KEEP_WITHIN * fastest]
     feasible.sort(key=lambda p: (p.step_time_s, p.memory_bytes))
     if feasible:
@@ -168,7 +169,7 @@ def _price(
     cluster: Cluster,
     config: ParallelConfig,
     global_batch: int,
-    seq_len: int,
+    lengths: Lengths,
     step: dict[str, Any],
     grad_accum_steps: int | None,
 ) -> Iterator[Plan]:
@@ -182,17 +183,17 @@ def _price(
         family = (c.pipeline_schedule, c.virtual_pipeline_size, c.activation_checkpointing)
         if family in too_big and layout.micro_batch_size > too_big[family]:
             continue
-        plan = estimate_layout(facts, cluster, layout, global_batch, seq_len)
+        plan = estimate_layout(facts, cluster, layout, global_batch, lengths)
         if not plan.fits:
             too_big[family] = min(too_big.get(family, layout.micro_batch_size), layout.micro_batch_size)
         yield dataclasses.replace(plan, chosen=chosen_values(plan, ALL_OPEN))
 
 
-def _state_overflows(facts: ModelFacts, cluster: Cluster, layout: Layout, seq_len: int) -> bool:
+def _state_overflows(facts: ModelFacts, cluster: Cluster, layout: Layout, lengths: Lengths) -> bool:
     """Whether the parameters, gradients and optimizer state of some pipeline rank, under ``layout``'s
     ZeRO stage (the most sharding of its sizes), exceed the smallest device."""
     c = layout.config
-    placement = stage_placement(facts, c, layer_costs(facts, seq_len))
+    placement = stage_placement(facts, c, layer_costs(facts, lengths.source))
     capacity = min(d.memory_bytes - d.reserved_bytes for d in cluster.distinct)
     for rank in representative_ranks(facts, placement):
         state = state_bytes(facts, stage_groups(facts, placement, rank), layout)
@@ -202,7 +203,7 @@ def _state_overflows(facts: ModelFacts, cluster: Cluster, layout: Layout, seq_le
 
 
 def _time_bound(
-    facts: ModelFacts, cluster: Cluster, layout: Layout, global_batch: int, seq_len: int
+    facts: ModelFacts, cluster: Cluster, layout: Layout, global_batch: int, lengths: Lengths
 ) -> float:
     """A lower bound on the step time of every layout with ``layout``'s sizes: the pipeline ranks'
     mean work for the whole batch of this rank at once (no recomputation, bubble or data-parallel
@@ -210,13 +211,13 @@ def _time_bound(
     c = dataclasses.replace(layout.config, activation_checkpointing="none")
     rows = global_batch // c.data_parallel_size
     bound = dataclasses.replace(layout, config=c, micro_batch_size=rows)
-    placement = stage_placement(facts, c, layer_costs(facts, seq_len))
+    placement = stage_placement(facts, c, layer_costs(facts, lengths.source))
     device = max(cluster.distinct, key=lambda d: (d.rate(layout.precision), d.memory_bandwidth))
     links = links_of(cluster, c)
     p = c.pipeline_parallel_size
     total = 0.0
     for rank in range(p):
-        total += stage_cost(facts, bound, placement, rank, seq_len, rows, device, links).total
+        total += stage_cost(facts, bound, placement, rank, lengths, rows, device, links).total
     return total / p
 
 

@@ -60,6 +60,7 @@ from brickwork.parallel.planner.devices import Device
 from brickwork.parallel.planner.float8 import cast_bytes, converted, float8_flops
 from brickwork.parallel.planner.flops import head_flops, layer_flops, layer_matmuls, passes
 from brickwork.parallel.planner.layout import Layout, StagePlacement
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
 
 # Bytes element-wise work moves per byte of a layer's activations, per forward-equivalent pass: it
@@ -158,38 +159,49 @@ class StageCost:
 
 
 def microbatch_volumes(
-    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, rows: int
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, lengths: Lengths, rows: int
 ) -> dict[str, float]:
     """Bytes of each collective's full buffer (all-reduce: the tensor; all-gather: its output;
-    all-to-all: the rows leaving the rank; send: the tensor) per micro-batch on pipeline rank
-    ``rank``, as ``benchmarks/parallel_comm.py`` counts them."""
+    all-to-all: the rows leaving the rank; send: the tensor) per micro-batch of ``rows`` rows on
+    pipeline rank ``rank``, as ``benchmarks/parallel_comm.py`` counts them."""
     c = layout.config
     t, cp, ep = c.tensor_parallel_size, c.context_parallel_size, c.expert_parallel_size
-    tokens = rows * seq_len
     act = layout.activation_bytes
     tp_again, cp_again, ep_again = recomputed_collectives(layout)
-    boundary = tokens / cp * facts.dim_model * act
+
+    def boundary(length: int) -> float:  # the hidden states of rows of ``length`` tokens, this rank's
+        return rows * length / cp * facts.dim_model * act
+
     out = {"tp all-reduce": 0.0, "cp all-gather": 0.0, "ep all-to-all": 0.0, "pp send": 0.0}
     # Split norm outputs are all-gathered again in backward: half an all-reduce each.
     regathers = c.sequence_parallel and not layout.implementation.gathered_norm_outputs
     for i in placement.layers(rank):
         shape = facts.layers[i]
+        own = lengths.of(shape)
         if t > 1:
-            out["tp all-reduce"] += (4 + tp_again) * boundary
-            out["tp all-reduce"] += (shape.attentions + 1) * boundary / 2 if regathers else 0.0
-        if cp > 1:
-            kv = 2 * shape.num_kv_heads * shape.dim_head / t * tokens * act
+            out["tp all-reduce"] += (4 + tp_again) * boundary(own)
+            out["tp all-reduce"] += (shape.attentions + 1) * boundary(own) / 2 if regathers else 0.0
+        if cp > 1:  # the keys and values of the whole sequence, and of the source cross-attention reads
+            keys = own + (lengths.source if shape.cross_attention else 0)
+            kv = 2 * shape.num_kv_heads * shape.dim_head / t * rows * keys * act
             out["cp all-gather"] += (3 if cp_again else 2) * kv
         if shape.feedforward == "moe" and ep > 1:
-            routed = tokens / cp * shape.top_k * facts.dim_model * act * (ep - 1) / ep
+            routed = rows * own / cp * shape.top_k * facts.dim_model * act * (ep - 1) / ep
             out["ep all-to-all"] += (6 if ep_again else 4) * routed
     if t > 1:
-        # The vocab-parallel embedding's output, and the head input's gradient.
-        out["tp all-reduce"] += boundary * (placement.holds_first(rank) + placement.holds_last(rank))
+        # The vocab-parallel embeddings' outputs (the decoder's where it starts), the head input's gradient.
+        embeds = boundary(lengths.source) * placement.holds_first(rank)
+        starts = facts.decoder_start is not None and facts.decoder_start in placement.layers(rank)
+        embeds += boundary(lengths.target) * starts
+        out["tp all-reduce"] += embeds + boundary(lengths.target) * placement.holds_last(rank)
     if c.pipeline_parallel_size > 1:
-        # Under sequence parallel the boundary activation is sequence-sharded over the TP group.
-        sent = boundary / (t if c.sequence_parallel else 1)
-        out["pp send"] = 2 * c.virtual_pipeline_size * sent
+        # Each chunk sends its last layer's output (a decoder chunk also the encoder output its
+        # successors read); under sequence parallel sharded over the TP group.
+        sent = 0.0
+        for _, end in placement.chunks[rank]:
+            decoding = facts.decoder_start is not None and end > facts.decoder_start
+            sent += boundary(lengths.source) + (boundary(lengths.target) if decoding else 0.0)
+        out["pp send"] = 2 * sent / (t if c.sequence_parallel else 1)
     return out
 
 
@@ -269,7 +281,7 @@ def stage_cost(
     layout: Layout,
     placement: StagePlacement,
     rank: int,
-    seq_len: int,
+    lengths: Lengths,
     rows: int,
     device: Device,
     links: Links,
@@ -277,7 +289,6 @@ def stage_cost(
     """Seconds per micro-batch of ``rows`` sequences on pipeline rank ``rank``, on ``device``."""
     c = layout.config
     t, cp = c.tensor_parallel_size, c.context_parallel_size
-    tokens = rows * seq_len  # of the micro-batch; this rank computes its 1/cp of them
     mode = c.activation_checkpointing
     # Selective recomputation redoes the element-wise work (a fourth pass of it), or where it keeps
     # all but the attention core, that core's matmuls.
@@ -286,30 +297,30 @@ def stage_cost(
     flops = recompute_flops = traffic = 0.0
     eager = 1.0 if layout.implementation.fused_elementwise else EAGER_ELEMENTWISE
     rate = device.rate(layout.precision)
-    share = tokens / (t * cp)
+    share = rows / (t * cp)  # the rows' share of this rank; a layer's tokens are its length times it
     for i in placement.layers(rank):
         shape = facts.layers[i]
-        f = layer_flops(shape, seq_len)
-        flops += f.executed * share * passes(mode)
+        f, own = layer_flops(shape, lengths), lengths.of(shape)
+        flops += f.executed * own * share * passes(mode)
         dropped = recomputed_matmuls(shape, layout)
         if mode == "full":
-            recompute_flops += f.executed * share
+            recompute_flops += f.executed * own * share
         elif mode == "selective" and core_only:
-            recompute_flops += f.attention_executed * share
+            recompute_flops += f.attention_executed * own * share
         elif dropped:
-            recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in dropped) * share
-        everything = layer_activation_bytes(shape, layout, seq_len, rows).everything
+            recompute_flops += 2 * sum(layer_matmuls(shape, 1)[j][1] for j in dropped) * own * share
+        everything = layer_activation_bytes(shape, layout, lengths, rows).everything
         traffic += ELEMENTWISE_TRAFFIC * everything * elementwise_passes * eager
     # Fused attention at the device's own attention rate, where it has one, taken out of the matmuls.
-    moved, moved_again, fused, fused_again = _fused_attention(facts, layout, placement, rank, seq_len, device)
+    moved, moved_again, fused, fused_again = _fused_attention(facts, layout, placement, rank, lengths, device)
     flops, recompute_flops = flops - moved * share, recompute_flops - moved_again * share
     flops += recompute_flops if mode == "selective" else 0.0
     launches = LAUNCH_SECONDS * len(placement.layers(rank))
     if placement.holds_last(rank):
-        flops += 3 * head_flops(facts, seq_len) * tokens / (t * cp)
-        traffic += head_traffic(facts, layout, tokens / cp)
-    float8, recompute_float8, casts = _float8_work(facts, layout, placement, rank, tokens)
-    volumes = microbatch_volumes(facts, layout, placement, rank, seq_len, rows)
+        flops += 3 * head_flops(facts, lengths) * lengths.target * share
+        traffic += head_traffic(facts, layout, rows * lengths.target / cp)
+    float8, recompute_float8, casts = _float8_work(facts, layout, placement, rank, lengths, rows)
+    volumes = microbatch_volumes(facts, layout, placement, rank, lengths, rows)
     elementwise = (traffic + casts) / device.memory_bandwidth
     float8_cost = _float8_cost(layout, device)
     matmul_seconds = (flops - float8 + float8 * float8_cost) / rate + fused * share
@@ -319,7 +330,7 @@ def stage_cost(
     return StageCost(
         matmul_seconds + elementwise + launches,
         recomputed,
-        _tensor_parallel_seconds(facts, layout, placement, rank, volumes, tokens / cp, device, links),
+        _tensor_parallel_seconds(facts, layout, placement, rank, volumes, lengths, rows / cp, device, links),
         _gather(volumes["cp all-gather"], cp, links.cp),
         volumes["ep all-to-all"] / links.ep,
         volumes["pp send"] / links.pp,
@@ -327,16 +338,18 @@ def stage_cost(
 
 
 def _fused_attention(
-    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, seq_len: int, device: Device
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, lengths: Lengths, device: Device
 ) -> tuple[float, float, float, float]:
-    """Per token of pipeline rank ``rank``, where its fused attention kernels run at ``device``'s own
+    """Per row of pipeline rank ``rank``, where its fused attention kernels run at ``device``'s own
     attention rate (it has one, and the implementation runs torch's SDPA: Device.attention_rate):
     (the FLOPs they take out of the matmuls', of them the recomputation's, the seconds they take at
     that rate, their backward 2.5 forwards, of them the recomputation's); zeros otherwise."""
     if not (device.attention_fraction and layout.implementation.sdpa_attention):
         return 0.0, 0.0, 0.0, 0.0
     layers = (facts.layers[i] for i in placement.layers(rank))
-    forward = sum(layer_flops(shape, seq_len).attention_executed for shape in layers if shape.sdpa)
+    forward = sum(
+        layer_flops(shape, lengths).attention_executed * lengths.of(shape) for shape in layers if shape.sdpa
+    )
     mode = layout.config.activation_checkpointing
     core_only = layout.implementation.selective == "attention_core"
     again = forward if mode == "full" or (mode == "selective" and core_only) else 0.0
@@ -350,22 +363,24 @@ def _float8_cost(layout: Layout, device: Device) -> float:
 
 
 def _float8_work(
-    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, tokens: float
+    facts: ModelFacts, layout: Layout, placement: StagePlacement, rank: int, lengths: Lengths, rows: int
 ) -> tuple[float, float, float]:
-    """At fp8, per micro-batch of ``tokens`` tokens on pipeline rank ``rank``: (FLOPs of its float8
+    """At fp8, per micro-batch of ``rows`` rows on pipeline rank ``rank``: (FLOPs of its float8
     matmuls, of them recomputed, bytes their casts move); zeros at another precision."""
     if layout.precision != "fp8":
         return 0.0, 0.0, 0.0
     c = layout.config
     t, cp, mode = c.tensor_parallel_size, c.context_parallel_size, c.activation_checkpointing
     rule = layout.implementation.float8_linears
-    share = tokens / (t * cp)
     float8 = recomputed = casts = 0.0
     for i in placement.layers(rank):
-        forward, again = float8_flops(facts.layers[i], rule, recomputed_matmuls(facts.layers[i], layout))
+        shape = facts.layers[i]
+        tokens = rows * lengths.of(shape) / cp  # this rank's
+        share = tokens / t
+        forward, again = float8_flops(shape, rule, recomputed_matmuls(shape, layout))
         float8 += forward * share * passes(mode) + again * share
         recomputed += (forward if mode == "full" else again) * share
-        casts += cast_bytes(facts.layers[i], rule, t, tokens / cp)
+        casts += cast_bytes(shape, rule, t, tokens)
     return float8, recomputed, casts
 
 
@@ -375,11 +390,12 @@ def _tensor_parallel_seconds(
     placement: StagePlacement,
     rank: int,
     volumes: dict[str, float],
-    tokens: float,
+    lengths: Lengths,
+    rows: float,
     device: Device,
     links: Links,
 ) -> float:
-    """The tensor-parallel seconds a micro-batch of ``tokens`` tokens (this rank's) shows on
+    """The tensor-parallel seconds a micro-batch of ``rows`` rows (this rank's share of them) shows on
     ``device``: all of its collectives, or, where the implementation overlaps them, what outlasts the
     matmul each is pipelined with (:func:`overlapped_pairs`)."""
     t = layout.config.tensor_parallel_size
@@ -391,6 +407,7 @@ def _tensor_parallel_seconds(
     # of the matmul's: the all-gather's first piece is local, the reduce-scatter's last is its own.
     beside = (t - 1) / t / device.rate(layout.precision)
     for i in placement.layers(rank):
+        tokens = rows * lengths.of(facts.layers[i])
         for nbytes, mm in overlapped_pairs(facts.layers[i], layout, tokens, float8_cost):
             alone = _gather(nbytes, t, links.tp)
             seconds += _beside(alone, mm * beside, links.contention) - alone

@@ -9,6 +9,7 @@ import pytest
 from benchmarks.attention_rate import causal_forward_flops, main
 from brickwork.factory import get_preset
 from brickwork.parallel.planner.flops import layer_flops
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import model_facts
 
 
@@ -18,7 +19,7 @@ def test_the_count_is_the_planners_for_a_fused_causal_kernel() -> None:
     shape = model_facts(get_preset("llama3-8b")).layers[0]
     assert shape.sdpa and shape.causal
     length, batch = 8192, 2
-    per_token = layer_flops(shape, length).attention_executed
+    per_token = layer_flops(shape, Lengths.one(length)).attention_executed
     assert causal_forward_flops(batch, shape.num_heads, length, shape.dim_head) == pytest.approx(
         per_token * batch * length, rel=1e-12
     )

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from brickwork.cli import main
-from brickwork.parallel import ParallelConfig
+from brickwork.factory import get_preset
+from brickwork.parallel import ParallelConfig, plan
 
 TERM = re.compile(
     r"(compute|recompute|bubble|TP comm|CP comm|EP comm|PP sends|DP comm|offload|stage imbalance) [+-]"
@@ -66,3 +67,17 @@ def test_plan_reports_a_bad_override_at_its_key(capsys: pytest.CaptureFixture[st
     code = main(["plan", "llama", "decoder.block.attention.num_heads=7", "--devices", "8xH100-80GB"])
     assert code == 2
     assert "decoder.block.attention" in capsys.readouterr().err
+
+
+def test_plan_prices_an_encoder_decoder_at_the_lengths_its_task_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """T5's span corruption cuts 16 spans of 3 from a window of 512: 480 tokens for the encoder, 64
+    (each span behind its sentinel) for the decoder."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--devices", "8xH100-80GB", "--global-batch", "64", "--seq-len", "512", "--top", "1"]
+    assert main(["plan", "t5-small", *args]) == 0
+    printed = capsys.readouterr().out
+    assert "its seq2seq task puts 480 source and 64 target tokens a row" in printed
+    best = plan(get_preset("t5-small"), "8xH100-80GB", global_batch=64, seq_len=480, target_len=64)[0]
+    assert _rows(printed)[0][1] == best.name and _rows(printed)[0][5] == f"{best.tokens_per_s:,.0f}"

@@ -33,6 +33,10 @@ def test_span_corruption_puts_back_the_original_window() -> None:
     assert batch["labels"].shape == (8, spans * (SPAN_LENGTH + 1))
     assert (batch["decoder_input_ids"][:, 0] == DECODER_START_ID).all()
     assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1])
+    # What the planner and MFU count: the lengths the encoder and the decoder read.
+    source, target = TASKS["seq2seq"].model_lengths(seq_len)
+    assert (source, target) == (batch["input_ids"].shape[1], batch["decoder_input_ids"].shape[1])
+    assert TASKS["causal_lm"].model_lengths(seq_len) == (seq_len, seq_len)
     text = bytes(TOKENS.tolist())
     for inputs, labels in zip(batch["input_ids"].tolist(), batch["labels"].tolist()):
         filled = {

@@ -13,6 +13,7 @@ from brickwork.cli import main
 from brickwork.factory import get_preset
 from brickwork.parallel.planner.devices import DEVICE_PRESETS
 from brickwork.train.mfu import run_utilization
+from brickwork.train.tasks import TASKS
 
 CPU = torch.device("cpu")
 
@@ -54,6 +55,24 @@ def test_mfu_is_unknown_on_a_cpu_and_for_models_the_planner_does_not_count(
     assert uncounted.unknown == "no FLOP count: the planner does not cover reversible layers yet"
     encoder = run_utilization(get_preset("bert-base"), seq_len=64, precision="bf16", device=CPU, devices=1)
     assert encoder.unknown is None and encoder.mfu(1e6) > 0  # every model kind is planned
+
+
+def test_an_encoder_decoders_mfu_counts_the_lengths_its_task_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """T5 small's span corruption reads 480 source and 64 target tokens from a window of 512; its
+    FLOPs per window token: each stack's weights over its own tokens (the decoder's cross-attention
+    keys and values over the source's), attention's squares at their lengths, the tied head over the
+    target, written out here."""
+    known_device(monkeypatch, "H100-80GB")
+    h, f, a, d, vocab, layers, window = 512, 2048, 8, 64, 32128, 6, 512
+    source, target = TASKS["seq2seq"].model_lengths(window)
+    assert (source, target) == (480, 64)
+    encoder = 2 * (4 * h * h + 2 * h * f) * source + 4 * source * source * a * d
+    decoder = 2 * (6 * h * h + 2 * h * f) * target + 2 * 2 * h * h * source
+    decoder += 4 * target * target * a * d + 4 * target * source * a * d
+    per_window_token = 3 * (layers * (encoder + decoder) + 2 * h * vocab * target) / window
+    spec = get_preset("t5-small")
+    utilization = run_utilization(spec, window, "bf16", CPU, 1, (source, target))
+    assert utilization.flops_per_token == pytest.approx(per_window_token, rel=1e-12)
 
 
 RUN = [

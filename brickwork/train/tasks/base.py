@@ -80,6 +80,12 @@ class Task:
         self.check(batch)
         return batch
 
+    def model_lengths(self, seq_len: int) -> tuple[int, int]:
+        """(source, target): the tokens a row drawn from a window of ``seq_len`` puts through the
+        model's encoder (every other model's one sequence) and an encoder-decoder's decoder; what
+        the planner prices and MFU counts."""
+        return seq_len, seq_len
+
     def forward(self, model: nn.Module, batch: Batch) -> Any:
         """The model's output on ``batch``."""
         return model(**{k: batch[k] for k in self.inputs if k in batch})

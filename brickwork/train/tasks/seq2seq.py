@@ -68,6 +68,10 @@ class Seq2Seq(TextTask):
     extra_ids = NUM_SENTINELS
     extra_ids_note = f" and {NUM_SENTINELS} sentinels"
 
+    def model_lengths(self, seq_len: int) -> tuple[int, int]:
+        spans = span_count(seq_len)  # each span leaves its sentinel in the input, and adds it to the labels
+        return seq_len - spans * (SPAN_LENGTH - 1), spans * (SPAN_LENGTH + 1)
+
     def forward(self, model: nn.Module, batch: Batch) -> Any:
         if isinstance(model, EncoderDecoder):
             return model(batch["input_ids"], batch["decoder_input_ids"], src_mask=batch.get("attention_mask"))

@@ -18,6 +18,7 @@ from brickwork.parallel import parallel_state, parallelize
 from brickwork.train import TrainStep
 
 BATCH, SEQ = 4, 32
+TARGET = SEQ // 4  # an encoder-decoder's decoder tokens a row, fewer than its source's, as T5's
 
 
 def gpt_spec(layers: int = 2, vocab: int = 128) -> dict[str, Any]:
@@ -67,13 +68,14 @@ TASKS = {"decoder_lm": "causal_lm", "encoder": "masked_lm", "encoder_decoder": "
 
 def batch_for(spec: dict[str, Any], ids: torch.Tensor) -> dict[str, torch.Tensor]:
     """One batch of ``spec``'s task from the token ids ``ids`` [B, T]: labels are the ids (every
-    position scored; a masked LM's one in four), a seq2seq target is the ids reversed."""
+    position scored; a masked LM's one in four), a seq2seq target is the first ``TARGET`` ids
+    reversed."""
     if spec["model"] == "encoder":
         labels = ids.clone()
         labels[:, 1::4] = -100
         return {"input_ids": ids, "labels": labels}
     if spec["model"] == "encoder_decoder":
-        target = ids.flip(-1)
+        target = ids[:, :TARGET].flip(-1)
         return {"input_ids": ids, "decoder_input_ids": target, "labels": target}
     return {"input_ids": ids, "labels": ids}
 

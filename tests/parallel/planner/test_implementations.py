@@ -8,6 +8,7 @@ from brickwork.parallel import ParallelConfig
 from brickwork.parallel.planner.activations import layer_activation_bytes
 from brickwork.parallel.planner.implementations import IMPLEMENTATIONS
 from brickwork.parallel.planner.layout import Layout
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import model_facts
 
 
@@ -26,7 +27,9 @@ def test_a_glu_that_keeps_its_input_only_saves_one_hidden_activation() -> None:
             tensor_parallel_size=tp, sequence_parallel=True, activation_checkpointing=recompute
         )
         kept = [
-            layer_activation_bytes(shape, Layout(config, rows, implementation=i), seq, rows).saved
+            layer_activation_bytes(
+                shape, Layout(config, rows, implementation=i), Lengths.one(seq), rows
+            ).saved
             for i in (four_tensors, megatron)
         ]
         assert kept[0] - kept[1] == hidden_bytes, recompute

@@ -11,9 +11,11 @@ import torch
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import ParallelConfig, plan
+from brickwork.parallel.planner import estimate
 from brickwork.parallel.planner.activations import layer_activation_bytes
-from brickwork.parallel.planner.flops import layer_flops
+from brickwork.parallel.planner.flops import layer_flops, step_flops
 from brickwork.parallel.planner.layout import Layout
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import DECODER_START, FIRST, LAST, model_facts
 
 KINDS = {
@@ -68,9 +70,9 @@ def test_an_image_encoder_takes_its_own_sequence() -> None:
 
 def test_encoder_attention_is_not_causal_and_cross_attention_adds_its_square() -> None:
     bert, t5 = model_facts("bert-base"), model_facts("t5-small")
-    encoder = layer_flops(bert.layers[0], 512)
+    encoder = layer_flops(bert.layers[0], Lengths.one(512))
     assert encoder.attention_executed == encoder.attention_reported == 4 * 512 * 768
-    decoder = layer_flops(t5.layers[-1], 512)
+    decoder = layer_flops(t5.layers[-1], Lengths.one(512))
     assert decoder.attention_executed == 4 * 512 * 512 * (0.5 + 1)  # causal self, whole cross
     assert decoder.attention_reported == 4 * 512 * 512 * 2
 
@@ -82,8 +84,10 @@ def test_the_device_decides_whether_attention_keeps_its_scores() -> None:
     shape = model_facts("bert-base").layers[0]  # attention dropout 0.1, a 1-byte mask on the GPU
     config = ParallelConfig()
     seq, a, h, f = 512, 12, 768, 3072
-    cpu = layer_activation_bytes(shape, Layout(config, 1, precision="fp32", gpu_kernels=False), seq, 1)
-    gpu = layer_activation_bytes(shape, Layout(config, 1, precision="fp32", gpu_kernels=True), seq, 1)
+    on_cpu = Layout(config, 1, precision="fp32", gpu_kernels=False)
+    on_gpu = Layout(config, 1, precision="fp32", gpu_kernels=True)
+    cpu = layer_activation_bytes(shape, on_cpu, Lengths.one(seq), 1)
+    gpu = layer_activation_bytes(shape, on_gpu, Lengths.one(seq), 1)
     scores = 3 * a * seq * 4 + h * 4 - a * 4  # math keeps these, the fused kernel its log-sum-exp
     masks = (h + f) * (4 - 1)  # the residual and hidden dropouts' masks: fp32 against a boolean
     assert cpu.saved - gpu.saved == seq * (scores + masks)
@@ -91,10 +95,71 @@ def test_the_device_decides_whether_attention_keeps_its_scores() -> None:
     spec = copy.deepcopy(get_preset("gpt2"))
     spec["decoder"]["block"]["attention"]["mechanism"]["backend"] = "math"
     explicit = model_facts(spec).layers[0]
-    on_gpu = Layout(config, 1, precision="fp32", gpu_kernels=True)
     # A mechanism that computes its scores itself keeps them on any device.
     kept = (
-        layer_activation_bytes(explicit, on_gpu, seq, 1).saved
-        - layer_activation_bytes(sdpa, on_gpu, seq, 1).saved
+        layer_activation_bytes(explicit, on_gpu, Lengths.one(seq), 1).saved
+        - layer_activation_bytes(sdpa, on_gpu, Lengths.one(seq), 1).saved
     )
     assert kept >= seq * a * seq * 4
+
+
+def test_an_encoder_decoder_counts_its_source_and_target_apart() -> None:
+    """T5 small (width 512, 8 heads of 64, feedforward 2048, no biases, 6 + 6 layers, the 32128-row
+    tied head) with 480 source and 64 target tokens a row, as its span corruption makes them from a
+    window of 512: the encoder's layers work on the source, the decoder's on the target, and the
+    decoder's cross-attention projects its keys and values from the source and attends to it."""
+    h, f, a, d, vocab, layers = 512, 2048, 8, 64, 32128, 6
+    source, target, rows = 480, 64, 3
+    encoder = 2.0 * (4 * h * h + 2 * h * f) * source + 4.0 * source * source * a * d
+    decoder_matmuls = 2.0 * (6 * h * h + 2 * h * f) * target + 2.0 * (2 * h * h) * source
+    self_attention, cross_attention = 4.0 * target * target * a * d, 4.0 * target * source * a * d
+    head = 2.0 * h * vocab * target
+    facts = model_facts("t5-small")
+    lengths = Lengths(source, target)
+    reported = layers * (encoder + decoder_matmuls + self_attention + cross_attention) + head
+    assert step_flops(facts, rows, lengths, "none") == pytest.approx(3 * rows * reported, rel=1e-12)
+    executed = reported - layers * self_attention / 2  # SDPA skips the causal mask's upper half
+    assert step_flops(facts, rows, lengths, "none", reported=False) == pytest.approx(
+        3 * rows * executed, rel=1e-12
+    )
+    # Full recomputation runs the layers' forward once more, not the head's.
+    full = step_flops(facts, rows, lengths, "full") - step_flops(facts, rows, lengths, "none")
+    assert full == pytest.approx(rows * (reported - head), rel=1e-12)
+
+
+def test_a_target_length_left_out_is_the_sources() -> None:
+    plans = [
+        plan("t5-small", "8xH100-80GB", global_batch=64, seq_len=512, target_len=target)
+        for target in (None, 512, 64)
+    ]
+    assert [p.name for p in plans[0]] == [p.name for p in plans[1]]
+    assert [p.step_time_s for p in plans[0]] == [p.step_time_s for p in plans[1]]
+    short = plans[2][0]
+    assert short.step_time_s < plans[0][0].step_time_s and short.memory_bytes < plans[0][0].memory_bytes
+    assert short.tokens_per_s == 64 * 512 / short.step_time_s  # the rate counts source tokens
+
+
+@pytest.mark.parametrize(
+    ("preset", "dist", "sizes", "message"),
+    [
+        ("gpt2", None, {"seq_len": 1024, "target_len": 128}, "the decoder_lm model reads one sequence a row"),
+        ("bert-base", None, {"seq_len": 512, "target_len": 64}, "the encoder model reads one sequence a row"),
+        ("t5-small", None, {"seq_len": 512, "target_len": 1024}, "target_len=1024 is beyond the model's"),
+        ("t5-small", None, {"seq_len": 512, "target_len": 0}, "must be an integer >= 1, got 0"),
+        (
+            "t5-small",
+            {"context_parallel_size": 8},
+            {"seq_len": 512, "target_len": 60},
+            "does not divide target_len=60",
+        ),
+    ],
+)
+def test_a_target_length_is_an_encoder_decoders_own(
+    preset: str, dist: dict | None, sizes: dict, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as raised:
+        if dist is None:
+            plan(preset, "8xH100-80GB", global_batch=64, **sizes)
+        else:
+            estimate(preset, "8xH100-80GB", dist, global_batch=64, **sizes)
+    assert raised.value.path == "target_len" or dist is not None

@@ -15,6 +15,7 @@ from brickwork.parallel.planner import parse_cluster
 from brickwork.parallel.planner.flops import layer_flops, layer_matmuls
 from brickwork.parallel.planner.implementations import IMPLEMENTATIONS
 from brickwork.parallel.planner.layout import Layout, stage_placement
+from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import model_facts
 from brickwork.parallel.planner.step_time import (
     Links,
@@ -107,8 +108,10 @@ def test_the_comm_model_counts_what_the_comm_benchmark_measures(layout: str) -> 
     config = ParallelConfig.from_dict(dist, world_size=2)
     rows = BATCH // config.data_parallel_size
     model = Layout(config, rows, precision="fp32")
-    placement = stage_placement(facts, config, [layer_flops(s, SEQ).executed for s in facts.layers])
-    per_microbatch = microbatch_volumes(facts, model, placement, 0, SEQ, rows)
+    placement = stage_placement(
+        facts, config, [layer_flops(s, Lengths.one(SEQ)).executed for s in facts.layers]
+    )
+    per_microbatch = microbatch_volumes(facts, model, placement, 0, Lengths.one(SEQ), rows)
     local = facts.num_parameters if layout != "tp2" else None
     if layout == "tp2":
         # The benchmark's analytical minimum, which its measurement meets but for loss-parallel
@@ -157,7 +160,7 @@ def test_overlapped_tensor_parallel_hides_each_collective_under_its_own_matmul(n
     boundary = tokens * shape.dim_model * layout.activation_bytes
     pairs = overlapped_pairs(shape, layout, tokens)
     # An all-reduce is two gathers' worth; the embedding's and the head's (one each) are not paired.
-    volume = microbatch_volumes(facts, layout, placement, 0, SEQ, 2)["tp all-reduce"]
+    volume = microbatch_volumes(facts, layout, placement, 0, Lengths.one(SEQ), 2)["tp all-reduce"]
     assert sum(nbytes for nbytes, _ in pairs) == pytest.approx(2 * (volume - 2 * boundary))
     q, k, v, o, gate, up, down = (2 * tokens * weights for _, weights in layer_matmuls(shape, 2))
     assert {mm for _, mm in pairs} <= {q + k + v, o, gate + up, down, 0.0}
@@ -167,7 +170,7 @@ def test_overlapped_tensor_parallel_hides_each_collective_under_its_own_matmul(n
     # less the (t - 1)/t of each matmul it ran beside.
     device = parse_cluster("2xH100-80GB").devices[0]
     bandwidth = 1e6
-    cost = stage_cost(facts, layout, placement, 0, SEQ, 2, device, Links(*[bandwidth] * 5))
+    cost = stage_cost(facts, layout, placement, 0, Lengths.one(SEQ), 2, device, Links(*[bandwidth] * 5))
     hidden = sum(mm for _, mm in pairs) / 2 / device.rate(layout.precision)
     assert cost.tensor_parallel == pytest.approx(volume / bandwidth - hidden, rel=1e-9)
 
@@ -186,8 +189,8 @@ def test_fused_attention_runs_at_the_devices_attention_rate(mode: str, name: str
     h100 = parse_cluster("H100-80GB").devices[0]
     as_matmuls = dataclasses.replace(h100, attention_fraction=0.0)
     links = Links(*[1e12] * 5)
-    own = stage_cost(facts, layout, placement, 0, SEQ, 2, h100, links)
-    plain = stage_cost(facts, layout, placement, 0, SEQ, 2, as_matmuls, links)
+    own = stage_cost(facts, layout, placement, 0, Lengths.one(SEQ), 2, h100, links)
+    plain = stage_cost(facts, layout, placement, 0, Lengths.one(SEQ), 2, as_matmuls, links)
     shape = facts.layers[0]
     attention = 2 * 2 * SEQ * (4.0 * SEQ * shape.num_heads * shape.dim_head / 2)  # 2 layers, 2 rows
     redone = {"none": 0.0, "full": 1.0, "selective": 1.0 if name == "megatron" else 0.0}[mode]
@@ -210,8 +213,10 @@ def test_expert_parallel_traffic_is_the_benchmarks_under_balanced_routing() -> N
     facts = model_facts(spec(moe=True))
     config = ParallelConfig.from_dict({"data_parallel_size": 2, "expert_parallel_size": 2}, world_size=2)
     layout = Layout(config, BATCH // 2, precision="fp32")
-    placement = stage_placement(facts, config, [layer_flops(s, SEQ).executed for s in facts.layers])
-    volume = microbatch_volumes(facts, layout, placement, 0, SEQ, BATCH // 2)["ep all-to-all"]
+    placement = stage_placement(
+        facts, config, [layer_flops(s, Lengths.one(SEQ)).executed for s in facts.layers]
+    )
+    volume = microbatch_volumes(facts, layout, placement, 0, Lengths.one(SEQ), BATCH // 2)["ep all-to-all"]
     assert volume == 65_536
     assert abs(volume / 67_584 - 1) < 0.05
 
