@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from brickwork.parallel.planner.flops import layer_matmuls
+from brickwork.parallel.planner.flops import feedforward_start, layer_matmuls
 from brickwork.parallel.planner.model_facts import LayerShape
 
 # Bytes moved per element of a bf16 tensor cast to float8 with a dynamic tensorwise scale: read for
@@ -52,7 +52,7 @@ def converted(shape: LayerShape, rule: str) -> tuple[bool, ...]:
     matmuls = layer_matmuls(shape, 1)
     out = []
     for i, (width, weights) in enumerate(matmuls):
-        if shape.fused_qkv and i % 4 < 3 and i < 4 * shape.attentions:
+        if shape.fused_qkv and i % 4 < 3 and i < feedforward_start(shape):
             # q, k and v are one linear (qkv_proj): judged by its whole output.
             first = i - i % 4
             width = sum(w for w, _ in matmuls[first : first + 3])
@@ -79,12 +79,12 @@ def float8_weights(shape: LayerShape, rule: str, t: int, ep: int = 1) -> float:
     """Weight elements of one layer's converted linears on a tensor-parallel rank of ``t``: what a
     float8 all-gather moves in one byte each (a mixture of experts' rank holds ``num_experts / ep``
     experts, where :func:`flops.layer_matmuls` counts the ``top_k`` a token runs)."""
-    attention = 4 * shape.attentions
+    feedforward = feedforward_start(shape)
     total = 0.0
     matmuls = zip(layer_matmuls(shape, t), converted(shape, rule), strict=True)
     for i, ((_, weights), yes) in enumerate(matmuls):
         if yes:
-            moe = shape.feedforward == "moe" and i >= attention
+            moe = shape.feedforward == "moe" and i >= feedforward
             total += weights * (shape.num_experts / (shape.top_k * ep) if moe else 1.0)
     return total
 

@@ -104,3 +104,9 @@ def layer_matmuls(shape: LayerShape, t: int) -> tuple[tuple[float, float], ...]:
     if shape.feedforward == "moe":  # each routed copy of a token runs its expert's MLP
         feedforward = [(w * shape.top_k, p * shape.top_k) for w, p in feedforward]
     return tuple(attention * shape.attentions + feedforward)
+
+
+def feedforward_start(shape: LayerShape) -> int:
+    """The index in :func:`layer_matmuls` of the feedforward's first matmul: each attention runs four
+    before it (q, k, v and the output projection)."""
+    return 4 * shape.attentions

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from brickwork.parallel.planner.activations import layer_activation_bytes, recomputed_matmuls
 from brickwork.parallel.planner.devices import Device
 from brickwork.parallel.planner.float8 import cast_bytes, converted, float8_flops
-from brickwork.parallel.planner.flops import head_flops, layer_flops, layer_matmuls, passes
+from brickwork.parallel.planner.flops import feedforward_start, head_flops, layer_flops, layer_matmuls, passes
 from brickwork.parallel.planner.layout import Layout, StagePlacement
 from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import LayerShape, ModelFacts
@@ -230,7 +230,7 @@ def overlapped_pairs(
         which = converted(shape, layout.implementation.float8_linears)
         mms = [mm * float8_cost if yes else mm for mm, yes in zip(mms, which, strict=True)]
     qkv, out = sum(mms[:3]), mms[3]
-    ffn = mms[4 * shape.attentions :]
+    ffn = mms[feedforward_start(shape) :]
     up, down = sum(ffn[:-1]), ffn[-1]
     again, _, _ = recomputed_collectives(layout)
     single = layout.implementation.tensor_parallel_overlap == "single_matmul"
