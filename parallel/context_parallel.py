@@ -39,6 +39,8 @@ from torch.distributed._functional_collectives import all_gather_single_autograd
 from torch.distributed.device_mesh import DeviceMesh
 
 from brickwork.blocks.decoder_lm import DecoderLM
+from brickwork.blocks.encoder_decoder import EncoderDecoder
+from brickwork.blocks.image_encoder import ImageEncoder
 from brickwork.components.attention.base import ATTENTION_REGISTRY, AttentionMechanism
 from brickwork.components.attention.document_mask import DocumentMask, PositionBiasHook
 from brickwork.components.attention.multi_head import MultiHeadAttention
@@ -50,12 +52,20 @@ from brickwork.parallel.config import ParallelConfig
 KEY = "context_parallel_size"
 
 
-def check_context_parallel(model: nn.Module, config: ParallelConfig) -> None:
-    """ConfigError at ``context_parallel_size`` unless every attention layer of ``model`` can attend
-    from a sequence slice: exact softmax attention, rotary as a module, ALiBi on causal layers only."""
-    cp = config.context_parallel_size
+def check_context_parallel(model: nn.Module, cp: int) -> None:
+    """ConfigError at ``context_parallel_size`` (``cp``) unless ``model`` reads one sequence of token
+    ids a row (the train step splits those: brickwork/train/batch.py) and every attention layer of it
+    can attend from a sequence slice: exact softmax attention, rotary as a module, ALiBi on causal
+    layers only."""
     if cp == 1:
         return
+    if isinstance(model, EncoderDecoder | ImageEncoder):
+        reads = "a source and a target sequence" if isinstance(model, EncoderDecoder) else "images"
+        raise ConfigError(
+            f"context_parallel_size={cp} splits the one sequence of token ids each row is; "
+            f"{type(model).__name__} reads {reads}",
+            KEY,
+        )
     layers = [(p, m) for p, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
     if not layers:
         raise ConfigError(
@@ -94,7 +104,7 @@ def apply_context_parallel(model: nn.Module, mesh: DeviceMesh, config: ParallelC
     """Hook every attention layer and position module of ``model`` so that it runs on this rank's
     slice of the sequence over ``mesh``'s "cp" dim (see the module docstring), in place, after
     :func:`check_context_parallel`. Returns ``model``; nothing happens at context_parallel_size 1."""
-    check_context_parallel(model, config)
+    check_context_parallel(model, config.context_parallel_size)
     if config.context_parallel_size == 1:
         return model
     cp_mesh = mesh["cp"]

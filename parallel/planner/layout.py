@@ -147,6 +147,10 @@ def check_layout(facts: ModelFacts, layout: Layout, world_size: int, lengths: Le
     if c.activation_checkpointing == "selective" and layout.implementation.selective is None:
         raise ConfigError("this implementation has no selective recomputation")
     t, cp, ep = c.tensor_parallel_size, c.context_parallel_size, c.expert_parallel_size
+    if c.sequence_parallel and t > 1 and facts.sequence_parallel_refused:
+        raise ConfigError(facts.sequence_parallel_refused, "sequence_parallel")
+    if cp > 1 and facts.context_parallel_refused:
+        raise ConfigError(facts.context_parallel_refused, "context_parallel_size")
     for shape in facts.layers[:1]:
         for value, what in (
             (shape.num_heads, "attention heads"),
@@ -159,9 +163,8 @@ def check_layout(facts: ModelFacts, layout: Layout, world_size: int, lengths: Le
             raise ConfigError(f"expert_parallel_size={ep} does not divide the {shape.num_experts} experts")
         if ep > 1 and shape.feedforward != "moe":
             raise ConfigError("expert_parallel_size > 1 needs mixture-of-experts feedforwards")
-    for key, length in (("seq_len", lengths.source), ("target_len", lengths.target)):
-        if length % cp:
-            raise ConfigError(f"context_parallel_size={cp} does not divide {key}={length}")
+    if lengths.source % cp:
+        raise ConfigError(f"context_parallel_size={cp} does not divide seq_len={lengths.source}")
     check_sequence(facts, lengths)
     if facts.num_layers < c.num_stages:
         raise ConfigError(f"{facts.num_layers} layers cannot fill {c.num_stages} pipeline stages")

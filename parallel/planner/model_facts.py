@@ -103,7 +103,9 @@ class ModelFacts:
     masked-LM or classifier head);
     ``head_vocab`` the columns of its output (the vocabulary, or the classes), split by tensor
     parallel when ``head_split``; an image encoder's head reads one token per image
-    (``pooled_head``) and its sequence is its ``fixed_seq_len`` patches.
+    (``pooled_head``) and its sequence is its ``fixed_seq_len`` patches. ``sequence_parallel_refused``
+    and ``context_parallel_refused`` say why ``parallelize`` would refuse the model sequence or
+    context parallel (None where it takes them): its own checks' words.
     """
 
     weights: tuple[Weight, ...]
@@ -122,6 +124,8 @@ class ModelFacts:
     embedding_norm: bool = False
     embedding_dropout: bool = False
     final_norm: bool = True
+    sequence_parallel_refused: str | None = None
+    context_parallel_refused: str | None = None
 
     @cached_property
     def uniform_layers(self) -> bool:
@@ -194,7 +198,27 @@ def _read(model: nn.Module) -> ModelFacts:
         embedding_norm=_has_weights(getattr(model, "embedding_norm", None)),
         embedding_dropout=_drops(getattr(model, "dropout", None)),
         final_norm=any(_has_weights(getattr(model, n, None)) for n in ("final_norm", "decoder_final_norm")),
+        **_refusals(model),
     )
+
+
+def _refusals(model: nn.Module) -> dict[str, str | None]:
+    """Why ``parallelize`` would refuse ``model`` sequence or context parallel, by its own checks."""
+    from brickwork.parallel.context_parallel import check_context_parallel
+    from brickwork.parallel.tensor.checks import check_sequence_parallel
+
+    checks = {
+        "sequence_parallel_refused": lambda: check_sequence_parallel(model, set()),
+        "context_parallel_refused": lambda: check_context_parallel(model, 2),
+    }
+    out: dict[str, str | None] = {}
+    for name, check in checks.items():
+        try:
+            check()
+            out[name] = None
+        except ConfigError as err:
+            out[name] = err.reason
+    return out
 
 
 def _aliases(model: nn.Module) -> dict[int, list[str]]:

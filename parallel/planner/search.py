@@ -84,7 +84,8 @@ def size_configs(
         if shape.num_heads % t or shape.num_kv_heads % t or shape.hidden_dim % t:
             continue
         for cp in divisors(world // t):
-            if cp > 1 and (lengths.source < LONG_SEQUENCE or lengths.source % cp or lengths.target % cp):
+            long = lengths.source >= LONG_SEQUENCE and not facts.context_parallel_refused
+            if cp > 1 and (not long or lengths.source % cp):
                 continue
             for p in divisors(world // (t * cp)):
                 d = world // (t * cp * p)
@@ -107,7 +108,9 @@ def size_configs(
                                 pipeline_parallel_size=p,
                                 context_parallel_size=cp,
                                 expert_parallel_size=ep,
-                                sequence_parallel=t > 1 and step["implementation"].sequence_parallel,
+                                sequence_parallel=t > 1
+                                and step["implementation"].sequence_parallel
+                                and not facts.sequence_parallel_refused,
                                 zero_stage=zero,
                             )
                         )

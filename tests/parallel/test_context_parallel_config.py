@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from context_parallel_cases import build
 from torch import nn
 
 from brickwork.components.attention import ATTENTION_REGISTRY, MultiHeadAttention
 from brickwork.components.positional.alibi import ALiBi
 from brickwork.errors import ConfigError
+from brickwork.factory import build_model, get_preset
 from brickwork.parallel import ParallelConfig
 from brickwork.parallel.context_parallel import check_context_parallel
 
-CP2 = ParallelConfig(context_parallel_size=2)
+CP2 = 2
 # Options a few mechanisms need to be built at this size (as in the attention contract tests).
 OPTIONS = {
     "linformer": {"seq_len": 8},
@@ -80,3 +82,16 @@ def test_a_plain_function_as_rotary_hook_is_refused() -> None:
     layer = MultiHeadAttention(16, 2, causal=True, rotary=lambda q, k, offset=0: (q, k))
     with pytest.raises(ConfigError, match="plain callable"):
         check_context_parallel(nn.Sequential(layer), CP2)
+
+
+@pytest.mark.parametrize(
+    ("preset", "reads"), [("t5-small", "a source and a target sequence"), ("vit", "images")]
+)
+def test_a_model_that_reads_more_than_one_token_sequence_is_refused(preset: str, reads: str) -> None:
+    """The train step splits a row's token ids (brickwork/train/batch.py); an encoder-decoder's
+    target or an image is not one, so the refusal comes at parallelize, before any step."""
+    with torch.device("meta"):
+        model = build_model(get_preset(preset))
+    with pytest.raises(ConfigError, match=f"{type(model).__name__} reads {reads}") as error:
+        check_context_parallel(model, CP2)
+    assert error.value.path == "context_parallel_size"

@@ -108,6 +108,20 @@ def test_two_process_layouts_match_the_model(make_spec) -> None:
 
 
 @pytest.mark.distributed
+def test_an_encoder_decoder_under_tensor_parallel_and_zero_3_matches_the_model() -> None:
+    """The T5-like model, its decoder reading a quarter of the source, split by tensor parallel (no
+    sequence parallel: parallelize refuses it an encoder-decoder, and the planner never offers it) and
+    sharded by ZeRO-3."""
+    check(
+        [
+            (t5_spec(), {"tensor_parallel_size": 2}, True),
+            (t5_spec(), {"data_parallel_size": 2, "zero_stage": 3}, True),
+        ],
+        2,
+    )
+
+
+@pytest.mark.distributed
 def test_zero_shards_over_the_context_parallel_ranks_too() -> None:
     """Context-parallel ranks hold the same weights and reduce their gradients together, so ZeRO
     splits the optimizer (1) and everything (3) over them as over data-parallel ranks."""

@@ -146,12 +146,6 @@ def test_a_target_length_left_out_is_the_sources() -> None:
         ("bert-base", None, {"seq_len": 512, "target_len": 64}, "the encoder model reads one sequence a row"),
         ("t5-small", None, {"seq_len": 512, "target_len": 1024}, "target_len=1024 is beyond the model's"),
         ("t5-small", None, {"seq_len": 512, "target_len": 0}, "must be an integer >= 1, got 0"),
-        (
-            "t5-small",
-            {"context_parallel_size": 8},
-            {"seq_len": 512, "target_len": 60},
-            "does not divide target_len=60",
-        ),
     ],
 )
 def test_a_target_length_is_an_encoder_decoders_own(
@@ -163,3 +157,28 @@ def test_a_target_length_is_an_encoder_decoders_own(
         else:
             estimate(preset, "8xH100-80GB", dist, global_batch=64, **sizes)
     assert raised.value.path == "target_len" or dist is not None
+
+
+def test_the_planner_offers_no_split_parallelize_refuses_the_model() -> None:
+    """An encoder-decoder has no sequence parallel and, like an image encoder, no context parallel
+    (parallelize's own checks say why); plan never offers them, and estimate refuses them in the
+    same words."""
+    long = {}
+    for preset in ("t5-small", "llama"):
+        long[preset] = copy.deepcopy(get_preset(preset))
+        long[preset]["max_seq_len"] = 16384  # long enough for the planner to try context parallel
+    t5 = plan(long["t5-small"], "8xH100-80GB", global_batch=64, seq_len=16384, target_len=2048)
+    assert any(p.dist["tensor_parallel_size"] > 1 for p in t5)
+    assert not any(p.dist.get("sequence_parallel") or p.dist["context_parallel_size"] > 1 for p in t5)
+    llama = plan(long["llama"], "8xH100-80GB", global_batch=8, seq_len=16384)
+    assert any(p.dist["context_parallel_size"] > 1 for p in llama)  # a decoder is offered both
+    assert any(p.dist.get("sequence_parallel") for p in llama)
+    for dist, words in (
+        (
+            {"tensor_parallel_size": 2, "sequence_parallel": True},
+            "sequence_parallel needs the model's `layers`",
+        ),
+        ({"context_parallel_size": 2}, "EncoderDecoder reads a source and a target sequence"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            estimate("t5-small", "8xH100-80GB", dist, global_batch=64, seq_len=512)
