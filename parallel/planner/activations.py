@@ -36,7 +36,7 @@ in a post-norm model the layers' input (a pre-norm model's first norm keeps it).
 head is :func:`head_activation_bytes`.
 
 Under context parallel each rank keeps its ``s / c`` tokens plus the all-gathered keys and values
-(and a decoder layer the gathered keys and values of the source its cross-attention reads).
+(an encoder-decoder, whose rows are two sequences, takes no context parallel).
 ``full`` recomputation keeps only each layer's input; ``selective`` keeps the outputs of the matmuls,
 of attention and of the tensor-parallel reductions (brickwork's policy,
 parallel/activation_checkpointing.py) and recomputes the rest
@@ -138,8 +138,7 @@ def layer_activation_bytes(shape: LayerShape, layout: Layout, lengths: Lengths, 
         cross, cross_selective = _attention(shape, layout, lengths.source)
         extra, extra_selective = extra + cross, extra_selective + cross_selective
     attention = attention_out + extra
-    # The gathered keys and values of the whole sequence (and of the source cross-attention reads).
-    gathered = 2 * k * d / t * cp * act * (1 + (lengths.source / own if shape.cross_attention else 0))
+    gathered = 2 * k * d / t * cp * act  # the gathered keys and values of the whole sequence
     attention += gathered if cp > 1 else 0.0
     glu = 3 if layout.implementation.glu_keeps_input_only else 4
     hidden = {"mlp": 2, "glu": glu, "moe": 2 * shape.top_k}[shape.feedforward] * f / t * act

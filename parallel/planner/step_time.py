@@ -181,9 +181,8 @@ def microbatch_volumes(
         if t > 1:
             out["tp all-reduce"] += (4 + tp_again) * boundary(own)
             out["tp all-reduce"] += (shape.attentions + 1) * boundary(own) / 2 if regathers else 0.0
-        if cp > 1:  # the keys and values of the whole sequence, and of the source cross-attention reads
-            keys = own + (lengths.source if shape.cross_attention else 0)
-            kv = 2 * shape.num_kv_heads * shape.dim_head / t * rows * keys * act
+        if cp > 1:  # the keys and values of the whole sequence
+            kv = 2 * shape.num_kv_heads * shape.dim_head / t * rows * own * act
             out["cp all-gather"] += (3 if cp_again else 2) * kv
         if shape.feedforward == "moe" and ep > 1:
             routed = rows * own / cp * shape.top_k * facts.dim_model * act * (ep - 1) / ep
