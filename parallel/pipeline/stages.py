@@ -138,6 +138,18 @@ def stage_layer_counts(model: nn.Module, config: ParallelConfig) -> tuple[int, .
                 f"sums to {sum(config.pipeline_layers)} layers but the model has {n}", "pipeline_layers"
             )
         return tuple(config.pipeline_layers)
+    weights = None
+    if config.device_weights is not None and config.pipeline_parallel_size > 1:
+        pp = config.pipeline_parallel_size
+        weights = [config.device_weights[s % pp] for s in range(stages)]
+    costs, head = balance_costs(model, recipe)
+    return split_stages(costs, stages, weights, last_extra=head)
+
+
+def balance_costs(model: nn.Module, recipe: StageRecipe) -> tuple[tuple[float, ...], float]:
+    """What the stages are balanced on (parallel/balance.py): each layer's cost per token at the
+    model's longest sequence (its ``max_seq_len``, else 1024), and the head's, which the last stage
+    adds. The planner places its stages on the same numbers (parallel/planner/model_facts.py)."""
     model_config = getattr(model, "config", None)
     seq_len = (
         getattr(model, "max_seq_len", None)
@@ -145,14 +157,10 @@ def stage_layer_counts(model: nn.Module, config: ParallelConfig) -> tuple[int, .
         or getattr(model_config, "max_position_embeddings", None)
         or 1024
     )
+    layers = [model.get_submodule(stack)[i] for stack, i in recipe.units()]
     # An embedding lookup does no matmul: only the head adds to its stage's cost.
-    head_cost = sum(module_cost(model.get_submodule(name), seq_len) for name in recipe.head_modules())
-    weights = None
-    if config.device_weights is not None and config.pipeline_parallel_size > 1:
-        pp = config.pipeline_parallel_size
-        weights = [config.device_weights[s % pp] for s in range(stages)]
-    layers = [model.get_submodule(stack)[i] for stack, i in units]
-    return split_stages(layer_costs(layers, seq_len), stages, weights, last_extra=head_cost)
+    head = sum(module_cost(model.get_submodule(name), seq_len) for name in recipe.head_modules())
+    return tuple(layer_costs(layers, seq_len)), head
 
 
 @torch.no_grad()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from brickwork.errors import ConfigError
@@ -19,7 +18,7 @@ from brickwork.parallel.balance import split_rows
 from brickwork.parallel.config import ParallelConfig
 from brickwork.parallel.planner.devices import Cluster, Device
 from brickwork.parallel.planner.float8 import float8_weights
-from brickwork.parallel.planner.flops import head_flops, layer_flops, step_flops
+from brickwork.parallel.planner.flops import step_flops
 from brickwork.parallel.planner.layout import Layout, StagePlacement, check_layout, stage_placement
 from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.memory import MemoryBreakdown, rank_memory, stage_groups, state_bytes
@@ -150,7 +149,7 @@ def estimate_layout(
         )
     p = c.pipeline_parallel_size
     weights = list(c.device_weights) if c.device_weights and p > 1 else None
-    placement = stage_placement(facts, c, layer_costs(facts, lengths.source), weights)
+    placement = stage_placement(facts, c, weights)
     ranks = representative_ranks(facts, placement) if cluster.uniform else list(range(p))
     groups = _device_groups(cluster, layout)
     memory, fits, capacity = _memory(facts, layout, placement, ranks, lengths, groups)
@@ -288,17 +287,6 @@ def _float8_gathered(facts: ModelFacts, layout: Layout, layers: Sequence[int]) -
     c, rule = layout.config, layout.implementation.float8_linears
     t, ep = c.tensor_parallel_size, c.expert_parallel_size
     return sum(float8_weights(facts.layers[i], rule, t, ep) for i in layers)
-
-
-@lru_cache(maxsize=256)
-def layer_costs(facts: ModelFacts, seq_len: int) -> tuple[float, ...]:
-    """Each layer's executed FLOPs per token, the head's added to the last (what stages balance), at
-    one length for every layer: brickwork's pipeline balances an encoder-decoder's stages without
-    knowing its target's length (parallel/balance.py), so they are placed as it places them."""
-    lengths = Lengths.one(seq_len)
-    costs = [3 * layer_flops(shape, lengths).executed for shape in facts.layers]
-    costs[-1] += 3 * head_flops(facts, lengths)
-    return tuple(costs)
 
 
 def _signature(facts: ModelFacts, placement: StagePlacement, rank: int) -> tuple:

@@ -106,10 +106,11 @@ class StagePlacement:
 
 
 def stage_placement(
-    facts: ModelFacts, config: ParallelConfig, layer_costs: list[float], weights: list[float] | None = None
+    facts: ModelFacts, config: ParallelConfig, weights: list[float] | None = None
 ) -> StagePlacement:
-    """The pipeline's layers per rank: ``pipeline_layers`` if given, else balanced by cost (and by
-    ``weights``, the ranks' relative speeds), as ``parallelize`` splits them."""
+    """The pipeline's layers per rank: ``pipeline_layers`` if given, else balanced on the costs
+    ``parallelize`` balances them on (``ModelFacts.balance_costs``) and ``weights``, the ranks'
+    relative speeds, as it splits them."""
     p, v = config.pipeline_parallel_size, config.virtual_pipeline_size
     stages = p * v
     if facts.num_layers < stages:
@@ -121,7 +122,7 @@ def stage_placement(
         counts = config.pipeline_layers
     else:
         stage_weights = tuple(weights[s % p] for s in range(stages)) if weights else None
-        counts = _balanced(tuple(layer_costs), stages, stage_weights)
+        counts = _balanced(facts.balance_costs, facts.balance_head, stages, stage_weights)
     bounds, start = [], 0
     for count in counts:
         bounds.append((start, start + count))
@@ -132,8 +133,10 @@ def stage_placement(
 
 
 @lru_cache(maxsize=4096)
-def _balanced(costs: tuple[float, ...], stages: int, weights: tuple[float, ...] | None) -> tuple[int, ...]:
-    return split_stages(costs, stages, weights)
+def _balanced(
+    costs: tuple[float, ...], head: float, stages: int, weights: tuple[float, ...] | None
+) -> tuple[int, ...]:
+    return split_stages(costs, stages, weights, last_extra=head)
 
 
 def check_layout(facts: ModelFacts, layout: Layout, world_size: int, lengths: Lengths) -> None:

@@ -5,9 +5,10 @@ The spec is resolved by the factory and instantiated on torch's ``meta`` device,
 parameter's shape and allocates nothing, so a 1T-parameter spec is read in about a second on any
 machine. How a weight splits comes from the components' own ``tp_plan()`` declarations, and where a
 pipeline puts it from the model's stage recipe (parallel/pipeline/stages.py): the same data
-``parallelize`` applies. Every model kind is read: decoder LMs, encoders (a masked-LM head or none),
-encoder-decoders (the encoder's layers, then the decoder's, as one run that pipeline stages cut) and
-image encoders (a fixed number of patches per image, one classified token).
+``parallelize`` applies, and the costs it balances a pipeline's stages on. Every model kind is
+read: decoder LMs, encoders (a masked-LM head or none), encoder-decoders (the encoder's layers, then
+the decoder's, as one run that pipeline stages cut) and image encoders (a fixed number of patches per
+image, one classified token).
 """
 
 from __future__ import annotations
@@ -105,7 +106,9 @@ class ModelFacts:
     parallel when ``head_split``; an image encoder's head reads one token per image
     (``pooled_head``) and its sequence is its ``fixed_seq_len`` patches. ``sequence_parallel_refused``
     and ``context_parallel_refused`` say why ``parallelize`` would refuse the model sequence or
-    context parallel (None where it takes them): its own checks' words.
+    context parallel (None where it takes them): its own checks' words. ``balance_costs`` and
+    ``balance_head`` are the layers' and the head's costs ``parallelize`` balances pipeline stages on
+    (parallel/pipeline/stages.py), so the planner places them where it does.
     """
 
     weights: tuple[Weight, ...]
@@ -126,6 +129,8 @@ class ModelFacts:
     final_norm: bool = True
     sequence_parallel_refused: str | None = None
     context_parallel_refused: str | None = None
+    balance_costs: tuple[float, ...] = ()
+    balance_head: float = 0.0
 
     @cached_property
     def uniform_layers(self) -> bool:
@@ -163,7 +168,7 @@ def _reversible_types() -> tuple[type, ...]:
 
 def _read(model: nn.Module) -> ModelFacts:
     from brickwork.blocks import DecoderLM
-    from brickwork.parallel.pipeline.stages import stage_recipe
+    from brickwork.parallel.pipeline.stages import balance_costs, stage_recipe
 
     recipe = stage_recipe(model)
     units = recipe.units()
@@ -181,6 +186,7 @@ def _read(model: nn.Module) -> ModelFacts:
     )
     stacks = [model.get_submodule(stack) for stack in recipe.stacks]
     shapes = tuple(_layer_shape(layer) for stack in stacks for layer in stack)
+    costs, head = balance_costs(model, recipe)
     return ModelFacts(
         weights=weights,
         layers=shapes,
@@ -199,6 +205,8 @@ def _read(model: nn.Module) -> ModelFacts:
         embedding_dropout=_drops(getattr(model, "dropout", None)),
         final_norm=any(_has_weights(getattr(model, n, None)) for n in ("final_norm", "decoder_final_norm")),
         **_refusals(model),
+        balance_costs=costs,
+        balance_head=head,
     )
 
 

@@ -38,7 +38,6 @@ from brickwork.parallel.planner.devices import Cluster
 from brickwork.parallel.planner.estimate import (
     Plan,
     estimate_layout,
-    layer_costs,
     links_of,
     representative_ranks,
 )
@@ -196,7 +195,7 @@ def _state_overflows(facts: ModelFacts, cluster: Cluster, layout: Layout, length
     """Whether the parameters, gradients and optimizer state of some pipeline rank, under ``layout``'s
     ZeRO stage (the most sharding of its sizes), exceed the smallest device."""
     c = layout.config
-    placement = stage_placement(facts, c, layer_costs(facts, lengths.source))
+    placement = stage_placement(facts, c)
     capacity = min(d.memory_bytes - d.reserved_bytes for d in cluster.distinct)
     for rank in representative_ranks(facts, placement):
         state = state_bytes(facts, stage_groups(facts, placement, rank), layout)
@@ -214,7 +213,7 @@ def _time_bound(
     c = dataclasses.replace(layout.config, activation_checkpointing="none")
     rows = global_batch // c.data_parallel_size
     bound = dataclasses.replace(layout, config=c, micro_batch_size=rows)
-    placement = stage_placement(facts, c, layer_costs(facts, lengths.source))
+    placement = stage_placement(facts, c)
     device = max(cluster.distinct, key=lambda d: (d.rate(layout.precision), d.memory_bandwidth))
     links = links_of(cluster, c)
     p = c.pipeline_parallel_size

@@ -21,7 +21,6 @@ from planner_cases import (
 from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, _ComputationType
 
 from brickwork.parallel import ParallelConfig, spawn
-from brickwork.parallel.planner.estimate import layer_costs
 from brickwork.parallel.planner.layout import Layout, stage_placement
 from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.memory import (
@@ -42,7 +41,7 @@ def predicted(spec: dict, dist: dict, world: int) -> list[dict[str, int]]:
     rows = BATCH // config.data_parallel_size // config.microbatches
     layout = Layout(config, rows, precision="fp32", optimizer="adamw", gpu_kernels=False)
     lengths = Lengths(SEQ, TARGET) if spec["model"] == "encoder_decoder" else Lengths.one(SEQ)
-    placement = stage_placement(facts, config, layer_costs(facts, SEQ))
+    placement = stage_placement(facts, config)
     out = []
     for stage in range(config.pipeline_parallel_size):
         state = state_bytes(facts, stage_groups(facts, placement, stage), layout)
@@ -222,7 +221,7 @@ def test_an_interleaved_pipeline_holds_what_the_model_follows_op_by_op() -> None
     facts = model_facts(spec)
     config = ParallelConfig.from_dict(dist, world_size=2)
     layout = Layout(config, batch // 4, precision="fp32", optimizer="sgd", gpu_kernels=False)
-    placement = stage_placement(facts, config, layer_costs(facts, SEQ))
+    placement = stage_placement(facts, config)
     for measured in spawn(pipeline_peak_saved, 2, spec, dist, batch, timeout=300):
         rank = measured["stage"]
         chunks = chunk_saved(facts, layout, placement, rank, Lengths.one(SEQ), batch // 4)

@@ -11,10 +11,11 @@ import torch
 from brickwork.errors import ConfigError
 from brickwork.factory import build_model, get_preset
 from brickwork.parallel import ParallelConfig, plan
+from brickwork.parallel.pipeline.stages import stage_layer_counts
 from brickwork.parallel.planner import estimate
 from brickwork.parallel.planner.activations import layer_activation_bytes
 from brickwork.parallel.planner.flops import layer_flops, step_flops
-from brickwork.parallel.planner.layout import Layout
+from brickwork.parallel.planner.layout import Layout, stage_placement
 from brickwork.parallel.planner.lengths import Lengths
 from brickwork.parallel.planner.model_facts import DECODER_START, FIRST, LAST, model_facts
 
@@ -182,3 +183,21 @@ def test_the_planner_offers_no_split_parallelize_refuses_the_model() -> None:
     ):
         with pytest.raises(ConfigError, match=words):
             estimate("t5-small", "8xH100-80GB", dist, global_batch=64, seq_len=512)
+
+
+@pytest.mark.parametrize("preset", ["t5-small", "gpt2", "vit"])
+def test_the_planner_places_pipeline_stages_where_parallelize_does(preset: str) -> None:
+    """The planner reads parallelize's balancing costs with the spec, so a step's length does not
+    move its split (when it balanced its own FLOPs at the step's length, T5 small at 128 tokens of
+    512 got 9 layers before the head where parallelize puts 8); also with stages of unequal speed."""
+    with torch.device("meta"):
+        model = build_model(get_preset(preset))
+    facts = model_facts(preset)
+    cases = [{"pipeline_parallel_size": p} for p in (2, 3, 4, 6)]
+    cases.append({"pipeline_parallel_size": 2, "device_weights": [1.0, 0.5]})
+    for case in cases:
+        world = case["pipeline_parallel_size"]
+        config = ParallelConfig.from_dict({**case, "num_microbatches": 8}, world_size=world)
+        placement = stage_placement(facts, config, list(config.device_weights or []) or None)
+        counts = tuple(end - start for chunks in placement.chunks for start, end in chunks)
+        assert counts == stage_layer_counts(model, config), case

@@ -12,7 +12,7 @@ from brickwork.cli import main
 from brickwork.errors import ConfigError
 from brickwork.parallel import ParallelConfig, estimate, parallelize, plan, spawn
 from brickwork.parallel.planner import parse_cluster
-from brickwork.parallel.planner.flops import layer_flops, layer_matmuls
+from brickwork.parallel.planner.flops import layer_matmuls
 from brickwork.parallel.planner.implementations import IMPLEMENTATIONS
 from brickwork.parallel.planner.layout import Layout, stage_placement
 from brickwork.parallel.planner.lengths import Lengths
@@ -108,9 +108,7 @@ def test_the_comm_model_counts_what_the_comm_benchmark_measures(layout: str) -> 
     config = ParallelConfig.from_dict(dist, world_size=2)
     rows = BATCH // config.data_parallel_size
     model = Layout(config, rows, precision="fp32")
-    placement = stage_placement(
-        facts, config, [layer_flops(s, Lengths.one(SEQ)).executed for s in facts.layers]
-    )
+    placement = stage_placement(facts, config)
     per_microbatch = microbatch_volumes(facts, model, placement, 0, Lengths.one(SEQ), rows)
     local = facts.num_parameters if layout != "tp2" else None
     if layout == "tp2":
@@ -155,7 +153,7 @@ def test_overlapped_tensor_parallel_hides_each_collective_under_its_own_matmul(n
     dist = {"tensor_parallel_size": 2, "sequence_parallel": sp, "activation_checkpointing": mode}
     config = ParallelConfig.from_dict(dist, world_size=2)
     layout = Layout(config, 2, implementation=IMPLEMENTATIONS[name])
-    placement = stage_placement(facts, config, [1.0])
+    placement = stage_placement(facts, config)
     shape, tokens = facts.layers[0], 2 * SEQ
     boundary = tokens * shape.dim_model * layout.activation_bytes
     pairs = overlapped_pairs(shape, layout, tokens)
@@ -185,7 +183,7 @@ def test_fused_attention_runs_at_the_devices_attention_rate(mode: str, name: str
     facts = model_facts(llama_spec(layers=2))
     config = ParallelConfig.from_dict({"activation_checkpointing": mode}, world_size=1)
     layout = Layout(config, 2, implementation=IMPLEMENTATIONS[name])
-    placement = stage_placement(facts, config, [1.0, 1.0])
+    placement = stage_placement(facts, config)
     h100 = parse_cluster("H100-80GB").devices[0]
     as_matmuls = dataclasses.replace(h100, attention_fraction=0.0)
     links = Links(*[1e12] * 5)
@@ -213,9 +211,7 @@ def test_expert_parallel_traffic_is_the_benchmarks_under_balanced_routing() -> N
     facts = model_facts(spec(moe=True))
     config = ParallelConfig.from_dict({"data_parallel_size": 2, "expert_parallel_size": 2}, world_size=2)
     layout = Layout(config, BATCH // 2, precision="fp32")
-    placement = stage_placement(
-        facts, config, [layer_flops(s, Lengths.one(SEQ)).executed for s in facts.layers]
-    )
+    placement = stage_placement(facts, config)
     volume = microbatch_volumes(facts, layout, placement, 0, Lengths.one(SEQ), BATCH // 2)["ep all-to-all"]
     assert volume == 65_536
     assert abs(volume / 67_584 - 1) < 0.05
