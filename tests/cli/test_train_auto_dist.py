@@ -48,3 +48,24 @@ def test_dist_auto_plans_fp8_at_the_float8_rate_where_the_device_has_one(monkeyp
     train = TrainConfig(precision="fp8", batch_size=4, seq_len=32)
     auto_dist.choose_layout(get_preset("gpt-tiny"), "auto", train)
     assert seen["precision"] == ("fp8" if preset else "bf16-mixed")
+
+
+def test_dist_auto_plans_an_encoder_decoder_at_the_lengths_its_task_reads(monkeypatch) -> None:
+    """T5's span corruption cuts 3 spans of 3 from a window of 64: 58 tokens for the encoder, 12 for
+    the decoder, which the planner prices instead of 64 for both."""
+    from brickwork.train import auto_dist
+    from brickwork.train.run import run_task, with_auto_dist
+    from brickwork.train.run_config import resolve_run
+
+    seen, planner = {}, auto_dist.plan
+
+    def plan(spec, cluster, **options):
+        seen.update(options)
+        return planner(spec, cluster, **options)
+
+    monkeypatch.setattr(auto_dist, "plan", plan)
+    sizes = ["train.seq_len=64", "train.batch_size=4", "encoder.num_layers=1", "decoder.num_layers=1"]
+    config = resolve_run("t5-small", ["dist=auto", *sizes])
+    chosen = with_auto_dist(config, run_task(config))
+    assert (seen["seq_len"], seen["target_len"]) == (58, 12)
+    assert chosen.dist["data_parallel_size"] == 1 and "auto" not in chosen.dist
