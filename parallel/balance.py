@@ -3,10 +3,11 @@
 Cost of a layer, per token of a training step (forward + backward, in multiply-adds × 2):
 
 - ``6 × parameters``: every weight takes part in one matmul forward and two backward;
-- ``6 × T × H × D`` (``× ½`` when causal) for each attention module (a module with integer
+- ``12 × T × H × D`` (``× ½`` when causal) for each attention module (a module with integer
   ``num_heads`` and ``dim_head``): the scores ``QKᵀ`` and ``softmax · V`` are activation-by-activation
-  matmuls that no parameter count shows. ``T`` is the model's ``max_seq_len`` (or ``seq_len``), capped
-  by a mechanism's ``window_size``.
+  matmuls that no parameter count shows, ``T × H × D`` multiply-adds each per query forward, so
+  ``4 × T × H × D`` FLOPs, and twice that backward. ``T`` is the model's ``max_seq_len`` (or
+  ``seq_len``), capped by a mechanism's ``window_size``.
 
 The first stage also carries the embedding (a lookup: no matmul, cost 0) and the last the head
 (``6 × its parameters``). Stage *s* with relative speed ``w[s]`` takes ``cost / w[s]`` time; the split
@@ -34,7 +35,7 @@ def module_cost(module: nn.Module, seq_len: int) -> float:
             window = getattr(getattr(sub, "mechanism", None), "window_size", None)
             span = min(seq_len, window) if isinstance(window, int) and window > 0 else seq_len
             causal = 0.5 if getattr(sub, "causal", False) else 1.0
-            cost += 6.0 * span * heads * dim_head * causal
+            cost += 12.0 * span * heads * dim_head * causal
     return cost
 
 

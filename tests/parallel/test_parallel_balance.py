@@ -77,8 +77,10 @@ def test_layer_cost_is_parameters_plus_attention_scores() -> None:
     model = build("gpt")  # max_seq_len 16, 4 heads of 8, causal
     layer = model.layers[0]
     params = sum(p.numel() for p in layer.parameters())
-    assert module_cost(layer, 16) == 6 * params + 6 * 16 * 4 * 8 * 0.5
-    assert module_cost(layer, 32) - module_cost(layer, 16) == 6 * 16 * 4 * 8 * 0.5
+    # Per query, QKᵀ and softmax·V are 16 × 4 × 8 multiply-adds each: 4 FLOPs a product forward, 12
+    # with backward; half of them under the causal mask.
+    assert module_cost(layer, 16) == 6 * params + 12 * 16 * 4 * 8 * 0.5
+    assert module_cost(layer, 32) - module_cost(layer, 16) == 12 * 16 * 4 * 8 * 0.5
 
 
 def test_stage_layer_counts_from_the_dist_dict() -> None:
