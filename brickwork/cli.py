@@ -295,11 +295,11 @@ def run_plan(ns: argparse.Namespace) -> int:
         if given is None:
             print(f"assuming {flag} {value} (the spec's {key}); give {flag} for the run you plan")
     kind = run.spec.get("model")  # a kind the factory does not know is the planner's to refuse
-    source, target = kind_task(kind).model_lengths(seq_len) if kind in MODELS else (seq_len, seq_len)
-    if (source, target) != (seq_len, seq_len):
-        task = kind_task(kind).name
+    task = kind_task(kind) if kind in MODELS else None
+    source, target = task.model_lengths(seq_len) if task else (seq_len, seq_len)
+    if task is not None and (source, target) != (seq_len, seq_len):
         print(
-            f"its {task} task puts {source} source and {target} target tokens a row; "
+            f"its {task.name} task puts {source} source and {target} target tokens a row; "
             "tokens/s counts the source's"
         )
     plans = plan(

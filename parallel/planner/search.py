@@ -79,11 +79,12 @@ def size_configs(
     """For each choice of sizes that passes the divisibility rules, its configs, one per ZeRO stage."""
     world = cluster.world_size
     shape = facts.layers[0]
+    # Context parallel is for long sequences, and for models parallelize lets it split.
+    long = lengths.source >= LONG_SEQUENCE and not facts.context_parallel_refused
     for t in divisors(world):
         if shape.num_heads % t or shape.num_kv_heads % t or shape.hidden_dim % t:
             continue
         for cp in divisors(world // t):
-            long = lengths.source >= LONG_SEQUENCE and not facts.context_parallel_refused
             if cp > 1 and (not long or lengths.source % cp):
                 continue
             for p in divisors(world // (t * cp)):
@@ -138,7 +139,7 @@ def search(
             check_layout(facts, probe, world, lengths)
         except ConfigError:
             continue
-        if _state_overflows(facts, cluster, probe, lengths):
+        if _state_overflows(facts, cluster, probe):
             spilled.append(configs)
             continue
         ranked.append((_time_bound(facts, cluster, probe, global_batch, lengths), configs))
@@ -191,7 +192,7 @@ def _price(
         yield dataclasses.replace(plan, chosen=chosen_values(plan, ALL_OPEN))
 
 
-def _state_overflows(facts: ModelFacts, cluster: Cluster, layout: Layout, lengths: Lengths) -> bool:
+def _state_overflows(facts: ModelFacts, cluster: Cluster, layout: Layout) -> bool:
     """Whether the parameters, gradients and optimizer state of some pipeline rank, under ``layout``'s
     ZeRO stage (the most sharding of its sizes), exceed the smallest device."""
     c = layout.config
